@@ -1,0 +1,1 @@
+"""Exact samplers, noise mechanisms, selection mechanisms and privacy accounting."""
