@@ -1,0 +1,1 @@
+"""Solver benchmark suite: TopDown-like instances and a runner comparing every backend."""

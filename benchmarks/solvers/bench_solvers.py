@@ -1,0 +1,189 @@
+"""Benchmark every installed solver backend on TopDown-like problems of growing size.
+
+Run from the repository root:
+
+    python benchmarks/solvers/bench_solvers.py [--quick] [--time-limit S] [--out DIR]
+    python -m benchmarks.solvers [...]
+
+Families: the L2 children problem (detailed-only = separable; coupled = detailed + total +
+marginals, lifted form) and the rounding problem (consistency only = TU; with per-child caps =
+MILP), for k children x n cells. Each accepting backend solves each instance under the time
+limit; the table reports time, objective and the largest disagreement (max |x - x_best|)
+with the best answer (lowest objective among the optimal ones). Combinations known to blow up
+are skipped with a note (see ``SKIP``). Results go to stdout, ``DIR/solver_bench.csv`` and
+``DIR/solver_bench.png``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import logging
+import shlex
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+import numpy as np
+
+import solvers
+from benchmarks.solvers.instances import Instance, children_instance, rounding_instance
+
+logger = logging.getLogger("benchmarks.solvers")
+
+QP_BACKENDS = ("closed_form", "cvxpy:CLARABEL", "cvxpy:OSQP", "highs", "cvxpy:HIGHS", "cvxpy:SCS")
+MILP_BACKENDS = ("closed_form", "highs", "cvxpy:HIGHS", "scipy", "cvxpy:SCIPY")
+
+#: (family prefix, backend) -> largest number of variables attempted, with the reason.
+SKIP: dict[tuple[str, str], tuple[int, str]] = {
+    ("L2", "highs"): (70_000, "HiGHS active-set QP: minutes above this size"),
+    ("L2", "cvxpy:HIGHS"): (20_000, "HiGHS active-set QP through CVXPY"),
+    ("L2", "cvxpy:SCS"): (70_000, "SCS first-order: slow to 1e-7 at this size"),
+    ("L2", "cvxpy:CLARABEL"): (1_500_000, "CVXPY canonicalisation memory"),
+    ("L2", "cvxpy:OSQP"): (1_500_000, "CVXPY canonicalisation memory"),
+    ("round", "cvxpy:HIGHS"): (400_000, "CVXPY modelling overhead"),
+    ("round", "cvxpy:SCIPY"): (400_000, "CVXPY modelling overhead"),
+}
+
+
+@dataclass
+class Row:
+    family: str
+    k: int
+    n: int
+    variables: int
+    rows: int
+    backend: str
+    status: str
+    time: float = float("nan")
+    objective: float = float("nan")
+    disagreement: float = float("nan")
+    x: np.ndarray | None = None
+
+
+def _limit(family: str, backend: str) -> tuple[int, str] | None:
+    return SKIP.get((family.split()[0], backend))
+
+
+def run_instance(inst: Instance, time_limit: float, notes: list[str]) -> list[Row]:
+    """Solve ``inst`` with every installed backend that accepts it; mark the best answer."""
+    problem = inst.problem
+    names = QP_BACKENDS if problem.kind == "QP" else MILP_BACKENDS
+    rows: list[Row] = []
+    for name in names:
+        if name not in solvers.available():
+            continue
+        if solvers.get(name).accepts(problem) is not True:
+            continue
+        row = Row(inst.family, inst.k, inst.n, problem.n, problem.m, name, "")
+        cap = _limit(inst.family, name)
+        if cap is not None and problem.n > cap[0]:
+            notes.append(f"skipped {name} on {problem.name} ({problem.n} vars > {cap[0]}: {cap[1]})")
+            continue
+        logger.info("%s: %s ...", problem.name, name)
+        start = time.perf_counter()
+        try:
+            result = solvers.solve(problem, name, time_limit=time_limit)
+        except solvers.SolverLimitError:
+            row.status, row.time = "time limit", time.perf_counter() - start
+        except solvers.SolverError as exc:
+            row.status, row.time = exc.status.value, time.perf_counter() - start
+        except MemoryError:
+            row.status, row.time = "out of memory", time.perf_counter() - start
+        else:
+            row.status, row.time, row.objective, row.x = "optimal", result.time, result.objective, result.x
+        rows.append(row)
+    solved = [r for r in rows if r.x is not None]
+    if solved:
+        best = min(solved, key=lambda r: r.objective)
+        for r in solved:
+            r.disagreement = float(np.abs(r.x - best.x).max())
+            r.x = None
+    return rows
+
+
+def instances(quick: bool):
+    """Yield instances family by family, smallest first."""
+    ks, ns = ((5, 30), (64, 2016)) if quick else ((5, 30, 100), (64, 2016, 10_000))
+    for builder, label, flag in ((children_instance, "coupled", False), (children_instance, "coupled", True),
+                                 (rounding_instance, "capped", False), (rounding_instance, "capped", True)):
+        for n in ns:
+            for k in ks:
+                yield builder(k, n, **{label: flag})
+
+
+def format_table(rows: list[Row]) -> str:
+    head = f"{'family':<13}{'k':>4}{'n':>7}{'vars':>9}{'rows':>9}  {'backend':<15}{'status':<12}" \
+           f"{'time s':>9}{'objective':>17}{'max|dx|':>10}"
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        obj = f"{r.objective:17.6f}" if np.isfinite(r.objective) else f"{'-':>17}"
+        dis = f"{r.disagreement:10.1e}" if np.isfinite(r.disagreement) else f"{'-':>10}"
+        lines.append(f"{r.family:<13}{r.k:>4}{r.n:>7}{r.variables:>9}{r.rows:>9}  {r.backend:<15}"
+                     f"{r.status:<12}{r.time:9.3f}{obj}{dis}")
+    return "\n".join(lines)
+
+
+def plot(rows: list[Row], path: Path, time_limit: float) -> None:
+    """Time against number of variables, one panel per family, one line per backend."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    families = list(dict.fromkeys(r.family for r in rows))
+    fig, axes = plt.subplots(1, len(families), figsize=(4.2 * len(families), 3.8), squeeze=False)
+    for ax, fam in zip(axes[0], families):
+        for backend in dict.fromkeys(r.backend for r in rows if r.family == fam):
+            pts = sorted((r.variables, r.time, r.status) for r in rows if r.family == fam and r.backend == backend)
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=backend)
+            lim = [p for p in pts if p[2] != "optimal"]
+            ax.scatter([p[0] for p in lim], [p[1] for p in lim], marker="x", color="k", zorder=5)
+        ax.axhline(time_limit, color="grey", linestyle=":", linewidth=1)
+        ax.set(xscale="log", yscale="log", title=fam, xlabel="variables", ylabel="seconds")
+        ax.legend(fontsize=7)
+    fig.suptitle("solver backends on TopDown problems (x = not optimal)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="k in (5, 30), n in (64, 2016)")
+    parser.add_argument("--time-limit", type=float, default=60.0, help="seconds per solve (default 60)")
+    parser.add_argument("--out", type=Path, default=Path("benchmarks/solvers/results"), help="output folder")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stderr)
+    args.out.mkdir(parents=True, exist_ok=True)
+    command = "python " + " ".join(shlex.quote(a) for a in [sys.argv[0], *(argv if argv is not None else sys.argv[1:])])
+    out = sys.stdout
+    out.write(f"# {command}\n# backends installed: {', '.join(solvers.available())}\n"
+              f"# time limit {args.time_limit:g} s per solve; max|dx| = max |x - x_best| over variables\n")
+    rows: list[Row] = []
+    notes: list[str] = []
+    total = time.perf_counter()
+    for inst in instances(args.quick):
+        rows.extend(run_instance(inst, args.time_limit, notes))
+    out.write(format_table(rows) + "\n")
+    for note in notes:
+        out.write(f"# note: {note}\n")
+    out.write(f"# total wall time {time.perf_counter() - total:.1f} s\n")
+    with open(args.out / "solver_bench.csv", "w", newline="") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(["family", "k", "n", "variables", "rows", "backend", "status", "time", "objective",
+                         "disagreement"])
+        for r in rows:
+            writer.writerow([r.family, r.k, r.n, r.variables, r.rows, r.backend, r.status, f"{r.time:.4f}",
+                             r.objective, r.disagreement])
+    plot(rows, args.out / "solver_bench.png", args.time_limit)
+    out.write(f"# wrote {args.out / 'solver_bench.csv'} and {args.out / 'solver_bench.png'}\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

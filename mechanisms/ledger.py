@@ -1,0 +1,310 @@
+"""The privacy ledger: every measurement, invariant and disclosure of one release.
+
+A release is only as private as its accounting is complete. The ledger records each noisy
+measurement with its budget, each value published exactly outside differential privacy
+(invariants such as state totals used by contextual constraints), and each non-private fact
+(for example a domain inferred from the data). It serialises to JSON-friendly dicts with
+budgets as exact ``"p/q"`` strings next to a rounded-up float for reading.
+
+Composition rule used by :meth:`Ledger.total`: one entry stands for one query asked of every
+node of one level. The nodes of a level hold disjoint sets of people, so they compose in
+parallel and the entry costs its budget once whatever the number of nodes (``nodes`` is
+informational). Different queries and different levels see the same people, so entries
+compose sequentially.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any
+
+from mechanisms.accounting import Budget, PureDP, ZCDP, float_up, make_budget, sequential
+from mechanisms.accounting import zcdp_to_approx_dp
+from mechanisms.errors import BudgetError
+from mechanisms.exact import as_fraction
+
+__all__ = ["Ledger", "LedgerEntry", "Invariant", "Disclosure"]
+
+logger = logging.getLogger(__name__)
+
+
+def _check_name(value: object, name: str) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise BudgetError(f"{name} ({value!r}) must be a non-empty string")
+    return value
+
+
+def _check_level(level: object) -> int:
+    if isinstance(level, bool) or not isinstance(level, int) or level < 0:
+        raise BudgetError(f"level ({level!r}) must be an integer >= 0")
+    return int(level)
+
+
+def _exact_str(value: Fraction) -> str:
+    return f"{value.numerator}/{value.denominator}"
+
+
+@dataclass(frozen=True)
+class LedgerEntry:
+    """One query measured at every node of one level, with its budget.
+
+    Attributes:
+        query: the query's name (e.g. ``"detailed"``, ``"total"``, ``"age x sex"``).
+        level: depth in the hierarchy (0 = root).
+        mechanism: the mechanism's name (e.g. ``"discrete_gaussian"``).
+        budget: the budget spent by this query at this level.
+        sensitivity: the sensitivity the noise was calibrated to (L1 for pure DP, L2 for
+            zCDP), exact.
+        nodes: how many nodes of the level were measured (informational: they compose in
+            parallel).
+        note: free text.
+    """
+
+    query: str
+    level: int
+    mechanism: str
+    budget: Budget
+    sensitivity: Fraction = Fraction(1)
+    nodes: int = 1
+    note: str = ""
+
+    def __post_init__(self) -> None:
+        _check_name(self.query, "query")
+        _check_level(self.level)
+        _check_name(self.mechanism, "mechanism")
+        if not isinstance(self.budget, (PureDP, ZCDP)):
+            raise BudgetError(f"budget ({self.budget!r}) must be a PureDP or ZCDP budget")
+        object.__setattr__(
+            self, "sensitivity", as_fraction(self.sensitivity, "sensitivity", error=BudgetError)
+        )
+        if isinstance(self.nodes, bool) or not isinstance(self.nodes, int) or self.nodes < 1:
+            raise BudgetError(f"nodes ({self.nodes!r}) must be an integer >= 1")
+        if not isinstance(self.note, str):
+            raise BudgetError(f"note ({self.note!r}) must be a string")
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-serialisable form: exact ``"p/q"`` strings plus floats rounded up."""
+        return {
+            "query": self.query,
+            "level": self.level,
+            "mechanism": self.mechanism,
+            "kind": self.budget.kind,
+            "budget": _exact_str(self.budget.value),
+            "budget_float": float_up(self.budget.value),
+            "sensitivity": _exact_str(self.sensitivity),
+            "nodes": self.nodes,
+            "note": self.note,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> LedgerEntry:
+        """Inverse of :meth:`to_dict` (the exact strings are read, the floats ignored)."""
+        return cls(
+            query=data["query"],
+            level=data["level"],
+            mechanism=data["mechanism"],
+            budget=make_budget(data["kind"], data["budget"]),
+            sensitivity=Fraction(data["sensitivity"]),
+            nodes=data.get("nodes", 1),
+            note=data.get("note", ""),
+        )
+
+
+@dataclass(frozen=True)
+class Invariant:
+    """A value published exactly, outside differential privacy (e.g. state population)."""
+
+    name: str
+    level: int
+    description: str = ""
+
+    def __post_init__(self) -> None:
+        _check_name(self.name, "name")
+        _check_level(self.level)
+
+
+@dataclass(frozen=True)
+class Disclosure:
+    """A non-private fact revealed by the release (e.g. a domain inferred from the data)."""
+
+    name: str
+    description: str = ""
+
+    def __post_init__(self) -> None:
+        _check_name(self.name, "name")
+
+
+class Ledger:
+    """Append-only record of the privacy cost of one release.
+
+    Why mutable: measurements are recorded as they happen; the entries themselves are frozen.
+    """
+
+    def __init__(self) -> None:
+        self._entries: list[LedgerEntry] = []
+        self._invariants: list[Invariant] = []
+        self._disclosures: list[Disclosure] = []
+
+    def record(
+        self,
+        query: str,
+        level: int,
+        mechanism: str,
+        budget: Budget,
+        *,
+        sensitivity: object,
+        nodes: int = 1,
+        note: str = "",
+    ) -> LedgerEntry:
+        """Record one query measured at every node of ``level``.
+
+        Raises:
+            BudgetError: invalid fields, or the (level, query) pair was already recorded
+                (measuring it again would be a second, sequentially composed, cost that
+                must get its own name).
+        """
+        entry = LedgerEntry(query, level, mechanism, budget, sensitivity, nodes, note)  # type: ignore[arg-type]
+        for existing in self._entries:
+            if existing.level == entry.level and existing.query == entry.query:
+                raise BudgetError(
+                    f"query ({query!r}) at level ({level!r}) is already recorded; "
+                    "each (level, query) is measured once"
+                )
+        self._entries.append(entry)
+        logger.debug("ledger: level %d query %r %s", level, query, budget)
+        return entry
+
+    def record_invariant(self, name: str, level: int, description: str = "") -> Invariant:
+        """Record a value published exactly (no noise); it is not covered by the DP total."""
+        invariant = Invariant(name, level, description)
+        self._invariants.append(invariant)
+        logger.info("ledger: invariant %r at level %d published exactly", name, level)
+        return invariant
+
+    def record_disclosure(self, name: str, description: str = "") -> Disclosure:
+        """Record a non-private fact revealed by the release (e.g. an inferred domain)."""
+        disclosure = Disclosure(name, description)
+        self._disclosures.append(disclosure)
+        logger.warning("ledger: non-private disclosure %r: %s", name, description)
+        return disclosure
+
+    @property
+    def entries(self) -> tuple[LedgerEntry, ...]:
+        """The measurements, in recording order."""
+        return tuple(self._entries)
+
+    @property
+    def invariants(self) -> tuple[Invariant, ...]:
+        """The values published exactly."""
+        return tuple(self._invariants)
+
+    @property
+    def disclosures(self) -> tuple[Disclosure, ...]:
+        """The non-private facts."""
+        return tuple(self._disclosures)
+
+    def total(self) -> Budget:
+        """Sequential composition of all entries (mixed kinds give zCDP).
+
+        Raises:
+            BudgetError: the ledger has no entries.
+        """
+        if not self._entries:
+            raise BudgetError("the ledger has no entries, so no total budget")
+        return sequential(e.budget for e in self._entries)
+
+    def epsilon_delta(self, delta: float) -> float:
+        """The epsilon of the total at ``delta``: the tight CKS20 conversion for a zCDP total,
+        and the pure epsilon itself (rounded up) for a pure-DP total.
+        """
+        total = self.total()
+        if isinstance(total, PureDP):
+            return float_up(total.epsilon)
+        return zcdp_to_approx_dp(total, delta)
+
+    def by_level(self) -> dict[int, Budget]:
+        """Total budget per level (sequential over that level's queries), sorted by level."""
+        levels = sorted({e.level for e in self._entries})
+        return {
+            level: sequential(e.budget for e in self._entries if e.level == level)
+            for level in levels
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-serialisable summary: entries, invariants, disclosures and the total."""
+        data: dict[str, Any] = {
+            "entries": [e.to_dict() for e in self._entries],
+            "invariants": [
+                {"name": i.name, "level": i.level, "description": i.description}
+                for i in self._invariants
+            ],
+            "disclosures": [
+                {"name": d.name, "description": d.description} for d in self._disclosures
+            ],
+        }
+        if self._entries:
+            total = self.total()
+            data["total"] = {
+                "kind": total.kind,
+                "budget": _exact_str(total.value),
+                "budget_float": float_up(total.value),
+            }
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Ledger:
+        """Rebuild a ledger from :meth:`to_dict` output (the total is recomputed, not read)."""
+        ledger = cls()
+        for item in data.get("entries", []):
+            entry = LedgerEntry.from_dict(item)
+            ledger.record(
+                entry.query,
+                entry.level,
+                entry.mechanism,
+                entry.budget,
+                sensitivity=entry.sensitivity,
+                nodes=entry.nodes,
+                note=entry.note,
+            )
+        for item in data.get("invariants", []):
+            ledger._invariants.append(Invariant(item["name"], item["level"], item.get("description", "")))
+        for item in data.get("disclosures", []):
+            ledger._disclosures.append(Disclosure(item["name"], item.get("description", "")))
+        return ledger
+
+    def to_frame(self) -> Any:
+        """The entries as a pandas DataFrame (one row per entry; budget as Fraction)."""
+        import pandas as pd
+
+        rows = [
+            {
+                "level": e.level,
+                "query": e.query,
+                "mechanism": e.mechanism,
+                "kind": e.budget.kind,
+                "budget": e.budget.value,
+                "budget_float": float_up(e.budget.value),
+                "sensitivity": e.sensitivity,
+                "nodes": e.nodes,
+                "note": e.note,
+            }
+            for e in self._entries
+        ]
+        columns = ["level", "query", "mechanism", "kind", "budget", "budget_float",
+                   "sensitivity", "nodes", "note"]
+        return pd.DataFrame(rows, columns=columns)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Ledger):
+            return NotImplemented
+        return (self._entries, self._invariants, self._disclosures) == (
+            other._entries, other._invariants, other._disclosures
+        )
+
+    __hash__ = None  # type: ignore[assignment]

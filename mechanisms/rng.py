@@ -1,0 +1,153 @@
+"""Random sources for the exact samplers: secure by default, reproducible on request.
+
+Every privacy-relevant random draw in the project comes from a ``numpy.random.Generator``
+built here. Three entry points:
+
+* :func:`make_rng` gives one stream: ChaCha20 keyed with 256 bits from the operating system
+  (the default, for production) or keyed from an integer seed (tests and experiments only).
+* :func:`new_release_key` gives the 32-byte secret from which all streams of a release derive.
+* :func:`child_rng` derives an independent stream from a release key and a path such as
+  ``("measure", level, node_label)``. Each tree node draws its noise from its own stream, so
+  the published numbers do not depend on the order in which nodes are processed, on the number
+  of worker processes, or on which machine of a cluster ran the task.
+
+Why ChaCha20 rather than AES-CTR (randomgen's ``AESCounter``): both are cryptographically
+secure counter-mode generators. Measured on the development machine (AES-NI present),
+AES-CTR draws 64-bit words about 3x faster (5 ns vs 15 ns), but both constructors cost the
+same (~25-30 us), the samplers spend most of their time in numpy masking rather than in the
+bit generator, and ChaCha20 takes a 256-bit key (AES-CTR in randomgen takes 128 bits), is
+constant-time without hardware support and is the same on every platform. ChaCha20 it is.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import logging
+import operator
+import secrets
+import threading
+
+import numpy as np
+import randomgen
+
+__all__ = ["make_rng", "new_release_key", "child_rng"]
+
+logger = logging.getLogger(__name__)
+
+_ROUNDS = 20
+_SEED_DOMAIN = b"topdown-dp/make_rng/v1\x00"
+_KEY_DOMAIN = b"topdown-dp/new_release_key/v1\x00"
+_warned_seeded = False
+_warn_lock = threading.Lock()
+
+
+def _generator_from_key(key: bytes) -> np.random.Generator:
+    """Wrap a 32-byte key in a ChaCha20 bit generator (counter 0) and a numpy Generator."""
+    bit_gen = randomgen.ChaCha(key=int.from_bytes(key, "little"), counter=0, rounds=_ROUNDS)
+    return np.random.Generator(bit_gen)
+
+
+def _encode_int(value: object, name: str) -> bytes:
+    """Canonical bytes of an integer (bools refused: ``True`` is not the seed ``1``)."""
+    if isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} ({value!r}) must be an int, not a bool")
+    try:
+        as_int = operator.index(value)
+    except TypeError:
+        raise TypeError(f"{name} ({value!r}) must be an int") from None
+    text = str(as_int).encode("ascii")
+    return len(text).to_bytes(4, "big") + text
+
+
+def _warn_seeded_once() -> None:
+    """Log, once per process, that a seeded stream is not a production random source."""
+    global _warned_seeded
+    with _warn_lock:
+        if _warned_seeded:
+            return
+        _warned_seeded = True
+    logger.warning(
+        "a seeded random source is reproducible by anyone who knows the seed: "
+        "use it for tests and experiments, NOT for a production release"
+    )
+
+
+def make_rng(seed: int | None = None) -> np.random.Generator:
+    """Return a ChaCha20-backed numpy Generator.
+
+    Args:
+        seed: ``None`` (default) keys the stream with 256 bits from ``secrets`` (the OS
+            CSPRNG): use this for releases. An integer gives a reproducible stream whose key
+            is SHA-256 of a domain-separated encoding of the seed; it is NOT for production,
+            since anyone who knows or guesses the seed can reproduce the noise. A warning is
+            logged the first time a seeded stream is made in a process.
+
+    Raises:
+        TypeError: if ``seed`` is neither ``None`` nor an integer.
+    """
+    if seed is None:
+        return _generator_from_key(secrets.token_bytes(32))
+    encoded = _encode_int(seed, "seed")
+    _warn_seeded_once()
+    return _generator_from_key(hashlib.sha256(_SEED_DOMAIN + encoded).digest())
+
+
+def new_release_key(seed: int | None = None) -> bytes:
+    """Return the 32-byte secret key from which every stream of one release derives.
+
+    Args:
+        seed: ``None`` draws the key with ``secrets.token_bytes`` (production). An integer
+            gives SHA-256 of a domain-separated encoding of the seed (tests only; the domain
+            separation keeps it different from the key :func:`make_rng` derives from the
+            same seed).
+
+    Raises:
+        TypeError: if ``seed`` is neither ``None`` nor an integer.
+    """
+    if seed is None:
+        return secrets.token_bytes(32)
+    encoded = _encode_int(seed, "seed")
+    _warn_seeded_once()
+    return hashlib.sha256(_KEY_DOMAIN + encoded).digest()
+
+
+def _encode_path(path: tuple[object, ...]) -> bytes:
+    """Encode a path so that distinct paths never share an encoding.
+
+    Each element is a type tag (``s`` for str, ``i`` for int) followed by a 4-byte length and
+    its bytes (UTF-8 text, or the decimal digits of the int), and the element count comes
+    first. So ``("ab", "c")``, ``("a", "bc")``, ``("1",)`` and ``(1,)`` all differ.
+    """
+    parts = [len(path).to_bytes(4, "big")]
+    for position, element in enumerate(path):
+        if isinstance(element, str):
+            data = element.encode("utf-8")
+            parts.append(b"s" + len(data).to_bytes(4, "big") + data)
+        else:
+            parts.append(b"i" + _encode_int(element, f"path[{position}]"))
+    return b"".join(parts)
+
+
+def child_rng(key: bytes, *path: str | int) -> np.random.Generator:
+    """Return the stream for one piece of work, e.g. ``child_rng(key, "measure", 3, "06037")``.
+
+    The ChaCha20 key of the stream is HMAC-SHA256(``key``, canonical encoding of ``path``),
+    so streams for different paths are computationally independent, and the stream for a path
+    is the same whichever process asks for it and in whatever order. Cost: about 30 us per
+    call (HMAC ~3 us; most of the rest is randomgen's ChaCha constructor).
+
+    Args:
+        key: the release key (at least 16 bytes; :func:`new_release_key` gives 32).
+        *path: strings and integers naming the work (numpy integers accepted).
+
+    Raises:
+        TypeError: if ``key`` is not bytes or a path element is neither str nor int.
+        ValueError: if ``key`` is shorter than 16 bytes.
+    """
+    if not isinstance(key, (bytes, bytearray)):
+        raise TypeError(f"key ({type(key).__name__}) must be bytes")
+    if len(key) < 16:
+        raise ValueError(f"key (length {len(key)}) must be at least 16 bytes")
+    derived = hmac.digest(bytes(key), _encode_path(path), "sha256")
+    return _generator_from_key(derived)

@@ -1,0 +1,229 @@
+"""Exact fast paths for the separable TopDown problems, detected from the matrices.
+
+Two structures are recognised without any hint from the caller:
+
+(a) Partition projection (QP). ``P`` diagonal and positive, every column of ``A`` holds at
+    most one nonzero and it is 1 (the rows partition the variables into groups), every row is
+    an equality, variables in a row have ``lb = 0, ub = +inf``. Each group is then an
+    independent weighted projection onto a scaled simplex,
+    ``min sum_i P_ii/2 (x_i - y_i)^2, y = -c/P, x >= 0, sum_G x = b``, whose solution is
+    ``x_i = max(y_i - lam/P_ii, 0)`` for the threshold ``lam`` found by sorting the
+    breakpoints ``P_ii y_i``. This is TopDown's detailed-only children problem: one group per
+    parent cell, one variable per child. Variables in no row are clipped to their bounds.
+
+(b) Partition rounding (LP/MILP). No ``P``, the same partition structure, integer equality
+    right-hand sides ``b``, variables in a row bounded by ``[0, 1]``. The constraint matrix is
+    totally unimodular, so the LP is integral and the optimum takes the ``b`` cheapest
+    variables of each group (ties to the lower index, so the result is deterministic).
+    Variables in no row go to the bound their cost points to.
+
+Both are vectorised: groups are bucketed by size and each bucket is one 2-D numpy array, so
+the equal-size TopDown case (k children in every cell) is a single sort.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+
+from solvers.backends.base import Backend
+from solvers.problem import Problem
+from solvers.status import InfeasibleError, SolveResult, SolveStatus, UnboundedError
+
+__all__ = ["ClosedFormBackend", "project_groups", "round_groups"]
+
+_INT_TOL = 1e-9
+
+
+@dataclass(frozen=True)
+class _Partition:
+    """Which row each variable belongs to (-1 for none) and the rows' right-hand sides."""
+
+    group: np.ndarray
+    rhs: np.ndarray
+
+
+def _partition(problem: Problem) -> _Partition | str:
+    """Detect the partition structure of the rows, or return why it is absent."""
+    if problem.A is None or problem.m == 0:
+        return _Partition(group=np.full(problem.n, -1, dtype=np.int64), rhs=np.zeros(0))
+    assert problem.row_lb is not None and problem.row_ub is not None
+    if not np.array_equal(problem.row_lb, problem.row_ub):
+        return "closed_form needs every row to be an equality"
+    if not np.isfinite(problem.row_lb).all():
+        return "closed_form needs finite row right-hand sides"
+    A = sp.csc_matrix(problem.A)
+    A.eliminate_zeros()
+    counts = np.diff(A.indptr)
+    if counts.size and counts.max() > 1:
+        return "closed_form needs each variable in at most one row (coupled rows found)"
+    if A.nnz and not np.all(A.data == 1.0):
+        return "closed_form needs row coefficients equal to 1"
+    group = np.full(problem.n, -1, dtype=np.int64)
+    group[counts == 1] = A.indices
+    return _Partition(group=group, rhs=np.asarray(problem.row_lb, dtype=float))
+
+
+def _analyse(problem: Problem) -> tuple[str, _Partition] | str:
+    """Return ("projection" | "rounding", partition) or a reason for declining."""
+    part = _partition(problem)
+    if isinstance(part, str):
+        return part
+    in_row = part.group >= 0
+    if problem.P is not None:
+        P = problem.P
+        if P.nnz != np.count_nonzero(P.diagonal()) or (P - sp.diags(P.diagonal())).count_nonzero():
+            return "closed_form needs a diagonal Hessian (coupled QP)"
+        if not np.all(P.diagonal() > 0):
+            return "closed_form needs a positive Hessian diagonal"
+        if in_row.any() and not (np.all(problem.lb[in_row] == 0) and np.all(np.isposinf(problem.ub[in_row]))):
+            return "closed_form projection needs lb = 0 and ub = +inf for variables in rows"
+        return "projection", part
+    if in_row.any():
+        if not (np.all(problem.lb[in_row] == 0) and np.all(problem.ub[in_row] == 1)):
+            return "closed_form rounding needs bounds [0, 1] for variables in rows"
+        if np.max(np.abs(part.rhs - np.round(part.rhs)), initial=0.0) > _INT_TOL:
+            return "closed_form rounding needs integer row right-hand sides"
+    return "rounding", part
+
+
+def _buckets(group: np.ndarray, n_groups: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Per distinct group size s: (group ids (G,), variable indices (G, s) in index order)."""
+    members = np.flatnonzero(group >= 0)
+    order = members[np.argsort(group[members], kind="stable")]
+    sizes = np.bincount(group[members], minlength=n_groups)
+    starts = np.concatenate(([0], np.cumsum(sizes)[:-1]))
+    out = []
+    for s in np.unique(sizes):
+        gids = np.flatnonzero(sizes == s)
+        if s == 0:
+            out.append((gids, np.zeros((gids.size, 0), dtype=np.int64)))
+            continue
+        idx = order[starts[gids][:, None] + np.arange(s)[None, :]]
+        out.append((gids, idx))
+    return out
+
+
+def project_groups(y: np.ndarray, w: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Weighted projections of the rows of ``y`` onto ``{x >= 0, sum x = b}``.
+
+    Args:
+        y: targets, shape (G, s).
+        w: positive weights, shape (G, s); the objective is ``sum w/2 (x - y)^2``.
+        b: non-negative totals, shape (G,).
+
+    Returns:
+        x of shape (G, s): ``max(y - lam/w, 0)`` with each row's threshold ``lam`` taken at the
+        last sorted breakpoint ``w y`` that keeps the active variables positive.
+    """
+    G, s = y.shape
+    if s == 0:
+        return y.copy()
+    order = np.argsort(-(w * y), axis=1, kind="stable")
+    ys = np.take_along_axis(y, order, axis=1)
+    winv = 1.0 / np.take_along_axis(w, order, axis=1)
+    lam = (np.cumsum(ys, axis=1) - b[:, None]) / np.cumsum(winv, axis=1)
+    active = ys - lam * winv > 0
+    last = np.where(active.any(axis=1), s - 1 - np.argmax(active[:, ::-1], axis=1), 0)
+    lam_g = lam[np.arange(G), last]
+    x = np.maximum(y - lam_g[:, None] / w, 0.0)
+    x[b == 0] = 0.0
+    return x
+
+
+def round_groups(c: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """In each row of ``c`` (G, s) set the ``b`` cheapest entries to 1, ties to lower index."""
+    order = np.argsort(c, axis=1, kind="stable")
+    rank = np.empty_like(order)
+    np.put_along_axis(rank, order, np.arange(c.shape[1])[None, :].repeat(c.shape[0], 0), axis=1)
+    return (rank < b[:, None]).astype(float)
+
+
+class ClosedFormBackend(Backend):
+    """Exact separable solver; declines (with a reason) anything not of form (a) or (b)."""
+
+    name = "closed_form"
+    supports_lp = True
+    supports_qp = True
+    supports_milp = True
+    REQUIRED_MODULES = ("numpy",)
+
+    def accepts(self, problem: Problem) -> bool | str:
+        """True for the two separable structures, else the reason they do not apply."""
+        verdict = _analyse(problem)
+        return verdict if isinstance(verdict, str) else True
+
+    def solve(self, problem: Problem, **options: Any) -> SolveResult:
+        """Solve exactly; ``time_limit``/``tolerance`` are accepted and ignored (no iterations)."""
+        start = time.perf_counter()
+        verdict = _analyse(problem)
+        if isinstance(verdict, str):
+            return SolveResult(status=SolveStatus.UNSUPPORTED, x=np.full(problem.n, np.nan),
+                               objective=float("nan"), time=time.perf_counter() - start,
+                               solver=self.name, problem=problem.name)
+        kind, part = verdict
+        x = self._projection(problem, part) if kind == "projection" else self._rounding(problem, part)
+        return SolveResult(status=SolveStatus.OPTIMAL, x=x, objective=problem.objective_value(x),
+                           time=time.perf_counter() - start, solver=self.name,
+                           problem=problem.name, iterations=0)
+
+    def _infeasible(self, problem: Problem, row: int, value: float, rule: str) -> InfeasibleError:
+        label = problem.row_names[row] if problem.row_names else f"row {row}"
+        return InfeasibleError(
+            f"{self.name} on problem {problem.name!r}: {SolveStatus.INFEASIBLE} "
+            f"({label}: right-hand side {value:g} {rule})",
+            status=SolveStatus.INFEASIBLE, solver=self.name, problem=problem.name)
+
+    def _projection(self, problem: Problem, part: _Partition) -> np.ndarray:
+        assert problem.P is not None
+        w = problem.P.diagonal()
+        y = -problem.c / w
+        x = np.clip(y, problem.lb, problem.ub)
+        if part.rhs.size:
+            bad = np.flatnonzero(part.rhs < 0)
+            if bad.size:
+                raise self._infeasible(problem, int(bad[0]), part.rhs[bad[0]], "is negative, variables are >= 0")
+            for gids, idx in _buckets(part.group, part.rhs.size):
+                if idx.shape[1] == 0:
+                    nonzero = gids[part.rhs[gids] != 0]
+                    if nonzero.size:
+                        raise self._infeasible(problem, int(nonzero[0]), part.rhs[nonzero[0]],
+                                               "must be 0 for an empty row")
+                    continue
+                x[idx] = project_groups(y[idx], w[idx], part.rhs[gids])
+        return x
+
+    def _rounding(self, problem: Problem, part: _Partition) -> np.ndarray:
+        lb, ub = problem.lb.copy(), problem.ub.copy()
+        if problem.integrality is not None:
+            lb = np.where(problem.integrality, np.ceil(lb - _INT_TOL), lb)
+            ub = np.where(problem.integrality, np.floor(ub + _INT_TOL), ub)
+            if np.any(lb > ub):
+                i = int(np.flatnonzero(lb > ub)[0])
+                raise InfeasibleError(
+                    f"{self.name} on problem {problem.name!r}: {SolveStatus.INFEASIBLE} "
+                    f"(integer variable {i} has no integer in [{problem.lb[i]}, {problem.ub[i]}])",
+                    status=SolveStatus.INFEASIBLE, solver=self.name, problem=problem.name)
+        x = np.where(problem.c < 0, ub, lb)
+        free = part.group < 0
+        if np.any(free & ~np.isfinite(x)):
+            i = int(np.flatnonzero(free & ~np.isfinite(x))[0])
+            raise UnboundedError(
+                f"{self.name} on problem {problem.name!r}: {SolveStatus.UNBOUNDED} "
+                f"(variable {i} has cost {problem.c[i]:g} and no bound in that direction)",
+                status=SolveStatus.UNBOUNDED, solver=self.name, problem=problem.name)
+        if part.rhs.size:
+            b = np.round(part.rhs)
+            sizes = np.bincount(part.group[~free], minlength=b.size)
+            bad = np.flatnonzero((b < 0) | (b > sizes))
+            if bad.size:
+                r = int(bad[0])
+                raise self._infeasible(problem, r, b[r], f"is outside [0, {int(sizes[r])}] (group size)")
+            for gids, idx in _buckets(part.group, b.size):
+                if idx.shape[1]:
+                    x[idx] = round_groups(problem.c[idx], b[gids])
+        return x

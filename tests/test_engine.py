@@ -1,0 +1,228 @@
+"""The TopDown engine end to end on small data: exact answers, properties, the seed's API."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from constraints.aggregate_constraints import StructuralZero, SumEqual
+from constraints.contextual_constraints import SumEqualRealTotal
+from constraints.logical_expressions.atomic import Equal, GreaterThan, TrueExpression
+from topdown import Attribute, Query, Schema, Strategy, TopDown, release
+from topdown.errors import DataError, DomainError, HierarchyError, StrategyError
+from topdown.strategy import LevelStrategy
+
+
+def seed_data(n: int = 600, seed: int = 0) -> pd.DataFrame:
+    """Records with the seed README's columns: REGION > STATE, AGE and SEX."""
+    rng = np.random.default_rng(seed)
+    states = {"N": ["N1", "N2", "N3"], "S": ["S1", "S2"]}
+    region = rng.choice(["N", "S"], size=n, p=[0.6, 0.4])
+    state = np.array([rng.choice(states[r]) for r in region])
+    return pd.DataFrame(
+        {
+            "REGION": region,
+            "STATE": state,
+            "AGE": rng.integers(0, 100, size=n),
+            "SEX": rng.choice([1, 2], size=n),
+        }
+    )
+
+
+AGE_DOMAIN = {"AGE": list(range(0, 116)), "SEX": [1, 2]}
+
+
+def true_counts(df: pd.DataFrame, schema: Schema, level_col: str | None) -> pd.Series:
+    if level_col is None:
+        return pd.Series({"root": len(df)})
+    return df.groupby(level_col).size()
+
+
+def test_huge_budget_reproduces_the_truth_exactly():
+    """With epsilon = 10^4 per level the discrete Laplace (scale 1e-4) is zero with
+    probability 1 - O(e^-10^4): every released count equals the true count."""
+    df = seed_data(300)
+    td = TopDown(df, ["REGION", "STATE"], ["AGE", "SEX"], domain=AGE_DOMAIN, seed=7)
+    td.set_privacy_parameters([10_000, 10_000, 10_000])
+    td.set_mechanism("discrete_laplace")
+    micro = td.run()
+    got = micro.groupby(["STATE", "AGE", "SEX"]).size()
+    want = df.groupby(["STATE", "AGE", "SEX"]).size()
+    pd.testing.assert_series_equal(got.sort_index(), want.sort_index(), check_names=False)
+    assert td.check_correctness().ok
+
+
+def test_seed_readme_example_keeps_working():
+    df = seed_data(800)
+    df.loc[:20, "AGE"] = 105  # some true records above 99 that the constraint must remove
+    td = TopDown(df, ["REGION", "STATE"], ["AGE", "SEX"], domain=AGE_DOMAIN, seed=3)
+    td.set_privacy_parameters([0.5, 0.3, 0.2])
+    td.set_mechanism("discrete_laplace")
+    td.set_constraint_to_tree(SumEqual(GreaterThan("AGE", 99), 0))
+    micro = td.run()
+    assert (micro["AGE"] <= 99).all()
+    assert set(micro.columns) == {"REGION", "STATE", "AGE", "SEX"}
+    report = td.check_correctness()
+    assert report.ok, str(report)
+    assert report.checks["constraints and invariants hold"]
+
+
+def test_seed_api_without_domain_infers_warns_and_records_the_disclosure(caplog):
+    df = seed_data(200)
+    td = TopDown(df, ["REGION", "STATE"], ["AGE", "SEX"], seed=1)
+    td.set_privacy_parameters([1, 1, 1])
+    with caplog.at_level("WARNING"):
+        td.run()
+    assert any("inferring the domain" in r.message for r in caplog.records)
+    assert [d.name for d in td.release.ledger.disclosures] == ["domain inferred from data"]
+
+
+@pytest.mark.parametrize("mechanism", ["discrete_laplace", "discrete_gaussian"])
+def test_release_properties_hold(mechanism):
+    df = seed_data(1000, seed=5)
+    schema = Schema(
+        (Attribute("AGE", bins=(0, 18, 65, 116)), Attribute("SEX", values=(1, 2))),
+        ("REGION", "STATE"),
+    )
+    strategy = Strategy.from_budgets(["0.2", "0.2", "0.2"], mechanism=mechanism)
+    rel = release(df, schema, strategy, seed=11)
+    assert rel.check_correctness().ok
+    for level in range(1, 3):
+        parent = rel.tree.levels[level].parent
+        sums = np.zeros_like(rel.counts[level - 1])
+        np.add.at(sums, parent, rel.counts[level])
+        np.testing.assert_array_equal(sums, rel.counts[level - 1])
+    assert all(c.min() >= 0 and c.dtype == np.int64 for c in rel.counts)
+    assert len(rel.microdata) == rel.counts[0].sum()
+    assert set(rel.microdata["AGE"]) <= {"0-17", "18-64", "65-115"}
+    budget = rel.ledger.total()
+    assert (budget.epsilon if mechanism == "discrete_laplace" else budget.rho) == Fraction(3, 5)
+
+
+def test_same_seed_same_release_and_executor_does_not_matter():
+    df = seed_data(500, seed=2)
+    schema = Schema((Attribute("AGE", bins=(0, 30, 60, 116)), Attribute("SEX", values=(1, 2))), ("REGION", "STATE"))
+    strategy = Strategy.from_budgets([1, 1, 1])
+    a = release(df, schema, strategy, seed=4)
+    b = release(df, schema, strategy, seed=4)
+    c = release(df, schema, strategy, seed=4, executor="processes", workers=2)
+    d = release(df, schema, strategy, seed=5)
+    for x, y, z in zip(a.counts, b.counts, c.counts):
+        np.testing.assert_array_equal(x, y)
+        np.testing.assert_array_equal(x, z)
+    assert any(not np.array_equal(x, y) for x, y in zip(a.counts, d.counts))
+
+
+def test_root_total_invariant_is_published_exactly_and_recorded():
+    df = seed_data(700, seed=9)
+    td = TopDown(df, ["REGION", "STATE"], ["AGE", "SEX"], domain=AGE_DOMAIN, seed=2)
+    td.set_privacy_parameters(["0.05", "0.05", "0.05"])
+    td.set_constraint_to_level(0, SumEqualRealTotal(TrueExpression()))
+    micro = td.run()
+    assert len(micro) == len(df)
+    rel = td.release
+    assert [(i.name, i.level) for i in rel.ledger.invariants] == [(SumEqualRealTotal(TrueExpression()).name, 0)]
+    assert rel.check_correctness().ok
+
+
+def test_level_constraint_applies_to_that_level_only():
+    """Exact totals attached to level 1 hold on level 1 and do not land on level 2 (the seed
+    read "level k" as 0..k). The root's total is implied (the sum of level 1's) and recorded as
+    implied, not as an attachment."""
+    df = seed_data(900, seed=4)
+    td = TopDown(df, ["REGION", "STATE"], ["AGE", "SEX"], domain=AGE_DOMAIN, seed=8)
+    td.set_privacy_parameters(["0.05", "0.05", "0.05"])
+    td.set_constraint_to_level(1, SumEqualRealTotal(TrueExpression()))
+    td.run()
+    rel = td.release
+    assert [(i.level, i.description.startswith("implied")) for i in rel.ledger.invariants] == [(0, True), (1, False)]
+    assert rel.counts[0].sum() == len(df)
+    regions = df.groupby("REGION").size().reindex(rel.tree.levels[1].labels).to_numpy()
+    np.testing.assert_array_equal(rel.counts[1].sum(axis=1), regions)
+    states = df.groupby("STATE").size().reindex(rel.tree.levels[2].labels).to_numpy()
+    assert not np.array_equal(rel.counts[2].sum(axis=1), states)
+    assert rel.check_correctness().ok
+
+
+def test_multipass_keeps_the_first_pass_totals():
+    df = seed_data(800, seed=6)
+    schema = Schema((Attribute("AGE", bins=(0, 18, 65, 116)), Attribute("SEX", values=(1, 2))), ("REGION", "STATE"))
+    queries = ((Query.parse("detailed"), Fraction(1, 2)), (Query.parse("total"), Fraction(1, 2)))
+    levels = tuple(LevelStrategy(Fraction(1), queries, ("total",)) for _ in range(3))
+    rel = release(df, schema, Strategy(levels, "discrete_gaussian"), seed=3)
+    assert rel.check_correctness().ok
+    assert rel.stats[1].problems >= 3  # pass 1, pass 2, rounding for a family
+
+
+def test_structural_zero_cells_stay_empty():
+    df = seed_data(600, seed=1)
+    td = TopDown(df, ["REGION", "STATE"], ["AGE", "SEX"], domain=AGE_DOMAIN, seed=5)
+    td.set_privacy_parameters([1, 1, 1])
+    td.set_constraint_to_tree(StructuralZero(GreaterThan("AGE", 95)))
+    micro = td.run()
+    assert (micro["AGE"] <= 95).all()
+    assert td.check_correctness().ok
+
+
+# -- bad input ------------------------------------------------------------------------------
+
+def test_missing_column_is_named():
+    df = seed_data(50).drop(columns=["SEX"])
+    with pytest.raises(DataError, match=r"lacks column\(s\) \['SEX'\]"):
+        TopDown(df, ["REGION", "STATE"], ["AGE", "SEX"], domain=AGE_DOMAIN)
+
+
+def test_value_outside_domain_is_reported_with_count():
+    df = seed_data(50)
+    df.loc[:2, "SEX"] = 3
+    td = TopDown(df, ["REGION", "STATE"], ["AGE", "SEX"], domain=AGE_DOMAIN)
+    td.set_privacy_parameters([1, 1, 1])
+    with pytest.raises(DomainError, match=r"column 'SEX' has 3 row\(s\) with values outside .*\[3\]"):
+        td.run()
+
+
+def test_nan_in_query_column():
+    df = seed_data(50)
+    df["AGE"] = df["AGE"].astype(float)
+    df.loc[4, "AGE"] = np.nan
+    td = TopDown(df, ["REGION", "STATE"], ["AGE", "SEX"], domain=AGE_DOMAIN)
+    td.set_privacy_parameters([1, 1, 1])
+    with pytest.raises(DataError, match=r"column 'AGE' has 1 missing \(NaN\)"):
+        td.run()
+
+
+def test_hierarchy_that_is_not_a_tree():
+    df = seed_data(100)
+    df.loc[0, "STATE"] = "S1"
+    df.loc[0, "REGION"] = "N"
+    td = TopDown(df, ["REGION", "STATE"], ["AGE", "SEX"], domain=AGE_DOMAIN)
+    td.set_privacy_parameters([1, 1, 1])
+    with pytest.raises(HierarchyError, match=r"'STATE' is not a tree: .*'S1' under \['N', 'S'\]"):
+        td.run()
+
+
+def test_budget_count_must_match_levels():
+    td = TopDown(seed_data(50), ["REGION", "STATE"], ["AGE", "SEX"], domain=AGE_DOMAIN)
+    td.set_privacy_parameters([1, 1])
+    with pytest.raises(StrategyError, match=r"gives 2 level budget\(s\) but the tree has 3 levels"):
+        td.run()
+
+
+@pytest.mark.parametrize("bad", [0, -1, float("nan"), "abc"])
+def test_bad_budgets_are_refused(bad):
+    td = TopDown(seed_data(50), ["REGION", "STATE"], ["AGE", "SEX"], domain=AGE_DOMAIN)
+    td.set_privacy_parameters([1, bad, 1])
+    with pytest.raises(ValueError, match=r"budgets\[1\]"):
+        td.run()
+
+
+def test_unknown_mechanism_and_solver():
+    td = TopDown(seed_data(50), ["REGION", "STATE"], ["AGE", "SEX"], domain=AGE_DOMAIN, solver="nosuch")
+    with pytest.raises(StrategyError, match=r"mechanism \('laplace'\) is unknown"):
+        td.set_mechanism("laplace")
+    td.set_privacy_parameters([1, 1, 1])
+    with pytest.raises(ValueError, match=r"nosuch"):
+        td.run()

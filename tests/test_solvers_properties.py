@@ -1,0 +1,114 @@
+"""Property tests: the closed-form fast paths equal the general solvers on random instances.
+
+Instances mimic a TopDown parent: k children over n cells, Poisson true counts, the parent as
+their sum, Gaussian noise with a variance per child. Example counts are kept small so the file
+runs in well under a minute.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import solvers
+from solvers import children_l2_problem, rounding_problem, rounding_solution
+
+SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@st.composite
+def separable(draw):
+    """(k, n, parent, noisy Y, weights per child) for a detailed-only children problem."""
+    k = draw(st.integers(2, 6))
+    n = draw(st.integers(1, 12))
+    seed = draw(st.integers(0, 2**32 - 1))
+    rng = np.random.default_rng(seed)
+    true = rng.poisson(rng.uniform(0.2, 5.0), (k, n)).astype(float)
+    parent = true.sum(axis=0)
+    sigma = rng.uniform(0.3, 3.0, k)
+    noisy = true + rng.normal(0.0, 1.0, (k, n)) * sigma[:, None]
+    return k, n, parent, noisy, 1.0 / sigma**2
+
+
+def _qp_reference() -> list[str]:
+    return [s for s in ("highs", "cvxpy:CLARABEL") if s in solvers.available()]
+
+
+@SETTINGS
+@given(separable())
+def test_closed_form_projection_matches_qp_solvers(case) -> None:
+    k, n, parent, noisy, weights = case
+    problem = children_l2_problem(parent, [(sp.identity(n, format="csr"), noisy, weights)], k=k, n=n,
+                                  name="prop projection")
+    assert solvers.get("closed_form").accepts(problem) is True
+    fast = solvers.solve(problem, "closed_form")
+    assert problem.max_violation(fast.x) <= 1e-9 * (1 + parent.max())
+    for name in _qp_reference():
+        ref = solvers.solve(problem, name)
+        scale = 1.0 + np.abs(ref.x).max()
+        assert np.abs(fast.x - ref.x).max() <= 1e-5 * scale, name
+        assert fast.objective <= ref.objective + 1e-7 * (1 + abs(ref.objective)), name
+
+
+@SETTINGS
+@given(separable())
+def test_closed_form_root_is_clipped_targets(case) -> None:
+    k, n, _, noisy, weights = case
+    problem = children_l2_problem(None, [(sp.identity(n, format="csr"), noisy, weights)], k=k, n=n)
+    result = solvers.solve(problem, "closed_form")
+    np.testing.assert_allclose(result.x, np.maximum(noisy, 0).reshape(-1), atol=1e-12)
+
+
+@SETTINGS
+@given(separable())
+def test_rounding_is_integral_consistent_and_l1_optimal(case) -> None:
+    k, n, parent, noisy, weights = case
+    l2 = children_l2_problem(parent, [(sp.identity(n, format="csr"), noisy, weights)], k=k, n=n)
+    x_tilde = np.maximum(solvers.solve(l2, "closed_form").x.reshape(k, n), 0.0)
+    problem, floor = rounding_problem(x_tilde, parent, name="prop rounding")
+    assert solvers.get("closed_form").accepts(problem) is True
+    result = solvers.solve(problem, "closed_form")
+    counts = rounding_solution(result.x, floor).reshape(k, n)
+    assert counts.min() >= 0
+    np.testing.assert_array_equal(counts.sum(axis=0), parent.astype(np.int64))
+    distance = np.abs(counts - x_tilde).sum()
+    assert result.objective == pytest.approx(distance, abs=1e-9)
+    if "highs" in solvers.available():
+        relaxed = solvers.Problem(c=problem.c, lb=problem.lb, ub=problem.ub, A=problem.A,
+                                  row_lb=problem.row_lb, row_ub=problem.row_ub, offset=problem.offset)
+        lp = solvers.solve(relaxed, "highs")
+        assert distance == pytest.approx(lp.objective, abs=1e-6)
+
+
+@settings(max_examples=10, deadline=None)
+@given(separable(), st.integers(2, 3))
+def test_wide_rounding_matches_width_one_without_pressure(case, width) -> None:
+    k, n, parent, noisy, weights = case
+    l2 = children_l2_problem(parent, [(sp.identity(n, format="csr"), noisy, weights)], k=k, n=n)
+    x_tilde = solvers.solve(l2).x.reshape(k, n)
+    narrow, floor = rounding_problem(x_tilde, parent)
+    wide, floor_w = rounding_problem(x_tilde, parent, width=width)
+    a = solvers.solve(narrow)
+    b = solvers.solve(wide, "highs")
+    assert b.objective == pytest.approx(a.objective, abs=1e-6)
+    np.testing.assert_array_equal(rounding_solution(b.x, floor_w).reshape(k, n).sum(axis=0), parent)
+
+
+@settings(max_examples=15, deadline=None)
+@given(separable())
+def test_closed_form_declines_coupled_problems(case) -> None:
+    k, n, parent, noisy, weights = case
+    total = sp.csr_matrix(np.ones((1, n)))
+    measurements = [(sp.identity(n, format="csr"), noisy, weights),
+                    (total, noisy.sum(axis=1, keepdims=True), weights)]
+    problem = children_l2_problem(parent, measurements, k=k, n=n, name="coupled")
+    if n > 1:
+        verdict = solvers.get("closed_form").accepts(problem)
+        assert isinstance(verdict, str) and "diagonal" in verdict
+        assert solvers.auto_candidates(problem)[0] != "closed_form"
+    capped, _ = rounding_problem(np.abs(noisy), parent, extra_A=sp.kron(sp.identity(k), total, format="csr"),
+                                 extra_ub=np.full(k, 1e9))
+    assert isinstance(solvers.get("closed_form").accepts(capped), str)

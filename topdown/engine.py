@@ -1,0 +1,246 @@
+"""Entry points: ``release(...)`` and the seed-compatible ``TopDown`` class.
+
+``release`` is the whole pipeline on typed inputs: schema -> tree and confidential histograms
+-> measurement (the only step reading the data) -> top-down estimation -> ``Release``.
+``TopDown`` keeps the seed project's API and meaning (``set_privacy_parameters`` takes one budget
+per level, root first; ``run()`` returns the private microdata) while fixing its defects: the
+Gaussian takes rho (more budget, less noise), the L2 pass weights by inverse variance, and the
+domain is declared unless inference is asked for (or the seed-style call gives none, which warns
+and is recorded in the ledger).
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+import pandas as pd
+
+from constraints.attach import ConstraintSet
+from constraints.constraint import Constraint
+from constraints.contextual_constraints import ContextualConstraint
+from mechanisms.accounting import Ledger
+from mechanisms.rng import new_release_key
+from topdown.errors import DataError, StrategyError
+from topdown.estimate import EstimateOptions, estimate
+from topdown.executors import make_executor
+from topdown.io import read_data
+from topdown.measure import measure
+from topdown.microdata import write_table
+from topdown.progress import Progress
+from topdown.release import CorrectnessReport, Release
+from topdown.schema import Attribute, Schema
+from topdown.strategy import MECHANISMS, Strategy
+from topdown.tree import build_tree
+
+__all__ = ["release", "TopDown", "make_schema"]
+
+log = logging.getLogger(__name__)
+
+
+def release(
+    data: pd.DataFrame,
+    schema: Schema,
+    strategy: Strategy,
+    *,
+    constraints: ConstraintSet | None = None,
+    seed: int | None = None,
+    solver: str = "auto",
+    solver_options: Mapping[str, Any] | None = None,
+    executor: str = "serial",
+    workers: int | None = None,
+    address: str | None = None,
+    failsafe: bool = True,
+    progress: Progress | None = None,
+    domain_inferred: bool = False,
+    config: Mapping[str, Any] | None = None,
+) -> Release:
+    """Run one TopDown release.
+
+    Args:
+        data: confidential records (read by the measurement step only).
+        schema: declared query attributes and hierarchy columns.
+        strategy: per-level budgets, queries and shares, mechanism, neighbouring.
+        constraints: constraints attached to the tree, levels or nodes.
+        seed: reproducible noise for tests and experiments; None (production) draws a secure key.
+        solver: a ``solvers`` registry name, or ``auto``.
+        solver_options: passed to every solve (``time_limit``, tolerances).
+        executor: ``serial``, ``processes`` or ``dask`` (``address`` of a scheduler, or a local
+            cluster of ``workers``).
+        failsafe: relax consistency (reported) instead of raising on an infeasible family.
+        progress: progress reporting; default a bar on a terminal, log lines elsewhere.
+        domain_inferred: the schema's domain was read from the data (recorded as a disclosure).
+        config: the resolved configuration, kept with the release.
+    """
+    progress = progress or Progress()
+    strategy.check(schema.domain, schema.n_levels)
+    if constraints is not None:
+        constraints.validate(schema.n_levels)
+    if seed is not None:
+        log.warning("seed=%r: reproducible noise for tests and experiments, NOT for production", seed)
+    ledger = Ledger()
+    if domain_inferred:
+        ledger.record_disclosure(
+            "domain inferred from data",
+            f"the values of {[a.name for a in schema.attributes]} were read from the confidential data",
+        )
+    needs_records = constraints is not None and any(
+        isinstance(a.constraint, ContextualConstraint) for a in constraints.invariants()
+    )
+    tree, truth = build_tree(data, schema, keep_records=needs_records)
+    measurements, invariants = measure(
+        tree, truth, schema.domain, strategy,
+        release_key=new_release_key(seed), ledger=ledger, constraints=constraints, progress=progress,
+    )
+    del truth  # nothing after measurement reads the confidential histograms
+    options = EstimateOptions(solver=solver, solver_options=dict(solver_options or {}), failsafe=failsafe)
+    first_pass = {i: ls.first_pass for i, ls in enumerate(strategy.levels)}
+    with make_executor(executor, workers=workers, address=address) as ex:
+        counts, stats = estimate(
+            tree, schema.domain, measurements, first_pass=first_pass, constraints=constraints,
+            invariants=invariants, options=options, executor=ex, progress=progress,
+        )
+    return Release(
+        schema=schema, tree=tree, strategy=strategy, counts=counts, measurements=measurements,
+        ledger=ledger, stats=stats, constraints=constraints, invariants=invariants,
+        config=dict(config or {}),
+    )
+
+
+def make_schema(
+    domain: Schema | Mapping[str, Any] | Sequence[Attribute] | None,
+    queries: Sequence[str],
+    hierarchy: Sequence[str],
+    data: pd.DataFrame | None = None,
+) -> tuple[Schema, bool]:
+    """A schema from the seed-style arguments; returns (schema, domain_was_inferred).
+
+    ``domain`` may be a Schema, a list of Attributes, or a dict column -> list of values (or an
+    Attribute). ``None`` infers the domain from ``data`` (warns: not private).
+    """
+    if isinstance(domain, Schema):
+        return domain, False
+    if domain is None:
+        if data is None:
+            raise DataError("domain (None) needs data to infer it from")
+        return Schema.infer(data, list(queries), list(hierarchy)), True
+    if isinstance(domain, Mapping):
+        missing = [q for q in queries if q not in domain]
+        if missing:
+            raise StrategyError(
+                f"domain lacks the query attribute(s) {missing}; it declares {list(domain)}"
+            )
+        attrs = []
+        for q in queries:
+            spec = domain[q]
+            attrs.append(spec if isinstance(spec, Attribute) else Attribute(q, values=tuple(spec)))
+        return Schema(tuple(attrs), tuple(hierarchy)), False
+    return Schema(tuple(domain), tuple(hierarchy)), False
+
+
+class TopDown:
+    """The seed project's API.
+
+    Example:
+        >>> td = TopDown(df, ["REGION", "STATE"], ["AGE", "SEX"], domain={...}, seed=1)
+        >>> td.set_privacy_parameters([0.5, 0.3, 0.2])
+        >>> td.set_mechanism("discrete_laplace")
+        >>> td.set_constraint_to_tree(SumEqual(GreaterThan("AGE", 99), 0))
+        >>> microdata = td.run()
+        >>> td.check_correctness().ok
+        True
+
+    Args:
+        data_path: a CSV/Parquet path or a DataFrame of confidential records.
+        hierarchy: hierarchy columns, root first (the root itself is implicit).
+        queries: query attributes (the histogram's axes).
+        out_path: where ``run`` writes the microdata (CSV or Parquet by suffix); optional.
+        domain: declared domains (dict column -> values or Attribute, list of Attributes, or a
+            Schema). None infers from the data, warns, and records the disclosure.
+        seed, solver, executor, failsafe: as in ``release``.
+        strategy: a Strategy; otherwise built from ``set_privacy_parameters``.
+        neighbouring: ``add_remove`` (default) or ``replace_one``.
+        sep: CSV separator (sniffed when None).
+    """
+
+    def __init__(
+        self,
+        data_path: str | Path | pd.DataFrame,
+        hierarchy: Sequence[str],
+        queries: Sequence[str],
+        out_path: str | Path | None = None,
+        *,
+        domain: Schema | Mapping[str, Any] | Sequence[Attribute] | None = None,
+        seed: int | None = None,
+        solver: str = "auto",
+        strategy: Strategy | None = None,
+        neighbouring: str = "add_remove",
+        sep: str | None = None,
+        executor: str = "serial",
+        failsafe: bool = True,
+    ):
+        self.data = read_data(data_path, sep=sep)
+        self.schema, self._inferred = make_schema(domain, queries, hierarchy, self.data)
+        self.schema.check_columns(self.data)
+        self.out_path = out_path
+        self.seed, self.solver, self.executor, self.failsafe = seed, solver, executor, failsafe
+        self.neighbouring = neighbouring
+        self._strategy = strategy
+        self._budgets: list[Any] | None = None
+        self._mechanism = strategy.mechanism if strategy else "discrete_gaussian"
+        self.constraints = ConstraintSet()
+        self.release: Release | None = None
+
+    def set_privacy_parameters(self, budgets: Iterable[Any]) -> None:
+        """One budget per level, root first: epsilon (discrete Laplace) or rho (discrete Gaussian)."""
+        self._budgets = list(budgets)
+        self._strategy = None
+
+    def set_mechanism(self, name: str) -> None:
+        """``discrete_laplace`` (pure DP, budgets are epsilon) or ``discrete_gaussian`` (zCDP, rho)."""
+        if name not in MECHANISMS:
+            raise StrategyError(f"mechanism ({name!r}) is unknown; known mechanisms are {list(MECHANISMS)}")
+        self._mechanism = name
+
+    def set_constraint_to_tree(self, constraint: Constraint) -> None:
+        """Attach to every node of every level."""
+        self.constraints.add(constraint)
+
+    def set_constraint_to_level(self, level: int, constraint: Constraint) -> None:
+        """Attach to every node of level ``level`` only (0 = root)."""
+        self.constraints.add(constraint, level=level)
+
+    def set_constraint_to_nodes(self, level: int, nodes: Iterable[Any], constraint: Constraint) -> None:
+        """Attach to some nodes of one level."""
+        self.constraints.add(constraint, level=level, nodes=nodes)
+
+    @property
+    def strategy(self) -> Strategy:
+        if self._strategy is not None:
+            return self._strategy
+        if self._budgets is None:
+            raise StrategyError(
+                "no privacy parameters: call set_privacy_parameters([...]) with one budget per "
+                f"level, root first ({self.schema.n_levels} levels)"
+            )
+        return Strategy.from_budgets(self._budgets, mechanism=self._mechanism, neighbouring=self.neighbouring)
+
+    def run(self) -> pd.DataFrame:
+        """Measure, estimate, and return the private microdata (also written to ``out_path``)."""
+        self.release = release(
+            self.data, self.schema, self.strategy, constraints=self.constraints, seed=self.seed,
+            solver=self.solver, executor=self.executor, failsafe=self.failsafe,
+            domain_inferred=self._inferred,
+        )
+        micro = self.release.microdata
+        if self.out_path is not None:
+            write_table(micro, self.out_path)
+            log.info("wrote %d records to %s", len(micro), self.out_path)
+        return micro
+
+    def check_correctness(self) -> CorrectnessReport:
+        """Verify the last run's release (see ``Release.check_correctness``)."""
+        if self.release is None:
+            raise StrategyError("check_correctness() needs a release: call run() first")
+        return self.release.check_correctness()

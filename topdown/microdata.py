@@ -1,0 +1,69 @@
+"""Synthetic microdata: the leaf histograms expanded into records.
+
+Each leaf node's cell counts become that many rows carrying the decoded attribute values (bin
+labels for binned attributes) and the label of every hierarchy level above it. Files are written
+to a temporary name and moved into place only when complete.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from topdown.errors import ReleaseError
+from topdown.schema import Schema
+from topdown.tree import Tree
+
+__all__ = ["expand_microdata", "write_table"]
+
+
+def expand_microdata(tree: Tree, schema: Schema, leaf_counts: np.ndarray) -> pd.DataFrame:
+    """Rows of the leaf level: hierarchy columns first, then the query attributes."""
+    leaf = tree.n_levels - 1
+    size = schema.domain.size
+    flat = np.asarray(leaf_counts, dtype=np.int64).ravel()
+    if flat.size and flat.min() < 0:
+        raise ReleaseError("leaf counts must be non-negative integers to expand into records")
+    positions = np.repeat(np.arange(flat.size, dtype=np.int64), flat)
+    node, cell = np.divmod(positions, size)
+    columns: dict[str, object] = {}
+    ancestors = tree.ancestors(leaf)
+    for lv in range(1, tree.n_levels):
+        labels = tree.levels[lv].labels
+        columns[tree.levels[lv].column] = pd.Categorical.from_codes(  # type: ignore[index]
+            ancestors[lv][node], categories=pd.Index(labels.astype(str))
+        ).astype(str)
+    codes = schema.domain.unravel(cell)
+    for attr, code in zip(schema.attributes, codes):
+        values = np.asarray(attr.domain_values, dtype=object)
+        columns[attr.name] = values[code]
+    frame = pd.DataFrame(columns)
+    for attr in schema.attributes:
+        if attr.values is not None and all(isinstance(v, (int, np.integer)) for v in attr.values):
+            frame[attr.name] = frame[attr.name].astype(np.int64)
+    return frame
+
+
+def write_table(frame: pd.DataFrame, path: str | Path, *, fmt: str | None = None, index: bool = False) -> Path:
+    """Write CSV or Parquet (by ``fmt`` or the suffix) atomically: temp file, then rename."""
+    path = Path(path)
+    fmt = (fmt or path.suffix.lstrip(".") or "csv").lower()
+    if fmt not in ("csv", "parquet"):
+        raise ReleaseError(f"format ({fmt!r}) is unknown; it must be 'csv' or 'parquet'")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    os.close(fd)
+    try:
+        if fmt == "csv":
+            frame.to_csv(tmp, index=index)
+        else:
+            frame.to_parquet(tmp, index=index)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path

@@ -1,0 +1,191 @@
+"""The release: what a TopDown run publishes, and the checks a publisher runs on it.
+
+``Release`` holds the per-level integer counts, the noisy measurements, the privacy ledger, the
+solver statistics and (lazily) the synthetic microdata. ``check_correctness`` verifies what the
+release promises: non-negative integers, children summing to their parent in every cell at
+every level, every constraint and invariant holding at every node, and a ledger whose total is
+the strategy's. ``metrics`` compares it with the confidential data, for evaluation only.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from constraints.attach import ConstraintSet
+from constraints.compile import compile_rows, zero_mask
+from mechanisms.accounting import Ledger
+from topdown.errors import ReleaseError
+from topdown.estimate import LevelStats
+from topdown.measure import Measurements
+from topdown.metrics import Metrics, compute_metrics
+from topdown.microdata import expand_microdata
+from topdown.schema import Schema
+from topdown.strategy import Strategy
+from topdown.tree import Tree, build_tree
+
+__all__ = ["Release", "CorrectnessReport"]
+
+log = logging.getLogger(__name__)
+_TOL = 1e-9
+
+
+@dataclass(frozen=True)
+class CorrectnessReport:
+    """Outcome of ``Release.check_correctness``: ``ok`` and one line per failed check."""
+
+    checks: dict[str, bool]
+    failures: tuple[str, ...]
+
+    @property
+    def ok(self) -> bool:
+        return not self.failures
+
+    def __bool__(self) -> bool:
+        return self.ok
+
+    def __str__(self) -> str:
+        lines = [f"{'ok  ' if v else 'FAIL'} {k}" for k, v in self.checks.items()]
+        return "\n".join(lines + [f"  - {f}" for f in self.failures])
+
+
+@dataclass
+class Release:
+    """A completed TopDown release (see the module docstring)."""
+
+    schema: Schema
+    tree: Tree
+    strategy: Strategy
+    counts: list[np.ndarray]
+    measurements: Measurements
+    ledger: Ledger
+    stats: list[LevelStats]
+    constraints: ConstraintSet | None = None
+    invariants: dict[int, dict[int, tuple]] = field(default_factory=dict)
+    config: dict[str, Any] = field(default_factory=dict)
+
+    # -- published artefacts -----------------------------------------------------------
+    @cached_property
+    def microdata(self) -> pd.DataFrame:
+        """Records of the leaf level, with every hierarchy column and the decoded attributes."""
+        return expand_microdata(self.tree, self.schema, self.counts[-1])
+
+    @property
+    def tables(self) -> dict[int, pd.DataFrame]:
+        """Per level, a wide table: one row per node (index = node label), one column per
+        cell (MultiIndex of attribute values, in cell order), integer counts."""
+        columns = pd.MultiIndex.from_tuples(self.schema.domain.cell_labels(), names=self.schema.domain.names)
+        return {
+            lv.number: pd.DataFrame(self.counts[lv.number], index=pd.Index(lv.labels.astype(str), name="node"), columns=columns)
+            for lv in self.tree.levels
+        }
+
+    def long_table(self, level: int) -> pd.DataFrame:
+        """One level in long format (node, attribute values, count), non-zero cells only."""
+        counts = self.counts[level]
+        node, cell = np.nonzero(counts)
+        frame = {"node": self.tree.levels[level].labels.astype(str)[node]}
+        for attr, code in zip(self.schema.attributes, self.schema.domain.unravel(cell)):
+            frame[attr.name] = np.asarray(attr.domain_values, dtype=object)[code]
+        frame["count"] = counts[node, cell]
+        return pd.DataFrame(frame)
+
+    def solver_stats(self) -> pd.DataFrame:
+        return pd.DataFrame([s.to_dict() for s in self.stats])
+
+    # -- checks ------------------------------------------------------------------------
+    def check_correctness(self, *, raise_on_failure: bool = False) -> CorrectnessReport:
+        """Verify integrality, non-negativity, consistency, constraints and the ledger."""
+        failures: list[str] = []
+        checks: dict[str, bool] = {}
+
+        def check(name: str, problems: list[str]) -> None:
+            checks[name] = not problems
+            failures.extend(problems[:20])
+            if len(problems) > 20:
+                failures.append(f"... and {len(problems) - 20} more failure(s) of {name}")
+
+        check("non-negative integers", [
+            f"level {i}: {int((c < 0).sum())} negative cell(s)"
+            for i, c in enumerate(self.counts) if not np.issubdtype(c.dtype, np.integer) or (c < 0).any()
+        ])
+        check("children sum to parent", self._consistency_failures())
+        check("constraints and invariants hold", self._constraint_failures())
+        check("ledger total equals the strategy's budget", self._ledger_failures())
+        report = CorrectnessReport(checks, tuple(failures))
+        if raise_on_failure and not report.ok:
+            raise ReleaseError("release failed its checks:\n" + str(report))
+        return report
+
+    def _consistency_failures(self) -> list[str]:
+        out = []
+        for level in range(1, self.tree.n_levels):
+            parent = self.tree.levels[level].parent
+            sums = np.zeros_like(self.counts[level - 1])
+            np.add.at(sums, parent, self.counts[level])
+            bad = np.flatnonzero((sums != self.counts[level - 1]).any(axis=1))
+            for p in bad:
+                diff = int(np.abs(sums[p] - self.counts[level - 1][p]).sum())
+                out.append(
+                    f"level {level}: children of {self.tree.label_of(level - 1, p)!r} differ from "
+                    f"it by {diff} unit(s)"
+                )
+        return out
+
+    def _constraint_failures(self) -> list[str]:
+        if self.constraints is None and not self.invariants:
+            return []
+        domain = self.schema.domain
+        out = []
+        for level in range(self.tree.n_levels):
+            general = self.constraints.for_level(level) if self.constraints else ()
+            specific = self.constraints.node_specific(level) if self.constraints else {}
+            bound = self.invariants.get(level, {})
+            labels = self.tree.levels[level].labels
+            for i in range(len(labels)):
+                cs = [c for c in general if not c.is_invariant]
+                cs += [c for c in specific.get(str(labels[i]), ()) if not c.is_invariant]
+                cs += list(bound.get(i, ()))
+                if not cs:
+                    continue
+                x = self.counts[level][i]
+                zeros = zero_mask(cs, domain)
+                if zeros is not None and x[zeros].any():
+                    out.append(f"level {level}, node {labels[i]!r}: {int(x[zeros].sum())} count(s) in structural zeros")
+                rows = compile_rows(cs, domain)
+                if rows.A.shape[0]:
+                    ax = rows.A @ x
+                    for r in np.flatnonzero((ax < rows.lb - _TOL) | (ax > rows.ub + _TOL)):
+                        out.append(
+                            f"level {level}, node {labels[i]!r}: {rows.names[r]} is {ax[r]:g}, must be "
+                            f"in [{rows.lb[r]:g}, {rows.ub[r]:g}]"
+                        )
+        return out
+
+    def _ledger_failures(self) -> list[str]:
+        total = self.ledger.total()
+        spent = total.epsilon if self.strategy.mechanism == "discrete_laplace" else total.rho
+        if spent != self.strategy.total():
+            return [f"ledger total {spent} differs from the strategy's total {self.strategy.total()}"]
+        return []
+
+    # -- evaluation --------------------------------------------------------------------
+    def metrics(self, true_data: pd.DataFrame) -> Metrics:
+        """Errors of the release and of the raw noisy measurements against the truth.
+
+        Reads confidential data: for evaluation, not for publication.
+        """
+        tree, truth = build_tree(true_data, self.schema)
+        for mine, theirs in zip(self.tree.levels, tree.levels):
+            if not np.array_equal(mine.labels.astype(str), theirs.labels.astype(str)):
+                raise ReleaseError(
+                    f"true_data's level {mine.number} ({mine.column}) has different units than the "
+                    "release; pass the data the release was made from"
+                )
+        extra = [q for ls in self.strategy.levels for q, _ in ls.queries]
+        return compute_metrics(self.schema.domain, self.counts, truth.counts, self.measurements, extra)

@@ -1,0 +1,140 @@
+"""The geographic tree as arrays per level, and the confidential histograms of its nodes.
+
+A level of 10^5 nodes must be cheap, so there is no Python object per node: level ``l`` is a
+label array and a parent-index array into level ``l - 1``. The structure (which units exist and
+how they nest) is public, as census geography is; the per-node counts are not, so they live in
+``ConfidentialHistograms``, which only the measurement step (``topdown.measure``) reads.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+import numpy as np
+import pandas as pd
+
+from topdown.errors import HierarchyError
+from topdown.schema import Schema
+
+__all__ = ["Level", "Tree", "ConfidentialHistograms", "build_tree"]
+
+ROOT_LABEL = "root"
+
+
+@dataclass(frozen=True)
+class Level:
+    """One level of the tree.
+
+    Attributes:
+        number: 0 for the root.
+        column: the hierarchy column the level's labels come from (None for the root).
+        labels: node labels (object array), sorted.
+        parent: index of each node's parent in the previous level (-1 at the root).
+    """
+
+    number: int
+    column: str | None
+    labels: np.ndarray
+    parent: np.ndarray
+
+    @property
+    def size(self) -> int:
+        return len(self.labels)
+
+    def children_of(self, n_parents: int) -> list[np.ndarray]:
+        """For each of the ``n_parents`` nodes of the previous level, its children's indices."""
+        order = np.argsort(self.parent, kind="stable")
+        bounds = np.searchsorted(self.parent[order], np.arange(n_parents + 1))
+        return [order[bounds[i]:bounds[i + 1]] for i in range(n_parents)]
+
+
+@dataclass(frozen=True)
+class Tree:
+    """The public structure: levels root first."""
+
+    levels: tuple[Level, ...]
+
+    @property
+    def n_levels(self) -> int:
+        return len(self.levels)
+
+    def ancestors(self, level: int) -> list[np.ndarray]:
+        """For each level ``0..level``, the index of every node of ``level``'s ancestor there."""
+        chain = [np.arange(self.levels[level].size)]
+        for lv in range(level, 0, -1):
+            chain.append(self.levels[lv].parent[chain[-1]])
+        return chain[::-1]
+
+    def label_of(self, level: int, index: int) -> str:
+        return str(self.levels[level].labels[index])
+
+
+@dataclass(frozen=True)
+class ConfidentialHistograms:
+    """True contingency vectors of every node, level by level: confidential.
+
+    ``counts[l]`` has shape (nodes of level l, cells). Only ``topdown.measure`` and the
+    metrics computed against the truth may read it.
+    """
+
+    counts: tuple[np.ndarray, ...]
+    records: pd.DataFrame | None = None
+    node_of_record: tuple[np.ndarray, ...] = ()
+
+
+def build_tree(
+    data: pd.DataFrame, schema: Schema, *, keep_records: bool = False
+) -> tuple[Tree, ConfidentialHistograms]:
+    """One pass over the records: node codes per level (pd.factorize), parent links, and the
+    histograms of all nodes of a level at once (np.bincount on node * cells + cell).
+
+    Raises:
+        HierarchyError: a hierarchy column with missing labels, or a label under two parents.
+        DataError / DomainError: from the schema's checks of the query columns.
+    """
+    schema.check_columns(data)
+    cells = schema.encode_cells(data)
+    n_rows = len(data)
+    size = schema.domain.size
+
+    levels = [Level(0, None, np.array([ROOT_LABEL], dtype=object), np.array([-1], dtype=np.int64))]
+    node_codes = [np.zeros(n_rows, dtype=np.int64)]
+    for number, column in enumerate(schema.hierarchy, start=1):
+        raw = data[column]
+        missing = raw.isna().to_numpy() | (raw.astype(str).str.strip() == "").to_numpy()
+        if missing.any():
+            raise HierarchyError(
+                f"hierarchy column {column!r} has {int(missing.sum())} row(s) with a missing "
+                f"label, first at row(s) {np.flatnonzero(missing)[:5].tolist()}; every record "
+                "needs a unit at every level"
+            )
+        codes, labels = pd.factorize(raw.astype(str), sort=True)
+        codes = codes.astype(np.int64)
+        parent_codes = node_codes[-1]
+        parent = np.full(len(labels), -1, dtype=np.int64)
+        parent[codes] = parent_codes
+        # a label with two parents: some record disagrees with the parent stored last
+        clash = parent[codes] != parent_codes
+        if clash.any():
+            bad = np.unique(codes[clash])
+            prev_labels = levels[-1].labels
+            examples = []
+            for code in bad[:3]:
+                parents = np.unique(parent_codes[codes == code])
+                examples.append(f"{labels[code]!r} under {[str(prev_labels[p]) for p in parents]}")
+            raise HierarchyError(
+                f"hierarchy column {column!r} is not a tree: {len(bad)} label(s) appear under "
+                f"more than one parent ({'; '.join(examples)}); make labels unique per parent "
+                "(e.g. prefix them with the parent's code)"
+            )
+        levels.append(Level(number, column, np.asarray(labels, dtype=object), parent))
+        node_codes.append(codes)
+
+    counts = []
+    for lv, codes in zip(levels, node_codes):
+        flat = np.bincount(codes * size + cells, minlength=lv.size * size)
+        counts.append(flat.reshape(lv.size, size).astype(np.int64, copy=False))
+    records = data if keep_records else None
+    return Tree(tuple(levels)), ConfidentialHistograms(
+        tuple(counts), records, tuple(node_codes) if keep_records else ()
+    )
+
