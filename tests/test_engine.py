@@ -226,3 +226,34 @@ def test_unknown_mechanism_and_solver():
     td.set_privacy_parameters([1, 1, 1])
     with pytest.raises(ValueError, match=r"nosuch"):
         td.run()
+
+
+def _impossible_child_td(failsafe: bool) -> TopDown:
+    """A node-specific invariant that no noisy parent can meet: 'N1' must hold 10^5 people."""
+    df = seed_data(400, seed=3)
+    td = TopDown(df, ["REGION", "STATE"], ["AGE", "SEX"], domain=AGE_DOMAIN, seed=6, failsafe=failsafe)
+    td.set_privacy_parameters([1, 1, 1])
+    td.set_constraint_to_nodes(2, ["N1"], SumEqual(TrueExpression(), 100_000, name="N1 is huge"))
+    return td
+
+
+def test_infeasible_family_without_failsafe_names_node_and_constraint():
+    from constraints.errors import InfeasibleConstraintsError
+
+    td = _impossible_child_td(failsafe=False)
+    with pytest.raises(InfeasibleConstraintsError, match=r"N1 is huge"):
+        td.run()
+
+
+def test_failsafe_relaxes_consistency_and_reports_it():
+    td = _impossible_child_td(failsafe=True)
+    td.run()
+    rel = td.release
+    stats = rel.stats[2]
+    assert len(stats.failsafe) == 1 and "children of 'N'" in stats.failsafe[0]
+    assert stats.failsafe_slack > 0
+    report = rel.check_correctness()
+    assert not report.ok  # the relaxation is visible, never silent
+    assert report.checks["constraints and invariants hold"]
+    assert not report.checks["children sum to parent"]
+    assert rel.counts[2][list(rel.tree.levels[2].labels).index("N1")].sum() == 100_000

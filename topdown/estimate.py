@@ -17,7 +17,7 @@ import scipy.sparse as sp
 
 from constraints.attach import ConstraintSet
 from constraints.compile import compile_rows, zero_mask
-from constraints.diagnostics import check_node
+from constraints.diagnostics import check_children, check_node
 from constraints.domain import Domain
 from topdown.executors import Executor
 from topdown.family import FamilyResult, FamilyTask, solve_family
@@ -37,6 +37,7 @@ class EstimateOptions:
     solver_options: dict[str, Any] = field(default_factory=dict)
     failsafe: bool = True
     multipass_tolerance: float = 1e-6
+    controlled_rounding: bool = True
 
 
 @dataclass
@@ -188,13 +189,17 @@ def _family_task(
         parent_values = parent_counts[support].astype(float)
     n, k = len(support), len(children)
     child_labels = tuple(str(labels[c]) for c in children)
-    # diagnostics before any solver: contradictions are reported with names and numbers
+    # diagnostics before any solver: contradictions are reported with names and numbers.
+    # Within a node they always raise; against the parent's values they raise unless the
+    # failsafe is on, which then relaxes consistency and reports it.
     for label, cs in zip(child_labels, per_child):
         if cs:
-            check_node(
-                list(cs), domain, node=label,
-                parent_values=None if parent_counts is None else parent_counts,
-            )
+            check_node(list(cs), domain, node=label)
+    if parent_counts is not None and not options.failsafe and any(per_child):
+        check_children(
+            [list(cs) for cs in per_child], domain, parent_counts, child_labels,
+            parent=str(parent_label),
+        )
     ub = None
     if parent_counts is not None and any(compiler.zeros(cs) is not None for cs in per_child):
         ub = np.full(k * n, np.inf)
@@ -235,6 +240,7 @@ def _family_task(
         options=dict(options.solver_options),
         failsafe=options.failsafe,
         tolerance=options.multipass_tolerance,
+        controlled_rounding=options.controlled_rounding,
     )
 
 

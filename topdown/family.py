@@ -55,6 +55,7 @@ class FamilyTask:
         options: solver options (time_limit, ...).
         failsafe: relax consistency instead of raising when infeasible.
         tolerance: how far multipass may move the first-pass answers.
+        controlled_rounding: also keep each child's total within one unit of its L2 total.
     """
 
     level: int
@@ -71,6 +72,7 @@ class FamilyTask:
     options: dict[str, Any] = field(default_factory=dict)
     failsafe: bool = True
     tolerance: float = 1e-6
+    controlled_rounding: bool = True
 
     @property
     def n(self) -> int:
@@ -165,9 +167,12 @@ def _l2(task: FamilyTask, parent: np.ndarray | None, result: FamilyResult) -> np
 
 def _round(task: FamilyTask, x_tilde: np.ndarray, parent: np.ndarray | None, result: FamilyResult) -> np.ndarray:
     start = time.perf_counter()
-    extra_A, extra_lb, extra_ub = task.rows if task.rows is not None else (None, None, None)
     if task.ub is not None:
         x_tilde = np.minimum(x_tilde, task.ub.reshape(task.k, task.n))
+    rows = task.rows
+    if task.controlled_rounding:
+        rows = _stack_rows(rows, _total_rows(x_tilde))
+    extra_A, extra_lb, extra_ub = rows if rows is not None else (None, None, None)
     last: InfeasibleError | None = None
     for width in (1, 2):
         problem, floor = rounding_problem(
@@ -190,6 +195,18 @@ def _round(task: FamilyTask, x_tilde: np.ndarray, parent: np.ndarray | None, res
     raise last
 
 
+def _total_rows(x_tilde: np.ndarray):
+    """Controlled rounding (Cox 1987): each child's total stays between the floor and the
+    ceiling of its L2 total. Independent cell rounding lets totals drift: an L2 answer that
+    shifts every cell by -0.1 rounds every cell up. With the cell-by-cell consistency rows these
+    rows form a bipartite incidence matrix, which is totally unimodular, so the rounding LP
+    stays integral."""
+    k, n = x_tilde.shape
+    totals = x_tilde.sum(axis=1)
+    A = sp.kron(sp.identity(k, format="csr"), np.ones((1, n)), format="csr")
+    return A, np.floor(totals + 1e-9), np.ceil(totals - 1e-9)
+
+
 def _keep_rows(first, x1: np.ndarray, k: int, n: int, tol: float):
     """Rows keeping each first-pass query's answers within ``tol`` of pass 1's answers."""
     blocks, lbs, ubs = [], [], []
@@ -202,7 +219,7 @@ def _keep_rows(first, x1: np.ndarray, k: int, n: int, tol: float):
 
 
 def _stack_rows(a, b):
-    if a[0] is None:
+    if a is None or a[0] is None:
         return b
     return sp.vstack([a[0], b[0]], format="csr"), np.concatenate([a[1], b[1]]), np.concatenate([a[2], b[2]])
 

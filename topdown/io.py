@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 from pathlib import Path
+from typing import Any, Mapping
 
 import pandas as pd
 
@@ -16,8 +17,13 @@ from topdown.errors import DataError
 __all__ = ["read_data"]
 
 
-def read_data(source: str | Path | pd.DataFrame, *, sep: str | None = None, fmt: str | None = None) -> pd.DataFrame:
+def read_data(
+    source: str | Path | pd.DataFrame, *, sep: str | None = None, fmt: str | None = None,
+    dtype: Mapping[str, Any] | None = None,
+) -> pd.DataFrame:
     """A DataFrame from a DataFrame, a CSV file (separator given or sniffed) or a Parquet file.
+
+    ``dtype`` is passed to the CSV reader (e.g. ``{"STATE": str}`` keeps leading zeros).
 
     Raises:
         DataError: the file is missing, empty, unreadable, or has no rows.
@@ -36,7 +42,9 @@ def read_data(source: str | Path | pd.DataFrame, *, sep: str | None = None, fmt:
         if fmt == "parquet":
             frame = pd.read_parquet(path)
         elif fmt == "csv":
-            frame = pd.read_csv(path, sep=sep or _sniff(path), keep_default_na=False, na_values=[""])
+            frame = pd.read_csv(
+                path, sep=sep or _sniff(path), keep_default_na=False, na_values=[""], dtype=dtype
+            )
         else:
             raise DataError(f"format ({fmt!r}) of {str(path)!r} is unknown; it must be 'csv' or 'parquet'")
     except DataError:

@@ -99,9 +99,10 @@ def run_instance(inst: Instance, time_limit: float, notes: list[str]) -> list[Ro
         rows.append(row)
     solved = [r for r in rows if r.x is not None]
     if solved:
-        best = min(solved, key=lambda r: r.objective)
+        best_x = min(solved, key=lambda r: r.objective).x
         for r in solved:
-            r.disagreement = float(np.abs(r.x - best.x).max())
+            r.disagreement = float(np.abs(r.x - best_x).max())
+        for r in solved:
             r.x = None
     return rows
 

@@ -1,0 +1,397 @@
+"""Run configuration: a TOML (or resolved JSON) file parsed once into the engine's typed objects.
+
+Layout (see ``topdown/data/default.toml`` for a commented example)::
+
+    seed = "none"                      # or an integer: reproducible, NOT for production
+    [data]       path, format (csv | parquet), separator, dictionary, [data.derive]
+    [schema]     hierarchy = [...], [[schema.attributes]] name, column, values | range | bins, labels
+    [strategy]   mechanism, neighbouring, budgets + queries + first_pass, or [[strategy.levels]]
+    [[constraints]]                    # see topdown.config_constraints
+    [solver]     name, options, failsafe
+    [executor]   name, workers, address
+    [output]     format (csv | parquet)
+    [metrics]    truth = true (the input data) | false | "path"
+
+Relative paths resolve against the config file's folder. Every problem is a ``ConfigError``
+naming the file, the key (a dotted path such as ``strategy.levels[2].budget``) and the rule.
+``RunConfig.resolved()`` is the whole configuration made explicit (domains listed, paths
+absolute); written as ``config.json`` into a release folder, it loads back with ``load_config``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from dataclasses import dataclass, field, replace
+from fractions import Fraction
+from pathlib import Path
+from typing import Any, Mapping, NoReturn
+
+from constraints import ConstraintSet
+from topdown.config_constraints import parse_constraints
+from topdown.errors import TopDownError
+from topdown.executors import EXECUTORS
+from topdown.schema import Attribute, Schema, attributes_from_dictionary
+from topdown.strategy import MECHANISMS, NEIGHBOURING, LevelStrategy, Query, Strategy, parse_budget
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+__all__ = ["ConfigError", "RunConfig", "DataSpec", "Derive", "load_config", "parse_config", "DEFAULT_CONFIG"]
+
+DEFAULT_CONFIG = Path(__file__).parent / "data" / "default.toml"
+_TOP = {"seed", "data", "schema", "strategy", "constraints", "solver", "executor", "output", "metrics"}
+
+
+class ConfigError(TopDownError, ValueError):
+    """A configuration problem: ``file``, ``key`` (dotted path) and ``rule``."""
+
+    def __init__(self, file: str, key: str, rule: str):
+        self.file, self.key, self.rule = file, key, rule
+        super().__init__(f"{file}: {key}: {rule}" if key else f"{file}: {rule}")
+
+
+@dataclass(frozen=True)
+class Derive:
+    """A column computed from another: ``source[start:stop]`` as text."""
+
+    source: str
+    start: int
+    stop: int | None
+
+
+@dataclass(frozen=True)
+class DataSpec:
+    path: Path
+    format: str | None = None
+    separator: str | None = None
+    derive: Mapping[str, Derive] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Everything a run needs, typed and validated."""
+
+    file: str
+    data: DataSpec
+    schema: Schema
+    strategy: Strategy
+    constraints: ConstraintSet
+    constraint_specs: tuple = ()
+    seed: int | None = None
+    solver: str = "auto"
+    solver_options: Mapping[str, Any] = field(default_factory=dict)
+    failsafe: bool = True
+    executor: str = "serial"
+    workers: int | None = None
+    address: str | None = None
+    output_format: str = "csv"
+    truth: bool | Path = False
+
+    def with_overrides(self, *, seed: int | None = None, solver: str | None = None,
+                       executor: str | None = None) -> "RunConfig":
+        """Command-line overrides, validated like the file's values (key = the option)."""
+        out = self
+        if seed is not None:
+            out = replace(out, seed=seed)
+        if solver is not None:
+            out = replace(out, solver=_check_solver(solver, lambda k, r: ConfigError("command line", "--solver", r), "--solver"))
+        if executor is not None:
+            if executor not in EXECUTORS:
+                raise ConfigError("command line", "--executor", f"{executor!r} is unknown; executors are {list(EXECUTORS)}")
+            out = replace(out, executor=executor)
+        return out
+
+    def resolved(self) -> dict[str, Any]:
+        """The configuration with everything explicit (JSON-serialisable)."""
+        attrs = []
+        for a in self.schema.attributes:
+            entry: dict[str, Any] = {"name": a.name, "column": a.source}
+            if a.bins is not None:
+                entry.update(bins=[_jsonable(b) for b in a.bins], labels=list(a.labels or ()))
+            else:
+                entry["values"] = list(a.values or ())
+            attrs.append(entry)
+        levels = [
+            {"budget": str(ls.budget), "queries": {q.name: str(s) for q, s in ls.queries},
+             "first_pass": list(ls.first_pass)}
+            for ls in self.strategy.levels
+        ]
+        return {
+            "seed": "none" if self.seed is None else self.seed,
+            "data": {
+                "path": str(self.data.path), "format": self.data.format or "",
+                "separator": self.data.separator or "",
+                "derive": {k: {"from": d.source, "slice": [d.start, d.stop] if d.stop is not None else [d.start]}
+                           for k, d in self.data.derive.items()},
+            },
+            "schema": {"hierarchy": list(self.schema.hierarchy), "attributes": attrs},
+            "strategy": {"mechanism": self.strategy.mechanism, "neighbouring": self.strategy.neighbouring,
+                         "levels": levels},
+            "constraints": list(self.constraint_specs),
+            "solver": {"name": self.solver, "options": dict(self.solver_options), "failsafe": self.failsafe},
+            "executor": {"name": self.executor, "workers": self.workers or 0, "address": self.address or ""},
+            "output": {"format": self.output_format},
+            "metrics": {"truth": str(self.truth) if isinstance(self.truth, Path) else self.truth},
+        }
+
+
+def load_config(path: str | Path) -> RunConfig:
+    """Read and validate a config file (TOML, or JSON for a release's resolved config)."""
+    path = Path(path)
+    name = str(path)
+    if not path.is_file():
+        raise ConfigError(name, "", "config file does not exist" if not path.exists() else "is not a file")
+    try:
+        text = path.read_text(encoding="utf-8")
+        raw = json.loads(text) if path.suffix.lower() == ".json" else tomllib.loads(text)
+    except (tomllib.TOMLDecodeError, json.JSONDecodeError) as err:
+        raise ConfigError(name, "", f"is not valid {'JSON' if path.suffix.lower() == '.json' else 'TOML'}: {err}") from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise ConfigError(name, "", f"cannot be read: {err}") from None
+    return parse_config(raw, name, base=path.resolve().parent)
+
+
+def parse_config(raw: Mapping[str, Any], file: str, *, base: Path) -> RunConfig:
+    """Validate a parsed config table; relative paths resolve against ``base``."""
+    def fail(key: str, rule: str) -> ConfigError:
+        return ConfigError(file, key, rule)
+
+    def bad(key: str, rule: str) -> NoReturn:
+        raise fail(key, rule)
+
+    _known(raw, _TOP, "", bad)
+    data = _table(raw, "data", bad)
+    _known(data, {"path", "format", "separator", "dictionary", "derive"}, "data", bad)
+    if not isinstance(data.get("path"), str) or not data["path"]:
+        bad("data.path", "is required: the path of the confidential CSV or Parquet file")
+    fmt = data.get("format") or None
+    if fmt not in (None, "csv", "parquet"):
+        bad("data.format", f"{fmt!r} is unknown; it must be \"csv\" or \"parquet\"")
+    sep = data.get("separator") or None
+    if sep is not None and (not isinstance(sep, str) or len(sep) != 1):
+        bad("data.separator", f"must be one character; got {sep!r}")
+    derive = {}
+    for col, spec in _table(data, "derive", bad, "data.").items():
+        key = f"data.derive.{col}"
+        if not isinstance(spec, Mapping) or set(spec) != {"from", "slice"}:
+            bad(key, f"must be a table {{from = \"COLUMN\", slice = [start, stop]}}; got {spec!r}")
+        sl = spec["slice"]
+        if (not isinstance(sl, list) or not 1 <= len(sl) <= 2
+                or not all(isinstance(v, int) and not isinstance(v, bool) for v in sl)):
+            bad(f"{key}.slice", f"must be [start] or [start, stop] integers; got {sl!r}")
+        derive[col] = Derive(str(spec["from"]), sl[0], sl[1] if len(sl) == 2 else None)
+    dictionary = data.get("dictionary")
+    data_spec = DataSpec(_path(data["path"], base), fmt, sep, derive)
+
+    schema = _schema(_table(raw, "schema", bad), dictionary, base, fail, bad)
+    strategy = _strategy(_table(raw, "strategy", bad), schema, fail, bad)
+    specs = raw.get("constraints", [])
+    constraints = parse_constraints(specs, schema.domain, schema.n_levels, fail)
+
+    seed = raw.get("seed", "none")
+    if seed == "none":
+        seed = None
+    elif isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        bad("seed", f"must be \"none\" (secure noise) or a non-negative integer; got {seed!r}")
+    solver = _table(raw, "solver", bad)
+    _known(solver, {"name", "options", "failsafe"}, "solver", bad)
+    solver_name = _check_solver(solver.get("name", "auto"), fail, "solver.name")
+    options = _table(solver, "options", bad, "solver.")
+    failsafe = solver.get("failsafe", True)
+    if not isinstance(failsafe, bool):
+        bad("solver.failsafe", f"must be true or false; got {failsafe!r}")
+    executor = _table(raw, "executor", bad)
+    _known(executor, {"name", "workers", "address"}, "executor", bad)
+    ex_name = executor.get("name", "serial")
+    if ex_name not in EXECUTORS:
+        bad("executor.name", f"{ex_name!r} is unknown; executors are {list(EXECUTORS)}")
+    workers = executor.get("workers", 0)
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 0:
+        bad("executor.workers", f"must be a non-negative integer (0 = one per CPU); got {workers!r}")
+    output = _table(raw, "output", bad)
+    _known(output, {"format"}, "output", bad)
+    out_fmt = output.get("format", "csv")
+    if out_fmt not in ("csv", "parquet"):
+        bad("output.format", f"{out_fmt!r} is unknown; it must be \"csv\" or \"parquet\"")
+    metrics = _table(raw, "metrics", bad)
+    _known(metrics, {"truth"}, "metrics", bad)
+    truth = metrics.get("truth", False)
+    if isinstance(truth, str) and truth:
+        truth = _path(truth, base)
+    elif not isinstance(truth, bool):
+        bad("metrics.truth", f"must be true (the input data), false, or a data path; got {truth!r}")
+    return RunConfig(
+        file=file, data=data_spec, schema=schema, strategy=strategy, constraints=constraints,
+        constraint_specs=tuple(specs), seed=seed, solver=solver_name, solver_options=dict(options),
+        failsafe=failsafe, executor=ex_name, workers=workers or None,
+        address=executor.get("address") or None, output_format=out_fmt, truth=truth,
+    )
+
+
+def _schema(spec: Mapping, dictionary: Any, base: Path, fail, bad) -> Schema:
+    _known(spec, {"hierarchy", "attributes"}, "schema", bad)
+    hierarchy = spec.get("hierarchy")
+    if not isinstance(hierarchy, list) or not all(isinstance(h, str) and h for h in hierarchy):
+        bad("schema.hierarchy", f"must be a list of column names, top level first; got {hierarchy!r}")
+    attrs_spec = spec.get("attributes")
+    if not isinstance(attrs_spec, list) or not attrs_spec:
+        bad("schema.attributes", "must list the query attributes ([[schema.attributes]] tables)")
+    attrs = []
+    for i, a in enumerate(attrs_spec):
+        key = f"schema.attributes[{i}]"
+        if not isinstance(a, Mapping):
+            bad(key, f"must be a table; got {a!r}")
+        _known(a, {"name", "column", "values", "range", "bins", "labels", "dictionary"}, key, bad)
+        name = a.get("name")
+        if not isinstance(name, str) or not name:
+            bad(f"{key}.name", f"must be a non-empty string; got {name!r}")
+        column = a.get("column") or None
+        kinds = [k for k in ("values", "range", "bins") if k in a]
+        if len(kinds) != 1:
+            bad(key, f"attribute {name!r} needs exactly one of values, range, bins; got {kinds or 'none'}")
+        kind = kinds[0]
+        try:
+            if kind == "values" and a["values"] == "dictionary":
+                path = a.get("dictionary", dictionary)
+                if not isinstance(path, str):
+                    bad(f"{key}.values", "\"dictionary\" needs data.dictionary (or the attribute's dictionary) = \"path\"")
+                values = attributes_from_dictionary(_path(path, base), [column or name])[column or name]
+                attrs.append(Attribute(name, values=values, column=column))
+            elif kind == "values":
+                if not isinstance(a["values"], list):
+                    bad(f"{key}.values", f"must be a list of values or \"dictionary\"; got {a['values']!r}")
+                attrs.append(Attribute(name, values=tuple(a["values"]), column=column))
+            elif kind == "range":
+                r = a["range"]
+                if not (isinstance(r, list) and len(r) == 2 and all(isinstance(v, int) and not isinstance(v, bool) for v in r)):
+                    bad(f"{key}.range", f"must be [low, high] integers (inclusive); got {r!r}")
+                attrs.append(Attribute.integer_range(name, r[0], r[1], column=column))
+            else:
+                labels = a.get("labels")
+                bins = a["bins"]
+                if isinstance(bins, list):
+                    bins = tuple(math.inf if b == "inf" else b for b in bins)
+                attrs.append(Attribute(name, bins=bins,
+                                       labels=tuple(labels) if labels is not None else None, column=column))
+        except ConfigError:
+            raise
+        except (ValueError, TypeError, OSError) as err:
+            raise fail(f"{key}.{kind}", str(err)) from None
+    try:
+        return Schema(tuple(attrs), tuple(hierarchy))
+    except ValueError as err:
+        raise fail("schema", str(err)) from None
+
+
+def _strategy(spec: Mapping, schema: Schema, fail, bad) -> Strategy:
+    _known(spec, {"mechanism", "neighbouring", "budgets", "queries", "first_pass", "levels"}, "strategy", bad)
+    mechanism = spec.get("mechanism", "discrete_gaussian")
+    if mechanism not in MECHANISMS:
+        bad("strategy.mechanism", f"{mechanism!r} is unknown; mechanisms are {list(MECHANISMS)}")
+    neighbouring = spec.get("neighbouring", "add_remove")
+    if neighbouring not in NEIGHBOURING:
+        bad("strategy.neighbouring", f"{neighbouring!r} is unknown; it must be one of {list(NEIGHBOURING)}")
+    n = schema.n_levels
+    if ("levels" in spec) == ("budgets" in spec):
+        bad("strategy", "give either budgets = [...] (one per level, same queries everywhere) or [[strategy.levels]]")
+    if "levels" in spec:
+        if "queries" in spec or "first_pass" in spec:
+            bad("strategy.queries", "with [[strategy.levels]], give queries and first_pass per level")
+        raw_levels = spec["levels"]
+        if not isinstance(raw_levels, list):
+            bad("strategy.levels", f"must be a list of tables; got {raw_levels!r}")
+        levels = []
+        for i, lv in enumerate(raw_levels):
+            if not isinstance(lv, Mapping):
+                bad(f"strategy.levels[{i}]", f"must be a table; got {lv!r}")
+            _known(lv, {"budget", "queries", "first_pass"}, f"strategy.levels[{i}]", bad)
+            if "budget" not in lv:
+                bad(f"strategy.levels[{i}].budget", "is required")
+            levels.append((f"strategy.levels[{i}]", lv["budget"], lv.get("queries"), lv.get("first_pass", [])))
+    else:
+        budgets = spec["budgets"]
+        if not isinstance(budgets, list):
+            bad("strategy.budgets", f"must be a list, one budget per level, root first; got {budgets!r}")
+        levels = [(f"strategy.budgets[{i}]", b, spec.get("queries"), spec.get("first_pass", []))
+                  for i, b in enumerate(budgets)]
+    if len(levels) != n:
+        key = "strategy.levels" if "levels" in spec else "strategy.budgets"
+        bad(key, f"gives {len(levels)} level(s) but the hierarchy has {n} (the root + {list(schema.hierarchy)}): one per level, root first")
+    out = []
+    for key, budget, queries, first_pass in levels:
+        bkey = key if key.startswith("strategy.budgets") else f"{key}.budget"
+        try:
+            b = parse_budget(budget, bkey)
+        except ValueError as err:
+            raise fail(bkey, f"{budget!r} is not a valid budget: {err}") from None
+        qkey = key + ".queries" if "levels" in spec else "strategy.queries"
+        qs = _queries(queries, schema, qkey, fail, bad)
+        try:
+            out.append(LevelStrategy(b, qs, tuple(first_pass)))
+        except ValueError as err:
+            raise fail(qkey if "first_pass" not in str(err) else qkey.replace("queries", "first_pass"), str(err)) from None
+    return Strategy(tuple(out), mechanism, neighbouring)
+
+
+def _queries(spec: Any, schema: Schema, key: str, fail, bad) -> tuple[tuple[Query, Fraction], ...]:
+    if spec is None:
+        return ((Query(None), Fraction(1)),)
+    if isinstance(spec, Mapping):
+        items = list(spec.items())
+    elif isinstance(spec, list) and all(isinstance(q, Mapping) and "query" in q for q in spec):
+        items = [(q["query"], q.get("share", 1)) for q in spec]
+    else:
+        bad(key, f"must be a table {{query = share}} (e.g. {{detailed = \"3/4\", total = \"1/4\"}}); got {spec!r}")
+    out = []
+    for name, share in items:
+        qkey = f"{key}.{name!r}" if " " in str(name) else f"{key}.{name}"
+        try:
+            q = Query.parse(name)
+            q.kept(schema.domain)
+        except ValueError as err:
+            raise fail(qkey, str(err)) from None
+        try:
+            out.append((q, parse_budget(share, qkey)))
+        except ValueError as err:
+            raise fail(qkey, f"share {share!r} is not valid: {err}") from None
+    return tuple(out)
+
+
+def _check_solver(name: Any, fail, key: str) -> str:
+    import solvers
+
+    if name == "auto":
+        return name
+    available = solvers.available()
+    if name in available:
+        return name
+    rule = (f"{name!r} is registered but not installed" if isinstance(name, str) and name in solvers.registered()
+            else f"{name!r} is unknown")
+    raise fail(key, f"{rule}; installed solvers are {['auto'] + available}")
+
+
+def _table(raw: Mapping, key: str, bad, prefix: str = "") -> Mapping:
+    value = raw.get(key, {})
+    if not isinstance(value, Mapping):
+        bad(prefix + key, f"must be a table; got {value!r}")
+    return value
+
+
+def _known(table: Mapping, allowed: set[str], key: str, bad) -> None:
+    unknown = sorted(set(table) - allowed)
+    if unknown:
+        where = f"{key}.{unknown[0]}" if key else unknown[0]
+        bad(where, f"unknown key; allowed keys here are {sorted(allowed)}")
+
+
+def _path(value: str, base: Path) -> Path:
+    p = Path(value).expanduser()
+    return p if p.is_absolute() else (base / p).resolve()
+
+
+def _jsonable(v: Any) -> Any:
+    return "inf" if v == float("inf") else v

@@ -1,0 +1,371 @@
+"""The release folder: written atomically, read back, and verified without the original data.
+
+Contents (``manifest.json`` lists them with sizes and SHA-256)::
+
+    microdata.csv | microdata.parquet     synthetic records of the leaf level
+    tables/level_<k>_<column>.csv         per level, long format: node, attributes, count
+    hierarchy.csv                         level, column, node, parent: the public tree
+    measurements.csv                      the noisy measurements (level, node, query, answer, noisy, variance)
+    ledger.json                           privacy ledger, total, (epsilon, delta) equivalent
+    invariants.json                       values published exactly (bound invariants) per node
+    config.json, schema.json              the resolved configuration and the schema
+    solver_stats.csv                      estimation statistics per level
+    metrics.csv, bias_by_size.csv         accuracy against the truth (when it was given)
+    report.html                           the report (see ``topdown.report``)
+    manifest.json                         files, versions, timings
+
+Everything is written into a hidden sibling folder that is renamed into place only when complete,
+so an interrupted run leaves no half release; an existing folder is replaced only when asked.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import platform
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from datetime import datetime, timezone
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from mechanisms.accounting import Ledger
+from topdown.config import RunConfig, load_config
+from topdown.errors import ReleaseError, TopDownError
+from topdown.estimate import LevelStats
+from topdown.measure import Measurements, QueryMeasurement
+from topdown.microdata import write_table
+from topdown.release import Release
+from topdown.strategy import Query
+from topdown.tree import ROOT_LABEL, Level, Tree
+
+__all__ = ["OutputExistsError", "check_output", "write_release_folder", "load_release", "table_name", "DELTA"]
+
+log = logging.getLogger(__name__)
+DELTA = 1e-10
+FORMAT = "topdown-release/1"
+
+
+class OutputExistsError(TopDownError, ValueError):
+    """The output folder exists and ``overwrite`` was not asked for."""
+
+
+def check_output(out: Path, overwrite: bool) -> None:
+    """Fail early (before any work) if ``out`` cannot be written."""
+    if out.exists() and not overwrite:
+        raise OutputExistsError(f"output folder {str(out)!r} already exists; pass --overwrite to replace it")
+    if out.exists() and not out.is_dir():
+        raise OutputExistsError(f"output path {str(out)!r} exists and is not a folder")
+    if not out.parent.exists():
+        raise OutputExistsError(f"the parent folder of the output {str(out.parent)!r} does not exist")
+
+
+def table_name(level: int, column: str | None) -> str:
+    return f"tables/level_{level}_{column or ROOT_LABEL}.csv"
+
+
+def write_release_folder(
+    rel: Release,
+    cfg: RunConfig,
+    out: Path,
+    *,
+    overwrite: bool = False,
+    metrics: Any = None,
+    timings: dict[str, float] | None = None,
+    report: Callable[[Path], Path] | None = None,
+) -> Path:
+    """Write the folder atomically and return its path.
+
+    Args:
+        rel: the release.
+        cfg: its configuration (written resolved, as ``config.json``).
+        out: the folder to create.
+        overwrite: replace an existing folder.
+        metrics: a ``topdown.metrics.Metrics`` (written when given).
+        timings: seconds per phase, kept in the manifest.
+        report: builds ``report.html`` inside the folder it is given.
+    """
+    check_output(out, overwrite)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-", dir=out.parent))
+    try:
+        start = time.perf_counter()
+        _write_contents(rel, cfg, tmp, metrics)
+        if report is not None:
+            report(tmp)
+        timings = dict(timings or {}, write=time.perf_counter() - start)
+        _write_manifest(tmp, cfg, timings)
+        if out.exists():
+            trash = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.parent))
+            os.replace(out, trash / out.name)
+            os.replace(tmp, out)
+            shutil.rmtree(trash, ignore_errors=True)
+        else:
+            os.replace(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    log.info("release folder written: %s", out)
+    return out
+
+
+def _write_contents(rel: Release, cfg: RunConfig, folder: Path, metrics: Any) -> None:
+    fmt = cfg.output_format
+    write_table(rel.microdata, folder / f"microdata.{fmt}", fmt=fmt)
+    for lv in rel.tree.levels:
+        write_table(rel.long_table(lv.number), folder / table_name(lv.number, lv.column))
+    rows = []
+    for lv in rel.tree.levels:
+        parents = rel.tree.levels[lv.number - 1].labels.astype(str)[lv.parent] if lv.number else [""] * lv.size
+        rows.append(pd.DataFrame({"level": lv.number, "column": lv.column or ROOT_LABEL,
+                                  "node": lv.labels.astype(str), "parent": parents}))
+    write_table(pd.concat(rows, ignore_index=True), folder / "hierarchy.csv")
+    write_table(rel.measurements.to_frame(rel.tree), folder / "measurements.csv")
+    write_table(rel.solver_stats(), folder / "solver_stats.csv")
+    ledger = rel.ledger.to_dict()
+    total = rel.ledger.total()
+    ledger["summary"] = {
+        "mechanism": rel.strategy.mechanism,
+        "budget_kind": rel.strategy.budget_name,
+        "total": str(total.value),
+        "total_float": float(total.value),
+        "strategy_total": str(rel.strategy.total()),
+        "delta": DELTA,
+        "epsilon_at_delta": rel.ledger.epsilon_delta(DELTA),
+        "by_level": {str(k): str(v.value) for k, v in rel.ledger.by_level().items()},
+    }
+    _write_json(folder / "ledger.json", ledger)
+    invariants = [
+        {"level": level, "node": str(rel.tree.levels[level].labels[i]), "name": c.name, "value": c.value}
+        for level, per_node in sorted(rel.invariants.items())
+        for i, cs in sorted(per_node.items()) for c in cs
+    ]
+    _write_json(folder / "invariants.json", invariants)
+    _write_json(folder / "config.json", cfg.resolved())
+    _write_json(folder / "schema.json", rel.schema.to_dict())
+    if metrics is not None:
+        write_table(metrics.table, folder / "metrics.csv")
+        write_table(metrics.bias_by_size, folder / "bias_by_size.csv")
+
+
+def _write_manifest(folder: Path, cfg: RunConfig, timings: dict[str, float]) -> None:
+    import numpy
+    import topdown
+
+    files = {}
+    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+        rel_path = path.relative_to(folder).as_posix()
+        files[rel_path] = {"bytes": path.stat().st_size, "sha256": _sha256(path)}
+    try:
+        from importlib.metadata import version
+        pkg = version("topdown-dp")
+    except Exception:  # not installed as a distribution (running from a checkout)
+        pkg = getattr(topdown, "__version__", "unknown")
+    manifest = {
+        "format": FORMAT,
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "config_file": cfg.file,
+        "noise": "secure random source" if cfg.seed is None else f"seed {cfg.seed}: reproducible, NOT for production",
+        "files": files,
+        "versions": {"topdown-dp": pkg, "python": platform.python_version(), "numpy": numpy.__version__,
+                     "pandas": pd.__version__},
+        "timings_seconds": {k: round(v, 3) for k, v in timings.items()},
+    }
+    _write_json(folder / "manifest.json", manifest)
+
+
+def _write_json(path: Path, data: Any) -> None:
+    path.write_text(json.dumps(data, indent=2, default=_json_default) + "\n", encoding="utf-8")
+
+
+def _json_default(obj: Any) -> Any:
+    if isinstance(obj, np.generic):
+        return obj.item()
+    if isinstance(obj, Fraction):
+        return str(obj)
+    if isinstance(obj, Path):
+        return str(obj)
+    raise TypeError(f"{type(obj).__name__} is not JSON serialisable")
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+# -- reading back ----------------------------------------------------------------------------
+def read_json(folder: Path, name: str) -> Any:
+    path = folder / name
+    if not path.is_file():
+        raise ReleaseError(f"release folder {str(folder)!r} lacks {name}")
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise ReleaseError(f"{str(path)!r} is not valid JSON: {err}") from None
+
+
+def manifest_failures(folder: Path) -> list[str]:
+    """Files listed in the manifest that are missing or whose content changed."""
+    manifest = read_json(folder, "manifest.json")
+    out = []
+    for name, meta in manifest.get("files", {}).items():
+        path = folder / name
+        if not path.is_file():
+            out.append(f"{name}: listed in the manifest but missing")
+        elif _sha256(path) != meta.get("sha256"):
+            out.append(f"{name}: content differs from the manifest's SHA-256 (modified after release)")
+    return out
+
+
+def load_release(folder: Path) -> tuple[Release, RunConfig]:
+    """Rebuild a ``Release`` (counts, tree, measurements, ledger, constraints) from a folder."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise ReleaseError(f"release folder {str(folder)!r} does not exist")
+    cfg = load_config(folder / "config.json")
+    schema, domain = cfg.schema, cfg.schema.domain
+    hier = _read_csv(folder, "hierarchy.csv")
+    levels: list[Level] = []
+    for number in range(schema.n_levels):
+        rows = hier[hier["level"] == str(number)]
+        labels = rows["node"].to_numpy(dtype=object)
+        if number == 0:
+            parent = np.full(len(labels), -1, dtype=np.int64)
+        else:
+            index = {lab: i for i, lab in enumerate(levels[-1].labels)}
+            parent = np.array([index.get(p, -1) for p in rows["parent"]], dtype=np.int64)
+            if (parent < 0).any():
+                raise ReleaseError(f"hierarchy.csv: level {number} names parents missing from level {number - 1}")
+        levels.append(Level(number, schema.hierarchy[number - 1] if number else None, labels, parent))
+    tree = Tree(tuple(levels))
+    counts = []
+    for lv in tree.levels:
+        table = _read_csv(folder, table_name(lv.number, lv.column))
+        index = {lab: i for i, lab in enumerate(lv.labels)}
+        node = table["node"].map(index)
+        if node.isna().any():
+            raise ReleaseError(f"{table_name(lv.number, lv.column)}: nodes {sorted(set(table['node'][node.isna()]))[:5]} are not in hierarchy.csv")
+        codes = []
+        for a in schema.attributes:
+            lookup = {str(v): i for i, v in enumerate(a.domain_values)}
+            code = table[a.name].map(lookup)
+            if code.isna().any():
+                raise ReleaseError(f"{table_name(lv.number, lv.column)}: column {a.name!r} has values outside its domain")
+            codes.append(code.to_numpy(dtype=np.int64))
+        cell = domain.ravel(codes)
+        raw = pd.to_numeric(table["count"], errors="coerce").to_numpy(dtype=float)
+        is_int = np.isfinite(raw).all() and (raw == np.round(raw)).all()
+        arr = np.zeros((lv.size, domain.size), dtype=np.int64 if is_int else float)
+        np.add.at(arr, (node.to_numpy(dtype=np.int64), cell), raw if not is_int else raw.astype(np.int64))
+        counts.append(arr)
+    ledger = Ledger.from_dict(read_json(folder, "ledger.json"))
+    measurements = _measurements(folder, tree, cfg, ledger)
+    invariants = _invariants(folder, tree, cfg)
+    rel = Release(schema=schema, tree=tree, strategy=cfg.strategy, counts=counts, measurements=measurements,
+                  ledger=ledger, stats=[LevelStats(level=i) for i in range(tree.n_levels)],
+                  constraints=cfg.constraints, invariants=invariants, config=cfg.resolved())
+    return rel, cfg
+
+
+def _read_csv(folder: Path, name: str) -> pd.DataFrame:
+    path = folder / name
+    if not path.is_file():
+        raise ReleaseError(f"release folder {str(folder)!r} lacks {name}")
+    return pd.read_csv(path, dtype=str, keep_default_na=False)
+
+
+def _measurements(folder: Path, tree: Tree, cfg: RunConfig, ledger: Ledger) -> Measurements:
+    frame = _read_csv(folder, "measurements.csv")
+    budgets = {(e.level, e.query): e.budget for e in ledger.entries}
+    per_level = []
+    for number, ls in enumerate(cfg.strategy.levels):
+        ms = []
+        for q, share in ls.queries:
+            rows = frame[(frame["level"] == str(number)) & (frame["query"] == q.name)]
+            n_nodes = tree.levels[number].size
+            noisy = rows["noisy"].astype(np.int64).to_numpy()
+            if n_nodes == 0 or noisy.size % n_nodes:
+                raise ReleaseError(f"measurements.csv: level {number} query {q.name!r} has {noisy.size} answers for {n_nodes} nodes")
+            variance = float(rows["variance"].iloc[0]) if len(rows) else float("nan")
+            ms.append(QueryMeasurement(number, Query.parse(q.name), share, cfg.strategy.mechanism,
+                                       budgets.get((number, q.name)), variance, noisy.reshape(n_nodes, -1)))
+        per_level.append(tuple(ms))
+    return Measurements(tuple(per_level))
+
+
+def _invariants(folder: Path, tree: Tree, cfg: RunConfig) -> dict[int, dict[int, tuple]]:
+    path = folder / "invariants.json"
+    if not path.is_file():
+        return {}
+    by_name = {a.constraint.name: a.constraint for a in cfg.constraints.invariants()}
+    out: dict[int, dict[int, list]] = {}
+    for item in read_json(folder, "invariants.json"):
+        level = int(item["level"])
+        index = {str(lab): i for i, lab in enumerate(tree.levels[level].labels)}
+        c = by_name.get(item["name"])
+        if c is None or item["node"] not in index:
+            raise ReleaseError(f"invariants.json: {item['name']!r} at {item['node']!r} matches no configured invariant or node")
+        out.setdefault(level, {}).setdefault(index[item["node"]], []).append(c.bind(item["value"]))
+    return {lv: {i: tuple(cs) for i, cs in nodes.items()} for lv, nodes in out.items()}
+
+
+def verify_release_folder(folder: Path) -> tuple[dict[str, bool], list[str]]:
+    """Re-verify a folder: manifest, integers, consistency, constraints, ledger, microdata.
+
+    Returns (check name -> passed, failure lines). Needs no confidential data.
+    """
+    folder = Path(folder)
+    checks: dict[str, bool] = {}
+    failures: list[str] = []
+
+    def check(name: str, problems: list[str]) -> None:
+        checks[name] = not problems
+        failures.extend(f"{name}: {p}" for p in problems[:20])
+        if len(problems) > 20:
+            failures.append(f"{name}: ... and {len(problems) - 20} more")
+
+    check("files match the manifest", manifest_failures(folder))
+    rel, cfg = load_release(folder)
+    report = rel.check_correctness()
+    for name, ok in report.checks.items():
+        checks[name] = ok
+    failures.extend(report.failures)
+    summary = read_json(folder, "ledger.json").get("summary", {})
+    total = rel.ledger.total()
+    check("ledger.json summary matches its entries", [] if summary.get("total") == str(total.value) else [
+        f"summary total {summary.get('total')!r} differs from the entries' total {total.value}"])
+    check("microdata matches the leaf table", _microdata_failures(folder, rel, cfg))
+    return checks, failures
+
+
+def _microdata_failures(folder: Path, rel: Release, cfg: RunConfig) -> list[str]:
+    path = folder / f"microdata.{cfg.output_format}"
+    if not path.is_file():
+        return [f"{path.name} is missing"]
+    micro = pd.read_parquet(path) if cfg.output_format == "parquet" else pd.read_csv(path, dtype=str, keep_default_na=False)
+    leaf = rel.tree.levels[-1]
+    index = {str(lab): i for i, lab in enumerate(leaf.labels)}
+    node = micro[leaf.column].astype(str).map(index)
+    if node.isna().any():
+        return [f"{int(node.isna().sum())} record(s) name leaf units missing from the tables"]
+    codes = []
+    for a in rel.schema.attributes:
+        lookup = {str(v): i for i, v in enumerate(a.domain_values)}
+        code = micro[a.name].astype(str).map(lookup)
+        if code.isna().any():
+            return [f"column {a.name!r} has values outside its domain"]
+        codes.append(code.to_numpy(dtype=np.int64))
+    got = np.zeros_like(rel.counts[-1], dtype=np.int64)
+    np.add.at(got, (node.to_numpy(dtype=np.int64), rel.schema.domain.ravel(codes)), 1)
+    diff = np.flatnonzero((got != rel.counts[-1]).any(axis=1))
+    return [f"unit {leaf.labels[i]!r}: microdata records differ from its table counts" for i in diff]

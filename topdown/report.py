@@ -1,0 +1,200 @@
+"""The release report: one self-contained HTML file with plots embedded as base64 PNGs.
+
+Built only from the files of a release folder (ledger, resolved config, solver statistics and,
+when the truth was given, the metrics), so ``topdown report`` can rebuild it at any time:
+
+- budget allocation by level and query (stacked bars),
+- error by level: mean absolute error of the release and of the raw noisy measurements, for
+  node totals and detailed cells,
+- bias by node size (mean signed error of node totals, grouped by true size),
+- solver time by level (L2 pass and rounding pass),
+- the ledger summary: total budget, its (epsilon, delta) equivalent, invariants, disclosures.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import json
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+
+__all__ = ["build_report", "REPORT_NAME"]
+
+log = logging.getLogger(__name__)
+REPORT_NAME = "report.html"
+_COLOURS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf"]
+
+
+def build_report(folder: str | Path) -> Path:
+    """Write ``report.html`` into the release folder (atomically) and return its path."""
+    folder = Path(folder)
+    ledger = json.loads((folder / "ledger.json").read_text(encoding="utf-8"))
+    config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    stats = _csv(folder / "solver_stats.csv")
+    metrics = _csv(folder / "metrics.csv")
+    bias = _csv(folder / "bias_by_size.csv")
+    manifest_path = folder / "manifest.json"
+    manifest = json.loads(manifest_path.read_text(encoding="utf-8")) if manifest_path.is_file() else {}
+
+    sections = [
+        ("Privacy ledger", _ledger_html(ledger, config, manifest)),
+        ("Budget allocation by level and query", _img(_budget_plot(ledger), "budget allocation")),
+    ]
+    if metrics is not None and not metrics.empty:
+        sections.append(("Error by level: release vs raw noisy measurements", _img(_error_plot(metrics), "error by level")
+                         + _table_html(_error_table(metrics))))
+    else:
+        sections.append(("Error by level", "<p class=note>No truth was given, so no accuracy figures: run "
+                         "<code>topdown report RELEASE --truth DATA</code> to add them.</p>"))
+    if bias is not None and not bias.empty:
+        sections.append(("Bias by node size", _img(_bias_plot(bias), "bias by node size") + _table_html(bias)))
+    if stats is not None and not stats.empty:
+        sections.append(("Solver time by level", _img(_solver_plot(stats), "solver time by level") + _table_html(stats)))
+    body = "\n".join(f"<section><h2>{html.escape(t)}</h2>\n{c}</section>" for t, c in sections)
+    page = _PAGE.format(title=html.escape(f"TopDown release: {folder.name}"), body=body)
+    path = folder / REPORT_NAME
+    tmp = folder / f".{REPORT_NAME}.tmp"
+    tmp.write_text(page, encoding="utf-8")
+    os.replace(tmp, path)
+    log.info("report written: %s", path)
+    return path
+
+
+def _csv(path: Path) -> pd.DataFrame | None:
+    return pd.read_csv(path) if path.is_file() else None
+
+
+def _png(fig: plt.Figure) -> str:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100, bbox_inches="tight")
+    plt.close(fig)
+    return base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+def _img(data: str, alt: str) -> str:
+    return f'<img alt="{html.escape(alt)}" src="data:image/png;base64,{data}">'
+
+
+def _budget_plot(ledger: dict[str, Any]) -> str:
+    entries = pd.DataFrame(ledger.get("entries", []))
+    fig, ax = plt.subplots(figsize=(8, 4))
+    if entries.empty:
+        ax.text(0.5, 0.5, "no measurements", ha="center")
+        return _png(fig)
+    table = entries.pivot_table(index="level", columns="query", values="budget_float", aggfunc="sum", fill_value=0)
+    bottom = pd.Series(0.0, index=table.index)
+    for i, query in enumerate(table.columns):
+        ax.bar(table.index.astype(str), table[query], bottom=bottom, label=query, color=_COLOURS[i % len(_COLOURS)])
+        bottom += table[query]
+    kind = entries["kind"].iloc[0]
+    ax.set_xlabel("level (0 = root)")
+    ax.set_ylabel("rho (zCDP)" if kind == "zcdp" else "epsilon (pure DP)")
+    ax.set_title("Budget by level, split by query")
+    ax.legend(title="query", fontsize=8)
+    return _png(fig)
+
+
+def _error_table(metrics: pd.DataFrame) -> pd.DataFrame:
+    t = metrics[metrics["query"].isin(["total", "detailed"])]
+    return t.pivot_table(index=["level", "query"], columns="estimator", values="mae").round(3).reset_index()
+
+
+def _error_plot(metrics: pd.DataFrame) -> str:
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    for ax, query in zip(axes, ("total", "detailed")):
+        t = metrics[metrics["query"] == query].pivot_table(index="level", columns="estimator", values="mae")
+        width = 0.8 / max(len(t.columns), 1)
+        for i, est in enumerate(sorted(t.columns, reverse=True)):
+            ax.bar(t.index + (i - (len(t.columns) - 1) / 2) * width, t[est], width, label=est,
+                   color=_COLOURS[i % len(_COLOURS)])
+        ax.set_xticks(list(t.index))
+        ax.set_xlabel("level (0 = root)")
+        ax.set_ylabel("mean absolute error")
+        ax.set_title(f"{'Node totals' if query == 'total' else 'Detailed cells'}")
+        ax.legend(fontsize=8)
+    fig.suptitle("Release vs raw noisy measurements (noisy detailed cells clipped at 0)")
+    return _png(fig)
+
+
+def _bias_plot(bias: pd.DataFrame) -> str:
+    fig, ax = plt.subplots(figsize=(11, 4))
+    groups = bias.assign(group=bias["level"].map(lambda v: f"L{v}") + " " + bias["size_bin"].astype(str))
+    order = list(dict.fromkeys(groups["group"]))
+    t = groups.pivot_table(index="group", columns="estimator", values="mean_error").reindex(order)
+    width = 0.8 / max(len(t.columns), 1)
+    xs = range(len(order))
+    for i, est in enumerate(sorted(t.columns, reverse=True)):
+        ax.bar([x + (i - (len(t.columns) - 1) / 2) * width for x in xs], t[est], width, label=est,
+               color=_COLOURS[i % len(_COLOURS)])
+    ax.axhline(0, color="black", linewidth=0.8)
+    ax.set_xticks(list(xs))
+    ax.set_xticklabels(order, rotation=30, ha="right", fontsize=8)
+    ax.set_xlabel("level and true node size")
+    ax.set_ylabel("mean signed error of node totals")
+    ax.set_title("Bias by node size")
+    ax.legend(fontsize=8)
+    return _png(fig)
+
+
+def _solver_plot(stats: pd.DataFrame) -> str:
+    fig, ax = plt.subplots(figsize=(8, 4))
+    levels = stats["level"].astype(str)
+    l2 = stats.get("l2_seconds", pd.Series(0.0, index=stats.index))
+    rnd = stats.get("rounding_seconds", pd.Series(0.0, index=stats.index))
+    ax.bar(levels, l2, label="L2 pass", color=_COLOURS[0])
+    ax.bar(levels, rnd, bottom=l2, label="rounding pass", color=_COLOURS[1])
+    ax.set_xlabel("level (0 = root)")
+    ax.set_ylabel("seconds (summed over families)")
+    ax.set_title("Solver time by level")
+    ax.legend(fontsize=8)
+    return _png(fig)
+
+
+def _ledger_html(ledger: dict[str, Any], config: dict[str, Any], manifest: dict[str, Any]) -> str:
+    s = ledger.get("summary", {})
+    kind = s.get("budget_kind", "budget")
+    rows = [
+        ("mechanism", s.get("mechanism", "")),
+        ("neighbouring", config.get("strategy", {}).get("neighbouring", "")),
+        (f"total {kind}", f"{s.get('total', '')} ({s.get('total_float', '')})"),
+        (f"epsilon at delta = {s.get('delta', '')}", f"{s.get('epsilon_at_delta', float('nan')):.4f}"),
+        ("per level", ", ".join(f"level {k}: {v}" for k, v in s.get("by_level", {}).items())),
+        ("noise", manifest.get("noise", "")),
+    ]
+    inv = ledger.get("invariants", [])
+    dis = ledger.get("disclosures", [])
+    rows.append(("invariants (published exactly, outside DP)",
+                 "; ".join(f"{i['name']} at level {i['level']}" for i in inv) or "none"))
+    rows.append(("disclosures (outside DP)", "; ".join(f"{d['name']}: {d['description']}" for d in dis) or "none"))
+    body = "".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape(str(v))}</td></tr>" for k, v in rows)
+    return f"<table class=kv>{body}</table>"
+
+
+def _table_html(frame: pd.DataFrame) -> str:
+    return frame.to_html(index=False, float_format=lambda v: f"{v:.3f}", classes="data", border=0)
+
+
+_PAGE = """<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>{title}</title>
+<style>
+body {{ font-family: sans-serif; max-width: 1200px; margin: 2em auto; color: #222; }}
+h1 {{ font-size: 1.6em; }} h2 {{ font-size: 1.2em; border-bottom: 1px solid #ccc; padding-bottom: .2em; }}
+img {{ max-width: 100%; display: block; margin: .5em 0; }}
+table {{ border-collapse: collapse; margin: .5em 0; font-size: .9em; }}
+th, td {{ padding: .25em .6em; border: 1px solid #ddd; text-align: left; }}
+table.kv th {{ background: #f4f4f4; }} .note {{ color: #666; }}
+</style></head>
+<body><h1>{title}</h1>
+{body}
+</body></html>
+"""
