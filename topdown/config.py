@@ -325,9 +325,9 @@ def _strategy(spec: Mapping, schema: Schema, fail, bad) -> Strategy:
     for key, budget, queries, first_pass in levels:
         bkey = key if key.startswith("strategy.budgets") else f"{key}.budget"
         try:
-            b = parse_budget(budget, bkey)
+            b = parse_budget(budget, "budget")
         except ValueError as err:
-            raise fail(bkey, f"{budget!r} is not a valid budget: {err}") from None
+            raise fail(bkey, str(err)) from None
         qkey = key + ".queries" if "levels" in spec else "strategy.queries"
         qs = _queries(queries, schema, qkey, fail, bad)
         try:
@@ -355,9 +355,9 @@ def _queries(spec: Any, schema: Schema, key: str, fail, bad) -> tuple[tuple[Quer
         except ValueError as err:
             raise fail(qkey, str(err)) from None
         try:
-            out.append((q, parse_budget(share, qkey)))
+            out.append((q, parse_budget(share, "share")))
         except ValueError as err:
-            raise fail(qkey, f"share {share!r} is not valid: {err}") from None
+            raise fail(qkey, str(err)) from None
     return tuple(out)
 
 

@@ -18,6 +18,7 @@ reports the slack: never a silent wrong answer.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from dataclasses import dataclass, field
@@ -27,8 +28,8 @@ import numpy as np
 import scipy.sparse as sp
 
 import solvers
-from solvers import InfeasibleError, Problem
-from solvers.builders import children_l2_problem, rounding_problem
+from solvers import InfeasibleError, Problem, SolverError, SolveStatus
+from solvers.builders import children_l2_problem, rounding_problem, rounding_solution
 
 __all__ = ["FamilyTask", "FamilyResult", "solve_family"]
 
@@ -180,19 +181,41 @@ def _round(task: FamilyTask, x_tilde: np.ndarray, parent: np.ndarray | None, res
             width=width, name=f"{task.where} / rounding pass (width {width})",
         )
         try:
-            z = _solve(problem, task, result)
+            solution = _solve_integral(problem, task, result)
         except InfeasibleError as err:
             last = err
             continue
-        counts = np.rint(floor.reshape(-1) + z[: floor.size]).astype(np.int64).reshape(task.k, task.n)
+        counts = rounding_solution(solution, floor).reshape(task.k, task.n)
         if task.ub is not None and np.any(counts.reshape(-1) > task.ub):
-            last = InfeasibleError("rounding broke an upper bound", status=None, solver="", problem=problem.name)
-            continue
+            continue  # a wider window broke a structural zero: not an answer
         result.widened = width > 1
         result.round_time += time.perf_counter() - start
-        return np.maximum(counts, 0)
-    assert last is not None
+        return counts
+    if last is None:
+        raise InfeasibleError(
+            f"{task.where}: no rounding within two units of the L2 answer keeps the structural zeros",
+            status=SolveStatus.INFEASIBLE, solver="rounding", problem=f"{task.where} / rounding pass",
+        )
     raise last
+
+
+def _solve_integral(problem: Problem, task: FamilyTask, result: FamilyResult) -> np.ndarray:
+    """Solve a rounding problem, as an LP when its rows are totally unimodular.
+
+    Cell consistency and per-child totals form a bipartite incidence matrix (TU) and the
+    window bounds and right-hand sides are integers, so a simplex vertex is integral and the
+    LP is much cheaper than branch and bound. User rows can break that: the LP answer is
+    checked and the MILP solved when it is fractional.
+    """
+    if task.rows is None and problem.integrality is not None:
+        relaxed = dataclasses.replace(problem, integrality=None)
+        try:
+            x = _solve(relaxed, task, result)
+        except SolverError:
+            x = None
+        if x is not None and np.max(np.abs(x - np.round(x)), initial=0.0) < 1e-7:
+            return np.round(x)
+    return _solve(problem, task, result)
 
 
 def _total_rows(x_tilde: np.ndarray):

@@ -369,3 +369,17 @@ def _microdata_failures(folder: Path, rel: Release, cfg: RunConfig) -> list[str]
     np.add.at(got, (node.to_numpy(dtype=np.int64), rel.schema.domain.ravel(codes)), 1)
     diff = np.flatnonzero((got != rel.counts[-1]).any(axis=1))
     return [f"unit {leaf.labels[i]!r}: microdata records differ from its table counts" for i in diff]
+
+
+def refresh_manifest(folder: Path) -> None:
+    """Update the manifest's file list after files were rebuilt (report, metrics)."""
+    folder = Path(folder)
+    manifest = read_json(folder, "manifest.json")
+    manifest["files"] = {
+        p.relative_to(folder).as_posix(): {"bytes": p.stat().st_size, "sha256": _sha256(p)}
+        for p in sorted(folder.rglob("*")) if p.is_file() and p.name != "manifest.json" and not p.name.startswith(".")
+    }
+    manifest["updated"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    tmp = folder / ".manifest.json.tmp"
+    _write_json(tmp, manifest)
+    os.replace(tmp, folder / "manifest.json")

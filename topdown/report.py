@@ -35,24 +35,26 @@ REPORT_NAME = "report.html"
 _COLOURS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf"]
 
 
-def build_report(folder: str | Path) -> Path:
-    """Write ``report.html`` into the release folder (atomically) and return its path."""
+def build_report(folder: str | Path, *, name: str | None = None) -> Path:
+    """Write ``report.html`` into the release folder (atomically) and return its path.
+
+    ``name`` is the release's name in the title (default: the folder's name; the writer passes
+    the final name while it builds the report in a temporary folder).
+    """
     folder = Path(folder)
     ledger = json.loads((folder / "ledger.json").read_text(encoding="utf-8"))
     config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
     stats = _csv(folder / "solver_stats.csv")
     metrics = _csv(folder / "metrics.csv")
     bias = _csv(folder / "bias_by_size.csv")
-    manifest_path = folder / "manifest.json"
-    manifest = json.loads(manifest_path.read_text(encoding="utf-8")) if manifest_path.is_file() else {}
 
     sections = [
-        ("Privacy ledger", _ledger_html(ledger, config, manifest)),
+        ("Privacy ledger", _ledger_html(ledger, config)),
         ("Budget allocation by level and query", _img(_budget_plot(ledger), "budget allocation")),
     ]
     if metrics is not None and not metrics.empty:
         sections.append(("Error by level: release vs raw noisy measurements", _img(_error_plot(metrics), "error by level")
-                         + _table_html(_error_table(metrics))))
+                         + _table_html(_error_table(metrics)) + _INVARIANT_NOTE))
     else:
         sections.append(("Error by level", "<p class=note>No truth was given, so no accuracy figures: run "
                          "<code>topdown report RELEASE --truth DATA</code> to add them.</p>"))
@@ -61,12 +63,12 @@ def build_report(folder: str | Path) -> Path:
     if stats is not None and not stats.empty:
         sections.append(("Solver time by level", _img(_solver_plot(stats), "solver time by level") + _table_html(stats)))
     body = "\n".join(f"<section><h2>{html.escape(t)}</h2>\n{c}</section>" for t, c in sections)
-    page = _PAGE.format(title=html.escape(f"TopDown release: {folder.name}"), body=body)
+    page = _PAGE.format(title=html.escape(f"TopDown release: {name or folder.name}"), body=body)
     path = folder / REPORT_NAME
     tmp = folder / f".{REPORT_NAME}.tmp"
     tmp.write_text(page, encoding="utf-8")
     os.replace(tmp, path)
-    log.info("report written: %s", path)
+    log.debug("report written: %s", path)
     return path
 
 
@@ -100,13 +102,14 @@ def _budget_plot(ledger: dict[str, Any]) -> str:
     ax.set_xlabel("level (0 = root)")
     ax.set_ylabel("rho (zCDP)" if kind == "zcdp" else "epsilon (pure DP)")
     ax.set_title("Budget by level, split by query")
-    ax.legend(title="query", fontsize=8)
+    ax.legend(title="query", fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1))
     return _png(fig)
 
 
 def _error_table(metrics: pd.DataFrame) -> pd.DataFrame:
     t = metrics[metrics["query"].isin(["total", "detailed"])]
-    return t.pivot_table(index=["level", "query"], columns="estimator", values="mae").round(3).reset_index()
+    out = t.pivot_table(index=["level", "query"], columns="estimator", values="mae").round(3).reset_index()
+    return out.rename_axis(columns=None).rename(columns={"release": "MAE release", "noisy": "MAE noisy"})
 
 
 def _error_plot(metrics: pd.DataFrame) -> str:
@@ -160,7 +163,7 @@ def _solver_plot(stats: pd.DataFrame) -> str:
     return _png(fig)
 
 
-def _ledger_html(ledger: dict[str, Any], config: dict[str, Any], manifest: dict[str, Any]) -> str:
+def _ledger_html(ledger: dict[str, Any], config: dict[str, Any]) -> str:
     s = ledger.get("summary", {})
     kind = s.get("budget_kind", "budget")
     rows = [
@@ -169,7 +172,8 @@ def _ledger_html(ledger: dict[str, Any], config: dict[str, Any], manifest: dict[
         (f"total {kind}", f"{s.get('total', '')} ({s.get('total_float', '')})"),
         (f"epsilon at delta = {s.get('delta', '')}", f"{s.get('epsilon_at_delta', float('nan')):.4f}"),
         ("per level", ", ".join(f"level {k}: {v}" for k, v in s.get("by_level", {}).items())),
-        ("noise", manifest.get("noise", "")),
+        ("noise", "secure random source" if config.get("seed", "none") == "none"
+         else f"seed {config.get('seed')}: reproducible, NOT for production"),
     ]
     inv = ledger.get("invariants", [])
     dis = ledger.get("disclosures", [])
@@ -183,6 +187,9 @@ def _ledger_html(ledger: dict[str, Any], config: dict[str, Any], manifest: dict[
 def _table_html(frame: pd.DataFrame) -> str:
     return frame.to_html(index=False, float_format=lambda v: f"{v:.3f}", classes="data", border=0)
 
+
+_INVARIANT_NOTE = ("<p class=note>A release error of 0 where a total is an invariant (published exactly) is "
+                   "expected: that figure carries no noise.</p>")
 
 _PAGE = """<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>{title}</title>

@@ -153,6 +153,9 @@ class CvxpyBackend(Backend):
         status = STATUS_MAP.get(str(model.status), SolveStatus.ERROR)
         if status is SolveStatus.TIME_LIMIT and self._hit_iterations(model):
             status = SolveStatus.ITERATION_LIMIT
+        if status in (SolveStatus.OPTIMAL_INACCURATE, SolveStatus.NUMERICAL_ERROR) and elapsed >= 0.98 * time_limit:
+            # Clarabel and OSQP report a stop at their time limit as an inaccurate solution.
+            status = SolveStatus.TIME_LIMIT
         iterations = getattr(model.solver_stats, "num_iters", None)
         if status not in (SolveStatus.OPTIMAL, SolveStatus.OPTIMAL_INACCURATE) or x.value is None:
             if status in (SolveStatus.OPTIMAL, SolveStatus.OPTIMAL_INACCURATE):

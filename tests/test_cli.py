@@ -1,0 +1,192 @@
+"""The ``topdown`` command line: run, check, report, bench, help, overwrite and atomicity."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+import topdown.release_folder as release_folder
+from topdown.cli import main
+
+DATA = Path(__file__).resolve().parents[1] / "topdown" / "data" / "acs_national2019.csv"
+
+SMALL_CONFIG = """
+seed = 7
+[data]
+path = "small.csv"
+[data.derive]
+STATE = {from = "PUMA", slice = [0, 2]}
+[schema]
+hierarchy = ["STATE", "PUMA"]
+[[schema.attributes]]
+name = "SEX"
+values = [1, 2]
+[[schema.attributes]]
+name = "AGE"
+column = "AGEP"
+bins = [0, 18, 65, 100]
+[strategy]
+mechanism = "discrete_gaussian"
+budgets = ["1/2", 0.5, "1/2"]
+queries = {detailed = "3/4", total = "1/4"}
+[[constraints]]
+sum_equal_real_total = {expr = {true = {}}}
+level = 0
+[[constraints]]
+sum_less_equal = {expr = {greater_than = ["AGE", "0-17"]}, value = 100000}
+[metrics]
+truth = true
+"""
+
+
+def small_project(folder: Path, config: str = SMALL_CONFIG) -> Path:
+    """Two states of the embedded data (about 5,000 rows, no STATE column) and a config."""
+    df = pd.read_csv(DATA, dtype={"STATE": str, "PUMA": str})
+    df = df[df["STATE"].isin(["06", "17"])].drop(columns=["STATE"])
+    df.to_csv(folder / "small.csv", index=False)
+    path = folder / "small.toml"
+    path.write_text(config, encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="module")
+def released(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    base = tmp_path_factory.mktemp("cli")
+    config = small_project(base)
+    out = base / "rel"
+    assert main(["-q", "run", str(config), "--out", str(out)]) == 0
+    return out
+
+
+def test_run_writes_every_file_of_the_manifest(released: Path) -> None:
+    manifest = json.loads((released / "manifest.json").read_text())
+    on_disk = {p.relative_to(released).as_posix() for p in released.rglob("*") if p.is_file()}
+    assert set(manifest["files"]) | {"manifest.json"} == on_disk
+    expected = {"microdata.csv", "tables/level_0_root.csv", "tables/level_1_STATE.csv", "tables/level_2_PUMA.csv",
+                "measurements.csv", "ledger.json", "config.json", "schema.json", "solver_stats.csv", "metrics.csv",
+                "bias_by_size.csv", "report.html", "hierarchy.csv", "invariants.json"}
+    assert expected <= set(manifest["files"])
+    assert not list(released.parent.glob(".rel.*")), "no temporary folder is left next to the release"
+
+
+def test_release_content(released: Path) -> None:
+    ledger = json.loads((released / "ledger.json").read_text())
+    assert ledger["summary"]["total"] == "3/2"
+    assert ledger["summary"]["epsilon_at_delta"] > 0
+    assert ledger["invariants"][0]["name"] == "SumEqualRealTotal(TRUE)"
+    states = pd.read_csv(released / "tables" / "level_1_STATE.csv", dtype={"node": str})
+    assert set(states["node"]) == {"06", "17"}
+    assert list(states.columns) == ["node", "SEX", "AGE", "count"]
+    root = pd.read_csv(released / "tables" / "level_0_root.csv")
+    micro = pd.read_csv(released / "microdata.csv")
+    assert root["count"].sum() == len(micro) == ledger_total_records(released)
+    config = json.loads((released / "config.json").read_text())
+    assert config["schema"]["attributes"][1]["labels"] == ["0-17", "18-64", "65-99"]
+    assert config["seed"] == 7
+
+
+def ledger_total_records(folder: Path) -> int:
+    """The invariant root total: the number of input records (published exactly)."""
+    return json.loads((folder / "invariants.json").read_text())[0]["value"]
+
+
+def test_check_passes_then_fails_after_tampering(released: Path, tmp_path: Path, capsys) -> None:
+    assert main(["check", str(released)]) == 0
+    assert "passed" in capsys.readouterr().out
+    copy = tmp_path / "copy"
+    import shutil
+
+    shutil.copytree(released, copy)
+    table = copy / "tables" / "level_2_PUMA.csv"
+    frame = pd.read_csv(table, dtype=str)
+    frame.loc[0, "count"] = str(int(frame.loc[0, "count"]) + 1)
+    frame.to_csv(table, index=False)
+    assert main(["check", str(copy)]) == 1
+    err = capsys.readouterr().err
+    assert "FAIL children sum to parent" in err
+    assert "tables/level_2_PUMA.csv" in err  # the manifest hash names the modified file
+
+
+def test_check_catches_negative_and_fractional_counts(released: Path, tmp_path: Path, capsys) -> None:
+    import shutil
+
+    copy = tmp_path / "copy"
+    shutil.copytree(released, copy)
+    table = copy / "tables" / "level_0_root.csv"
+    frame = pd.read_csv(table, dtype=str)
+    frame.loc[0, "count"] = "-1.5"
+    frame.to_csv(table, index=False)
+    assert main(["check", str(copy)]) == 1
+    assert "FAIL non-negative integers" in capsys.readouterr().err
+
+
+def test_report_rebuild_with_truth(released: Path, tmp_path: Path, capsys) -> None:
+    import shutil
+
+    copy = tmp_path / "copy"
+    shutil.copytree(released, copy)
+    (copy / "metrics.csv").unlink()
+    (copy / "report.html").unlink()
+    assert main(["-q", "report", str(copy), "--truth", str(released.parent / "small.csv")]) == 0
+    assert (copy / "report.html").is_file()
+    metrics = pd.read_csv(copy / "metrics.csv")
+    assert set(metrics["estimator"]) == {"release", "noisy"}
+    assert main(["check", str(copy)]) == 0  # the manifest was refreshed
+
+
+def test_overwrite_and_interrupted_run(tmp_path: Path, monkeypatch, capsys) -> None:
+    config = small_project(tmp_path)
+    out = tmp_path / "rel"
+    out.mkdir()
+    (out / "old.txt").write_text("old")
+    assert main(["-q", "run", str(config), "--out", str(out)]) == 2
+    assert "already exists" in capsys.readouterr().err
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(release_folder, "_write_manifest", interrupted)
+    assert main(["-q", "run", str(config), "--out", str(out), "--overwrite"]) == 130
+    assert (out / "old.txt").is_file(), "an interrupted run leaves the old folder as it was"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["rel", "small.csv", "small.toml"]
+    monkeypatch.undo()
+    assert main(["-q", "run", str(config), "--out", str(out), "--overwrite", "--solver", "highs"]) == 0
+    assert not (out / "old.txt").exists() and (out / "manifest.json").is_file()
+    assert json.loads((out / "config.json").read_text())["solver"]["name"] == "highs"
+
+
+def test_default_run_without_config(tmp_path: Path, monkeypatch, capsys) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert main(["-q", "run", "--seed", "1"]) == 0
+    out = Path(capsys.readouterr().out.strip())
+    assert out.parent == tmp_path and out.name.startswith("release-")
+    assert len(pd.read_csv(out / "microdata.csv")) == 27_253  # the root total invariant
+    assert main(["check", str(out)]) == 0
+
+
+@pytest.mark.parametrize("command", [[], ["run"], ["check"], ["report"], ["bench"]])
+def test_help(command: list[str], capsys) -> None:
+    assert main(command + ["--help"]) == 0
+    assert "usage: topdown" in capsys.readouterr().out
+
+
+def test_usage_errors(capsys) -> None:
+    assert main([]) == 2
+    assert main(["frobnicate"]) == 2
+    assert "invalid choice" in capsys.readouterr().err
+    assert main(["check", "/no/such/release"]) == 2
+    assert "does not exist" in capsys.readouterr().err
+
+
+def test_bench_without_the_repository(tmp_path: Path, monkeypatch, capsys) -> None:
+    import topdown.cli as cli
+
+    monkeypatch.setattr(cli, "_repo_root", lambda: tmp_path)
+    assert main(["bench", "samplers"]) == 2
+    assert "benchmarks folder is not there" in capsys.readouterr().err
+    (tmp_path / "benchmarks").mkdir()
+    assert main(["bench", "scale"]) == 2
+    assert "bench_scale.py" in capsys.readouterr().err

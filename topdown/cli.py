@@ -1,0 +1,299 @@
+"""The ``topdown`` command line: run a release, check a release folder, rebuild its report, benchmark.
+
+Commands (``topdown COMMAND --help`` for each)::
+
+    topdown run [CONFIG] [--out DIR] [--overwrite] [--seed N] [--solver S] [--executor E]
+    topdown check RELEASE
+    topdown report RELEASE [--truth DATA]
+    topdown bench {samplers,solvers,scale} [ARGS...]
+
+``topdown run`` without a config runs the embedded default (``topdown/data/default.toml`` over
+the embedded ACS 2019 excerpt). Global ``--quiet`` shows warnings and errors only; ``--verbose``
+shows debug logs and the traceback of an error. Progress is a bar on a terminal and log lines
+otherwise.
+
+Exit codes: 0 success; 1 a runtime failure (a solver failure, a release or folder that fails
+its checks, an I/O error); 2 a usage, configuration or input-data error (bad option, config
+key, data column or value, existing output folder); 130 interrupted. Errors are one message on
+stderr naming the file, the key or column, the value and the rule; nothing is left behind.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import subprocess
+import sys
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Sequence
+
+import pandas as pd
+
+from constraints.errors import ConstraintError, DomainError
+from mechanisms.errors import BudgetError, MechanismError
+from topdown.config import DEFAULT_CONFIG, ConfigError, RunConfig, load_config
+from topdown.errors import DataError, TopDownError
+from topdown.io import read_data
+
+__all__ = ["main", "load_data", "EXIT_OK", "EXIT_FAILURE", "EXIT_USAGE"]
+
+log = logging.getLogger("topdown.cli")
+EXIT_OK, EXIT_FAILURE, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+_INPUT_ERRORS = (TopDownError, ConstraintError, DomainError, BudgetError, MechanismError)
+_BENCHES = {"samplers": "bench_samplers.py", "solvers": "solvers", "scale": "bench_scale.py"}
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that raises instead of exiting, so ``main`` returns the usage exit code."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise _UsageError(f"{self.prog}: {message}")
+
+
+class _UsageError(Exception):
+    pass
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="topdown", description="Differentially private TopDown releases of hierarchical data.")
+    verbosity = parser.add_mutually_exclusive_group()
+    verbosity.add_argument("-q", "--quiet", action="store_true", help="warnings and errors only, no progress")
+    verbosity.add_argument("-v", "--verbose", action="store_true", help="debug logs; tracebacks on errors")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+
+    run = sub.add_parser("run", help="run a release and write a release folder",
+                         description="Run a TopDown release from a TOML config (default: the embedded ACS "
+                                     "excerpt and topdown/data/default.toml) and write a release folder.")
+    run.add_argument("config", nargs="?", type=Path, help="config file (TOML); default: the embedded default")
+    run.add_argument("--out", type=Path, help="release folder to create (default: ./release-YYYYmmdd-HHMMSS)")
+    run.add_argument("--overwrite", action="store_true", help="replace the output folder if it exists")
+    run.add_argument("--seed", type=int, help="reproducible noise (tests, experiments; NOT for production)")
+    run.add_argument("--solver", help="solver name (see solvers.available()) or auto")
+    run.add_argument("--executor", help="serial, processes or dask")
+
+    check = sub.add_parser("check", help="re-verify a release folder",
+                           description="Verify a release folder without the original data: files vs manifest, "
+                                       "non-negative integers, children sum to parents, constraints, ledger.")
+    check.add_argument("release", type=Path, help="release folder")
+
+    report = sub.add_parser("report", help="(re)build a release folder's report.html",
+                            description="Rebuild report.html; with --truth, recompute the accuracy metrics first.")
+    report.add_argument("release", type=Path, help="release folder")
+    report.add_argument("--truth", type=Path, help="the confidential data the release was made from")
+
+    bench = sub.add_parser("bench", help="run a benchmark script of the repository",
+                           description="Run benchmarks/ scripts (needs a checkout of the repository).")
+    bench.add_argument("name", choices=sorted(_BENCHES), help="which benchmark")
+    bench.add_argument("args", nargs=argparse.REMAINDER, help="arguments passed to the benchmark")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point; returns the exit code (see the module docstring)."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
+    except _UsageError as err:
+        print(str(err), file=sys.stderr)
+        return EXIT_USAGE
+    except SystemExit as exc:  # --help
+        return int(exc.code or 0)
+    _setup_logging(args.quiet, args.verbose)
+    if args.command is None:
+        parser.print_help(sys.stderr)
+        return EXIT_USAGE
+    command = {"run": _cmd_run, "check": _cmd_check, "report": _cmd_report, "bench": _cmd_bench}[args.command]
+    try:
+        return command(args)
+    except KeyboardInterrupt:
+        print("topdown: interrupted; nothing was written", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except Exception as err:  # the edge: one message, a code, a traceback only when asked
+        code = EXIT_USAGE if isinstance(err, _INPUT_ERRORS) and isinstance(err, ValueError) else EXIT_FAILURE
+        if args.verbose:
+            log.exception("traceback")
+        print(f"topdown: error: {err}", file=sys.stderr)
+        return code
+
+
+def _setup_logging(quiet: bool, verbose: bool) -> None:
+    root = logging.getLogger()
+    for h in list(root.handlers):
+        if getattr(h, "_topdown_cli", False):
+            root.removeHandler(h)
+    handler = logging.StreamHandler(sys.stderr)
+    handler._topdown_cli = True  # type: ignore[attr-defined]
+    fmt = "%(asctime)s %(levelname)s %(name)s: %(message)s" if verbose else "%(levelname)s: %(message)s"
+    handler.setFormatter(logging.Formatter(fmt, "%H:%M:%S"))
+    root.addHandler(handler)
+    root.setLevel(logging.DEBUG if verbose else logging.WARNING if quiet else logging.INFO)
+    for noisy in ("matplotlib", "PIL", "numexpr", "distributed", "asyncio"):
+        logging.getLogger(noisy).setLevel(max(logging.WARNING, root.level))
+
+
+# -- run -------------------------------------------------------------------------------------
+def load_data(cfg: RunConfig, path: Path | None = None) -> pd.DataFrame:
+    """The confidential data of a config (or ``path`` read the same way), derived columns added.
+
+    Hierarchy columns and derive sources are read as text, so ``01`` keeps its leading zero.
+    """
+    path = path or cfg.data.path
+    text_cols = set(cfg.schema.hierarchy) | {d.source for d in cfg.data.derive.values()}
+    try:
+        data = read_data(path, sep=cfg.data.separator, fmt=cfg.data.format, dtype={c: str for c in text_cols})
+        for col, d in cfg.data.derive.items():
+            if d.source not in data.columns:
+                raise DataError(f"column {d.source!r} (the source of derived column {col!r}) is not in the data; "
+                                f"its columns are {list(data.columns)}")
+            src = data[d.source]
+            derived = src.astype(str).str.slice(d.start, d.stop)
+            data[col] = derived.where(src.notna())
+        cfg.schema.check_columns(data, source=f"data file {str(path)!r}")
+        for i, attr in enumerate(cfg.schema.attributes):
+            try:
+                _check_attribute(attr, data)
+            except (DataError, DomainError) as err:
+                raise DataError(f"{err} (domain declared in {cfg.file} at schema.attributes[{i}])") from None
+        for col in cfg.schema.hierarchy:
+            missing = data[col].isna() | (data[col].astype(str).str.strip() == "")
+            if missing.any():
+                raise DataError(f"hierarchy column {col!r} has {int(missing.sum())} empty value(s), first at "
+                                f"row(s) {list(missing.to_numpy().nonzero()[0][:5])}; every record needs a unit")
+    except DataError as err:
+        if str(path) in str(err):
+            raise
+        raise DataError(f"data file {str(path)!r}: {err}") from None
+    return data
+
+
+def _check_attribute(attr, data: pd.DataFrame) -> None:
+    """NaN and values outside the declared domain, for one attribute (before any work)."""
+    col = data[attr.source]
+    nan = col.isna().to_numpy()
+    if nan.any():
+        raise DataError(f"column {attr.source!r} has {int(nan.sum())} missing (NaN) value(s), first at row(s) "
+                        f"{nan.nonzero()[0][:5].tolist()}; query attributes must be complete")
+    attr.encode(col)
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from topdown.engine import release
+    from topdown.progress import Progress
+    from topdown.release_folder import check_output, write_release_folder
+    from topdown.report import build_report
+
+    timings: dict[str, float] = {}
+    start = time.perf_counter()
+    cfg = load_config(args.config or DEFAULT_CONFIG)
+    cfg = cfg.with_overrides(seed=args.seed, solver=args.solver, executor=args.executor)
+    out = (args.out or Path.cwd() / f"release-{datetime.now():%Y%m%d-%H%M%S}").absolute()
+    check_output(out, args.overwrite)
+    data = load_data(cfg)
+    _check_node_labels(cfg, data)
+    timings["read"] = time.perf_counter() - start
+    log.info("read %d records from %s", len(data), cfg.data.path)
+    t = time.perf_counter()
+    try:
+        rel = release(
+            data, cfg.schema, cfg.strategy, constraints=cfg.constraints, seed=cfg.seed, solver=cfg.solver,
+            solver_options=cfg.solver_options, executor=cfg.executor, workers=cfg.workers, address=cfg.address,
+            failsafe=cfg.failsafe, progress=Progress(enabled=not args.quiet), config=cfg.resolved(),
+        )
+    except DataError as err:
+        raise DataError(f"data file {str(cfg.data.path)!r}: {err}") from None
+    except (DomainError, ValueError) as err:
+        if isinstance(err, _INPUT_ERRORS):
+            raise type(err)(f"{cfg.file}: {err}") from None
+        raise
+    timings["release"] = time.perf_counter() - t
+    verdict = rel.check_correctness()
+    if not verdict.ok:
+        from topdown.errors import ReleaseError
+        raise ReleaseError("the release failed its checks, nothing was written:\n" + str(verdict))
+    metrics = None
+    if cfg.truth:
+        t = time.perf_counter()
+        truth = data if cfg.truth is True else load_data(cfg, Path(cfg.truth))
+        metrics = rel.metrics(truth)
+        timings["metrics"] = time.perf_counter() - t
+    write_release_folder(rel, cfg, out, overwrite=args.overwrite, metrics=metrics, timings=timings,
+                         report=lambda folder: build_report(folder, name=out.name))
+    print(out)
+    return EXIT_OK
+
+
+def _check_node_labels(cfg: RunConfig, data: pd.DataFrame) -> None:
+    """Constraints attached to named nodes must name units that exist (a typo applies nowhere)."""
+    labels = {0: ["root"]}
+    for k, col in enumerate(cfg.schema.hierarchy, start=1):
+        labels[k] = data[col].astype(str).unique().tolist()
+    try:
+        cfg.constraints.validate(cfg.schema.n_levels, labels)
+    except ConstraintError as err:
+        raise ConfigError(cfg.file, "constraints", str(err)) from None
+
+
+# -- check, report, bench --------------------------------------------------------------------
+def _existing_release(path: Path) -> Path:
+    if not path.is_dir():
+        raise ConfigError("command line", "RELEASE", f"release folder {str(path)!r} does not exist")
+    return path
+
+
+def _cmd_check(args: argparse.Namespace) -> int:
+    from topdown.release_folder import verify_release_folder
+
+    folder = _existing_release(args.release)
+    checks, failures = verify_release_folder(folder)
+    if failures:
+        for name, ok in checks.items():
+            print(f"{'ok  ' if ok else 'FAIL'} {name}", file=sys.stderr)
+        for f in failures:
+            print(f"  - {f}", file=sys.stderr)
+        print(f"topdown: check failed: {folder}", file=sys.stderr)
+        return EXIT_FAILURE
+    print(f"ok: {folder} passed {len(checks)} checks")
+    return EXIT_OK
+
+
+def _cmd_report(args: argparse.Namespace) -> int:
+    from topdown.microdata import write_table
+    from topdown.release_folder import load_release, refresh_manifest
+    from topdown.report import build_report
+
+    folder = _existing_release(args.release)
+    if args.truth is not None:
+        rel, cfg = load_release(folder)
+        metrics = rel.metrics(load_data(cfg, args.truth))
+        write_table(metrics.table, folder / "metrics.csv")
+        write_table(metrics.bias_by_size, folder / "bias_by_size.csv")
+    path = build_report(folder)
+    refresh_manifest(folder)
+    print(path)
+    return EXIT_OK
+
+
+def _repo_root() -> Path:
+    """The checkout this module runs from (benchmarks/ lives beside the packages)."""
+    return Path(__file__).resolve().parents[1]
+
+
+def _cmd_bench(args: argparse.Namespace) -> int:
+    root = _repo_root()
+    bench_dir = root / "benchmarks"
+    if not bench_dir.is_dir():
+        raise ConfigError("command line", "bench", f"the benchmarks folder is not there ({bench_dir}): "
+                          "benchmarks need a checkout of the repository, not an installed package")
+    target = bench_dir / _BENCHES[args.name]
+    if not target.exists():
+        raise ConfigError("command line", f"bench {args.name}", f"benchmark {str(target)!r} does not exist (yet)")
+    cmd = ([sys.executable, "-m", f"benchmarks.{target.name}"] if target.is_dir()
+           else [sys.executable, str(target)]) + list(args.args)
+    log.info("running %s", " ".join(cmd))
+    return subprocess.call(cmd, cwd=root)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
