@@ -58,7 +58,7 @@ def test_report_embeds_four_valid_pngs(release_dir: Path) -> None:
     assert all(p.startswith(b"\x89PNG\r\n\x1a\n") and len(p) > 5000 for p in pngs)
     for heading in ("Privacy ledger", "Budget allocation", "Error by level", "Bias by node size", "Solver time"):
         assert heading in html
-    assert "3/2" not in html and "1 (1.0)" in html  # total rho 1/2 + 1/2
+    assert "<th>total rho</th><td>1 (1.0)</td>" in html  # 1/2 + 1/2
     assert "seed 11: reproducible, NOT for production" in html
     assert "src=\"http" not in html and "<script" not in html  # self-contained
 

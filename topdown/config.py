@@ -109,7 +109,9 @@ class RunConfig:
         """The configuration with everything explicit (JSON-serialisable)."""
         attrs = []
         for a in self.schema.attributes:
-            entry: dict[str, Any] = {"name": a.name, "column": a.source}
+            entry: dict[str, Any] = {"name": a.name}
+            if a.column:
+                entry["column"] = a.column
             if a.bins is not None:
                 entry.update(bins=[_jsonable(b) for b in a.bins], labels=list(a.labels or ()))
             else:
