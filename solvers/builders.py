@@ -10,6 +10,7 @@ so no redundant row is ever added here.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 
 import numpy as np
@@ -20,6 +21,9 @@ from solvers.problem import Problem
 __all__ = ["children_l2_problem", "rounding_problem", "rounding_solution"]
 
 _NEG_TOL = 1e-6
+_DENSE_WARN = 20_000_000
+
+logger = logging.getLogger(__name__)
 
 
 def _consistency_rows(k: int, n: int) -> sp.csr_matrix:
@@ -79,6 +83,10 @@ def children_l2_problem(parent: np.ndarray | None,
         return _lifted_children(parent, measurements, k=k, n=n, extra_A=extra_A, extra_lb=extra_lb,
                                 extra_ub=extra_ub, ub=ub, name=name)
     N = k * n
+    dense_nnz = k * sum(int(np.sum(np.diff(sp.csr_matrix(m[0]).indptr) ** 2)) for m in measurements)
+    if dense_nnz > _DENSE_WARN:
+        logger.warning("problem %r: the Hessian will hold about %.2g entries (marginals over many cells); "
+                       "pass lifted=True to keep it sparse", name, dense_nnz)
     P = sp.csr_matrix((N, N))
     c = np.zeros(N)
     offset = 0.0

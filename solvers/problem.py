@@ -27,11 +27,15 @@ _SYMMETRY_RTOL = 1e-10
 
 def _vector(value: object, size: int, field: str, name: str) -> np.ndarray:
     """Convert ``value`` to a read-only float vector of length ``size`` without NaN."""
-    arr = np.array(value, dtype=float).reshape(-1) if np.ndim(value) else np.full(size, float(value))  # type: ignore[arg-type]
+    if np.ndim(value) == 0:
+        arr = np.full(size, float(value))  # type: ignore[arg-type]
+    else:
+        arr = np.array(value, dtype=float).reshape(-1)
     if arr.shape != (size,):
         raise ValueError(f"problem {name!r}: {field} has shape {arr.shape}, expected ({size},)")
     if np.isnan(arr).any():
-        raise ValueError(f"problem {name!r}: {field} contains NaN at index {int(np.flatnonzero(np.isnan(arr))[0])}")
+        first = int(np.flatnonzero(np.isnan(arr))[0])
+        raise ValueError(f"problem {name!r}: {field} contains NaN at index {first}")
     arr.setflags(write=False)
     return arr
 
@@ -116,7 +120,9 @@ class Problem:
     def _validate_rows(self, n: int, name: str) -> None:
         setattr_ = object.__setattr__
         if self.A is None:
-            if self.row_lb is not None and np.size(self.row_lb) or self.row_ub is not None and np.size(self.row_ub):
+            has_lb = self.row_lb is not None and np.size(self.row_lb) > 0
+            has_ub = self.row_ub is not None and np.size(self.row_ub) > 0
+            if has_lb or has_ub:
                 raise ValueError(f"problem {name!r}: row bounds given without A")
             setattr_(self, "row_lb", None)
             setattr_(self, "row_ub", None)

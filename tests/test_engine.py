@@ -77,7 +77,7 @@ def test_seed_api_without_domain_infers_warns_and_records_the_disclosure(caplog)
     with caplog.at_level("WARNING"):
         td.run()
     assert any("inferring the domain" in r.message for r in caplog.records)
-    assert [d.name for d in td.release.ledger.disclosures] == ["domain inferred from data"]
+    assert [d.name for d in td.release.ledger.disclosures] == ["domain inferred from data", "units read from data"]
 
 
 @pytest.mark.parametrize("mechanism", ["discrete_laplace", "discrete_gaussian"])
@@ -257,3 +257,15 @@ def test_failsafe_relaxes_consistency_and_reports_it():
     assert report.checks["constraints and invariants hold"]
     assert not report.checks["children sum to parent"]
     assert rel.counts[2][list(rel.tree.levels[2].labels).index("N1")].sum() == 100_000
+
+
+def test_declared_geography_keeps_empty_units_and_avoids_the_disclosure():
+    df = seed_data(300, seed=2)
+    units = pd.DataFrame({"REGION": ["N", "N", "N", "N", "S", "S"], "STATE": ["N1", "N2", "N3", "N4", "S1", "S2"]})
+    schema = Schema((Attribute("AGE", bins=(0, 50, 116)), Attribute("SEX", values=(1, 2))), ("REGION", "STATE"))
+    rel = release(df, schema, Strategy.from_budgets([1, 1, 1]), seed=3, geography=units)
+    assert list(rel.tree.levels[2].labels) == ["N1", "N2", "N3", "N4", "S1", "S2"]  # N4 has no record
+    assert rel.ledger.disclosures == ()
+    assert rel.check_correctness().ok
+    with pytest.raises(HierarchyError, match=r"record\(s\) in units the geography does not list: \['S2'\]"):
+        release(df, schema, Strategy.from_budgets([1, 1, 1]), seed=3, geography=units[units.STATE != "S2"])

@@ -294,3 +294,29 @@ def test_problem_kind_and_immutability() -> None:
     assert (problem.n, problem.m) == (3, 2)
     with pytest.raises(ValueError):
         problem.c[0] = 5.0
+
+
+def test_closed_form_infeasible_message_names_the_row() -> None:
+    problem = Problem(c=np.zeros(3), lb=np.zeros(3), ub=np.full(3, np.inf), P=sp.identity(3, format="csc"),
+                      A=sp.csr_matrix((np.ones(2), ([0, 0], [0, 1])), shape=(2, 3)), row_lb=np.array([1.0, 2.0]),
+                      row_ub=np.array([1.0, 2.0]), row_names=("cell a", "cell b"), name="empty row")
+    with pytest.raises(InfeasibleError, match=r"closed_form on problem 'empty row': infeasible \(cell b"):
+        solvers.solve(problem, "closed_form")
+
+
+def test_closed_form_declines_with_reasons() -> None:
+    base = dict(c=np.zeros(2), lb=np.zeros(2), ub=np.full(2, np.inf), P=sp.identity(2, format="csc"))
+    cases = {
+        "coefficient": dict(A=_rows([[2, 1]]), row_lb=np.ones(1), row_ub=np.ones(1)),
+        "equality": dict(A=_rows([[1, 1]]), row_lb=np.zeros(1), row_ub=np.ones(1)),
+        "at most one row": dict(A=_rows([[1, 1], [1, 0]]), row_lb=np.ones(2), row_ub=np.ones(2)),
+    }
+    for expected, rows in cases.items():
+        verdict = solvers.get("closed_form").accepts(Problem(**base, **rows))
+        assert isinstance(verdict, str) and expected in verdict
+    bounded = Problem(c=np.zeros(2), lb=np.zeros(2), ub=np.ones(2), P=sp.identity(2, format="csc"),
+                      A=_rows([[1, 1]]), row_lb=np.ones(1), row_ub=np.ones(1))
+    assert "ub = +inf" in solvers.get("closed_form").accepts(bounded)
+    fractional = Problem(c=np.zeros(2), lb=np.zeros(2), ub=np.ones(2), A=_rows([[1, 1]]),
+                         row_lb=np.full(1, 0.5), row_ub=np.full(1, 0.5))
+    assert "integer" in solvers.get("closed_form").accepts(fractional)

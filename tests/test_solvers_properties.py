@@ -112,3 +112,51 @@ def test_closed_form_declines_coupled_problems(case) -> None:
     capped, _ = rounding_problem(np.abs(noisy), parent, extra_A=sp.kron(sp.identity(k), total, format="csr"),
                                  extra_ub=np.full(k, 1e9))
     assert isinstance(solvers.get("closed_form").accepts(capped), str)
+
+
+@st.composite
+def ragged(draw):
+    """A partition of n variables into groups of unequal sizes, some variables in no group."""
+    n = draw(st.integers(2, 25))
+    seed = draw(st.integers(0, 2**32 - 1))
+    rng = np.random.default_rng(seed)
+    groups = rng.integers(-1, max(1, n // 3), n)          # -1: in no row
+    m = int(groups.max()) + 1
+    used = np.flatnonzero(groups >= 0)
+    A = sp.csr_matrix((np.ones(used.size), (groups[used], used)), shape=(m, n))
+    return n, m, groups, A, rng
+
+
+@SETTINGS
+@given(ragged())
+def test_closed_form_ragged_projection_matches_qp_solver(case) -> None:
+    n, m, groups, A, rng = case
+    w = rng.uniform(0.2, 5.0, n)
+    y = rng.normal(1.0, 2.0, n)
+    b = np.array([max(0.0, y[groups == g].sum() + rng.normal()) if (groups == g).any() else 0.0
+                  for g in range(m)])
+    free = groups < 0
+    lb = np.where(free, -1.0, 0.0)
+    ub = np.where(free, 1.5, np.inf)
+    problem = solvers.Problem(c=-w * y, lb=lb, ub=ub, P=sp.diags(w, format="csc"), A=A, row_lb=b, row_ub=b,
+                              name="ragged projection")
+    assert solvers.get("closed_form").accepts(problem) is True
+    fast = solvers.solve(problem, "closed_form")
+    for name in _qp_reference():
+        ref = solvers.solve(problem, name)
+        assert np.abs(fast.x - ref.x).max() <= 1e-5 * (1 + np.abs(ref.x).max()), name
+
+
+@SETTINGS
+@given(ragged())
+def test_closed_form_ragged_rounding_matches_milp(case) -> None:
+    n, m, groups, A, rng = case
+    c = np.round(rng.normal(0.0, 1.0, n), 1)                # ties are likely: optimum value must agree
+    sizes = np.bincount(groups[groups >= 0], minlength=m)
+    b = np.array([rng.integers(0, s + 1) for s in sizes], dtype=float)
+    problem = solvers.Problem(c=c, lb=np.zeros(n), ub=np.ones(n), A=A, row_lb=b, row_ub=b,
+                              integrality=np.ones(n, dtype=bool), name="ragged rounding")
+    fast = solvers.solve(problem, "closed_form")
+    assert problem.max_violation(fast.x) == 0.0
+    if "highs" in solvers.available():
+        assert fast.objective == pytest.approx(solvers.solve(problem, "highs").objective, abs=1e-9)

@@ -54,6 +54,7 @@ def release(
     failsafe: bool = True,
     progress: Progress | None = None,
     domain_inferred: bool = False,
+    geography: pd.DataFrame | None = None,
     config: Mapping[str, Any] | None = None,
 ) -> Release:
     """Run one TopDown release.
@@ -71,6 +72,9 @@ def release(
         failsafe: relax consistency (reported) instead of raising on an infeasible family.
         progress: progress reporting; default a bar on a terminal, log lines elsewhere.
         domain_inferred: the schema's domain was read from the data (recorded as a disclosure).
+        geography: the published units (one row per leaf, every hierarchy column, empty units
+            included). Without it the units are read from the data, which discloses that each
+            has at least one record: recorded in the ledger.
         config: the resolved configuration, kept with the release.
     """
     progress = progress or Progress()
@@ -88,7 +92,13 @@ def release(
     needs_records = constraints is not None and any(
         isinstance(a.constraint, ContextualConstraint) for a in constraints.invariants()
     )
-    tree, truth = build_tree(data, schema, keep_records=needs_records)
+    tree, truth = build_tree(data, schema, keep_records=needs_records, geography=geography)
+    if geography is None and schema.hierarchy:
+        ledger.record_disclosure(
+            "units read from data",
+            f"the units of {list(schema.hierarchy)} are those with at least one record; pass "
+            "geography= (the published list of units) to avoid this",
+        )
     measurements, invariants = measure(
         tree, truth, schema.domain, strategy,
         release_key=new_release_key(seed), ledger=ledger, constraints=constraints, progress=progress,
@@ -162,6 +172,7 @@ class TopDown:
         strategy: a Strategy; otherwise built from ``set_privacy_parameters``.
         neighbouring: ``add_remove`` (default) or ``replace_one``.
         sep: CSV separator (sniffed when None).
+        geography: the published units, empty ones included (see ``release``).
     """
 
     def __init__(
@@ -179,8 +190,10 @@ class TopDown:
         sep: str | None = None,
         executor: str = "serial",
         failsafe: bool = True,
+        geography: pd.DataFrame | None = None,
     ):
         self.data = read_data(data_path, sep=sep)
+        self.geography = geography
         self.schema, self._inferred = make_schema(domain, queries, hierarchy, self.data)
         self.schema.check_columns(self.data)
         self.out_path = out_path
@@ -231,7 +244,7 @@ class TopDown:
         self.release = release(
             self.data, self.schema, self.strategy, constraints=self.constraints, seed=self.seed,
             solver=self.solver, executor=self.executor, failsafe=self.failsafe,
-            domain_inferred=self._inferred,
+            domain_inferred=self._inferred, geography=self.geography,
         )
         micro = self.release.microdata
         if self.out_path is not None:

@@ -82,37 +82,71 @@ class ConfidentialHistograms:
 
 
 def build_tree(
-    data: pd.DataFrame, schema: Schema, *, keep_records: bool = False
+    data: pd.DataFrame,
+    schema: Schema,
+    *,
+    keep_records: bool = False,
+    geography: pd.DataFrame | None = None,
 ) -> tuple[Tree, ConfidentialHistograms]:
     """One pass over the records: node codes per level (pd.factorize), parent links, and the
     histograms of all nodes of a level at once (np.bincount on node * cells + cell).
 
+    Args:
+        data: the confidential records.
+        schema: query attributes and hierarchy columns.
+        keep_records: keep the records for contextual constraints that aggregate them.
+        geography: the published list of units, one row per leaf with every hierarchy column
+            (units with no records included). Without it the units are those present in the
+            data, which discloses that each has at least one record (the engine records it).
+
     Raises:
-        HierarchyError: a hierarchy column with missing labels, or a label under two parents.
+        HierarchyError: a hierarchy column with missing labels, a label under two parents, or
+            a record in a unit the geography does not list.
         DataError / DomainError: from the schema's checks of the query columns.
     """
     schema.check_columns(data)
     cells = schema.encode_cells(data)
-    n_rows = len(data)
     size = schema.domain.size
+    if geography is None:
+        levels, node_codes = _structure(data, schema.hierarchy, "data")
+    else:
+        missing = [c for c in schema.hierarchy if c not in geography.columns]
+        if missing:
+            raise HierarchyError(
+                f"geography lacks hierarchy column(s) {missing}; its columns are "
+                f"{list(geography.columns)}"
+            )
+        levels, _ = _structure(geography, schema.hierarchy, "geography")
+        node_codes = _codes_in_geography(data, levels)
+    counts = []
+    for lv, codes in zip(levels, node_codes):
+        flat = np.bincount(codes * size + cells, minlength=lv.size * size)
+        counts.append(flat.reshape(lv.size, size).astype(np.int64, copy=False))
+    records = data if keep_records else None
+    return Tree(tuple(levels)), ConfidentialHistograms(
+        tuple(counts), records, tuple(node_codes) if keep_records else ()
+    )
 
+
+def _structure(frame: pd.DataFrame, hierarchy: tuple[str, ...], source: str) -> tuple[list[Level], list[np.ndarray]]:
+    """Levels (sorted labels, parent indices) and each row's node code per level."""
     levels = [Level(0, None, np.array([ROOT_LABEL], dtype=object), np.array([-1], dtype=np.int64))]
-    node_codes = [np.zeros(n_rows, dtype=np.int64)]
-    for number, column in enumerate(schema.hierarchy, start=1):
-        raw = data[column]
+    node_codes = [np.zeros(len(frame), dtype=np.int64)]
+    for number, column in enumerate(hierarchy, start=1):
+        raw = frame[column]
         missing = raw.isna().to_numpy() | (raw.astype(str).str.strip() == "").to_numpy()
         if missing.any():
             raise HierarchyError(
-                f"hierarchy column {column!r} has {int(missing.sum())} row(s) with a missing "
-                f"label, first at row(s) {np.flatnonzero(missing)[:5].tolist()}; every record "
-                "needs a unit at every level"
+                f"hierarchy column {column!r} of the {source} has {int(missing.sum())} row(s) with "
+                f"a missing label, first at row(s) {np.flatnonzero(missing)[:5].tolist()}; every "
+                "record needs a unit at every level"
             )
         codes, labels = pd.factorize(raw.astype(str), sort=True)
         codes = codes.astype(np.int64)
         parent_codes = node_codes[-1]
         parent = np.full(len(labels), -1, dtype=np.int64)
         parent[codes] = parent_codes
-        # a label with two parents: some record disagrees with the parent stored last
+        # a label with two parents: some row disagrees with the parent stored last
         clash = parent[codes] != parent_codes
         if clash.any():
             bad = np.unique(codes[clash])
@@ -128,13 +162,29 @@ def build_tree(
             )
         levels.append(Level(number, column, np.asarray(labels, dtype=object), parent))
         node_codes.append(codes)
+    return levels, node_codes
 
-    counts = []
-    for lv, codes in zip(levels, node_codes):
-        flat = np.bincount(codes * size + cells, minlength=lv.size * size)
-        counts.append(flat.reshape(lv.size, size).astype(np.int64, copy=False))
-    records = data if keep_records else None
-    return Tree(tuple(levels)), ConfidentialHistograms(
-        tuple(counts), records, tuple(node_codes) if keep_records else ()
-    )
 
+def _codes_in_geography(data: pd.DataFrame, levels: list[Level]) -> list[np.ndarray]:
+    """Each record's node per level, looked up in a declared geography."""
+    node_codes = [np.zeros(len(data), dtype=np.int64)]
+    for lv in levels[1:]:
+        column = lv.column
+        assert column is not None
+        labels = data[column].astype(str)
+        codes = pd.Index(lv.labels.astype(str)).get_indexer(labels).astype(np.int64)
+        unknown = codes < 0
+        if unknown.any():
+            raise HierarchyError(
+                f"hierarchy column {column!r} has {int(unknown.sum())} record(s) in units the "
+                f"geography does not list: {sorted(pd.unique(labels[unknown]))[:10]}"
+            )
+        wrong = lv.parent[codes] != node_codes[-1]
+        if wrong.any():
+            first = int(np.flatnonzero(wrong)[0])
+            raise HierarchyError(
+                f"hierarchy column {column!r}: {int(wrong.sum())} record(s) sit under a different "
+                f"parent than the geography says, e.g. row {first} ({labels.iloc[first]!r})"
+            )
+        node_codes.append(codes)
+    return node_codes

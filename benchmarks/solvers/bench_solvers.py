@@ -41,7 +41,9 @@ MILP_BACKENDS = ("closed_form", "highs", "cvxpy:HIGHS", "scipy", "cvxpy:SCIPY")
 
 #: (family prefix, backend) -> largest number of variables attempted, with the reason.
 SKIP: dict[tuple[str, str], tuple[int, str]] = {
-    ("L2", "highs"): (15_000, "HiGHS active-set QP: hits the time limit from ~10^4 variables"),
+    # Runs up to 30 x 2016 on purpose: that row shows the time limit (36 s at 10^4 variables).
+    ("L2 separable", "highs"): (61_000, "HiGHS active-set QP: past the time limit at 6e4 variables"),
+    ("L2 coupled", "highs"): (15_000, "HiGHS active-set QP: 20 s at 6400 variables"),
     ("L2", "cvxpy:HIGHS"): (5_000, "HiGHS active-set QP through CVXPY"),
     ("L2 separable", "cvxpy:SCS"): (70_000, "SCS first-order: 5 s at 6e4 variables already"),
     ("L2 coupled", "cvxpy:SCS"): (25_000, "SCS first-order: slow to 1e-7"),
@@ -107,9 +109,9 @@ def run_instance(inst: Instance, time_limit: float, notes: list[str]) -> list[Ro
     if solved:
         # The reference is the exact closed form when it applies, else the lowest objective
         # among (nearly) feasible answers: a first-order solver that violates the rows by
-        # 1e-4 can report a lower objective than the true optimum.
+        # 1e-4 can report a lower objective than the true optimum (feasible: violation <= 1e-6).
         exact = [r for r in solved if r.backend == "closed_form"]
-        feasible = [r for r in solved if r.violation <= 1e-6 * (1 + np.abs(r.x).max())] or solved
+        feasible = [r for r in solved if r.violation <= 1e-6] or solved
         best_x = (exact or [min(feasible, key=lambda r: r.objective)])[0].x
         for r in solved:
             r.disagreement = float(np.abs(r.x - best_x).max())
@@ -168,9 +170,12 @@ def plot(rows: list[Row], path: Path, time_limit: float) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="k in (5, 30), n in (64, 2016)")
-    parser.add_argument("--time-limit", type=float, default=60.0, help="seconds per solve (default 60)")
+    parser.add_argument("--time-limit", type=float, default=None,
+                        help="seconds per solve (default 60; 10 with --quick)")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/solvers/results"), help="output folder")
     args = parser.parse_args(argv)
+    if args.time_limit is None:
+        args.time_limit = 10.0 if args.quick else 60.0
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stderr)
     args.out.mkdir(parents=True, exist_ok=True)
     command = "python " + " ".join(shlex.quote(a) for a in [sys.argv[0], *(argv if argv is not None else sys.argv[1:])])

@@ -78,8 +78,11 @@ def _default_options(solver: str, tolerance: float | None, time_limit: float) ->
     tolerance is looser and OSQP polishes its answer (an exact active-set refinement).
     """
     if solver == "CLARABEL":
-        tol = 1e-8 if tolerance is None else tolerance
-        return {"tol_gap_abs": tol, "tol_gap_rel": tol, "tol_feas": tol, "time_limit": time_limit,
+        # Gap 1e-10 costs one or two iterations more than Clarabel's 1e-8 default and cuts the
+        # error in x on the children problem from ~1e-2 to ~1e-3 (benchmarks/solvers).
+        gap = 1e-10 if tolerance is None else tolerance
+        feas = 1e-9 if tolerance is None else tolerance
+        return {"tol_gap_abs": gap, "tol_gap_rel": gap, "tol_feas": feas, "time_limit": time_limit,
                 "max_iter": 500}
     if solver == "OSQP":
         tol = 1e-7 if tolerance is None else tolerance
