@@ -122,11 +122,20 @@ def children_l2_problem(parent: np.ndarray | None,
                    row_ub=row_ub, offset=offset, name=name)
 
 
+def _is_identity(Q: sp.csr_matrix) -> bool:
+    """True for the n x n identity (the detailed query)."""
+    n = Q.shape[1]
+    return Q.shape[0] == n and Q.nnz == n and bool(np.all(Q.indices == np.arange(n))) and bool(np.all(Q.data == 1))
+
+
 def _lifted_children(parent, measurements, *, k, n, extra_A, extra_lb, extra_ub, ub, name) -> Problem:
     """The lifted form of :func:`children_l2_problem` (see its ``lifted`` argument)."""
     N = k * n
     eye_k = sp.identity(k, format="csr")
     lifts, weights, targets = [], [], []
+    # identity queries (the detailed histogram) act on x directly: lifting them would only
+    # double the variables; every other query gets one variable per answer
+    diag_x, lin_x, offset_x = np.zeros(N), np.zeros(N), 0.0
     for qi, (Q, Y, W) in enumerate(measurements):
         Q = sp.csr_matrix(Q)
         mq = Q.shape[0]
@@ -136,14 +145,20 @@ def _lifted_children(parent, measurements, *, k, n, extra_A, extra_lb, extra_ub,
         W = np.broadcast_to(W.reshape(k, 1), (k, mq)) if W.shape == (k,) else W.reshape(k, mq)
         if np.any(W < 0) or not np.isfinite(W).all():
             raise ValueError(f"problem {name!r}: weights of query {qi} must be finite and >= 0")
+        if _is_identity(Q):
+            diag_x += 2.0 * W.reshape(-1)
+            Yf = np.asarray(Y, dtype=float).reshape(-1)
+            lin_x -= 2.0 * W.reshape(-1) * Yf
+            offset_x += float(np.sum(W.reshape(-1) * Yf**2))
+            continue
         lifts.append(sp.kron(eye_k, Q, format="csr"))
         weights.append(W.reshape(-1))
         targets.append(np.asarray(Y, dtype=float).reshape(-1))
     w = np.concatenate(weights) if weights else np.zeros(0)
     y = np.concatenate(targets) if targets else np.zeros(0)
     T = w.size
-    P = sp.diags(np.concatenate([np.zeros(N), 2.0 * w]), format="csc")
-    c = np.concatenate([np.zeros(N), -2.0 * w * y])
+    P = sp.diags(np.concatenate([diag_x, 2.0 * w]), format="csc")
+    c = np.concatenate([lin_x, -2.0 * w * y])
     blocks = []
     if parent is not None:
         parent = np.asarray(parent, dtype=float).reshape(-1)
@@ -161,7 +176,7 @@ def _lifted_children(parent, measurements, *, k, n, extra_A, extra_lb, extra_ub,
     upper = np.full(N, np.inf) if ub is None else np.asarray(ub, dtype=float).reshape(-1)
     return Problem(c=c, lb=np.concatenate([np.zeros(N), np.full(T, -np.inf)]),
                    ub=np.concatenate([upper, np.full(T, np.inf)]), P=P, A=A, row_lb=row_lb,
-                   row_ub=row_ub, offset=float(np.sum(w * y**2)), name=name)
+                   row_ub=row_ub, offset=float(np.sum(w * y**2)) + offset_x, name=name)
 
 
 def rounding_problem(x_tilde: np.ndarray, parent: np.ndarray | None, *, extra_A=None, extra_lb=None,

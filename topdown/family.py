@@ -143,24 +143,33 @@ def _solve(problem: Problem, task: FamilyTask, result: FamilyResult) -> np.ndarr
     return np.asarray(res.x, dtype=float)
 
 
+def _coupled(measurements) -> bool:
+    """Any query other than the detailed histogram couples a child's cells."""
+    return any(Q.shape[0] != Q.shape[1] or Q.nnz != Q.shape[1] for Q, _, _ in measurements)
+
+
 def _l2(task: FamilyTask, parent: np.ndarray | None, result: FamilyResult) -> np.ndarray:
+    """The L2 pass. Coupled strategies use the lifted form (one variable per answer of a
+    marginal query), whose Hessian stays diagonal: the plain form's blocks Q'WQ are dense
+    (a total query alone makes an n x n block per child)."""
     start = time.perf_counter()
     extra_A, extra_lb, extra_ub = task.rows if task.rows is not None else (None, None, None)
     if task.first_pass:
         first = [task.measurements[i] for i in task.first_pass]
         problem = children_l2_problem(
             parent, first, k=task.k, n=task.n, extra_A=extra_A, extra_lb=extra_lb,
-            extra_ub=extra_ub, ub=task.ub, name=f"{task.where} / L2 pass 1",
+            extra_ub=extra_ub, ub=task.ub, name=f"{task.where} / L2 pass 1", lifted=_coupled(first),
         )
-        x1 = _solve(problem, task, result).reshape(task.k, task.n)
+        x1 = _solve(problem, task, result)[: task.k * task.n].reshape(task.k, task.n)
         keep_A, keep_lb, keep_ub = _keep_rows(first, x1, task.k, task.n, task.tolerance)
         extra_A, extra_lb, extra_ub = _stack_rows((extra_A, extra_lb, extra_ub), (keep_A, keep_lb, keep_ub))
     problem = children_l2_problem(
         parent, list(task.measurements), k=task.k, n=task.n, extra_A=extra_A,
         extra_lb=extra_lb, extra_ub=extra_ub, ub=task.ub,
         name=f"{task.where} / L2 pass{' 2' if task.first_pass else ''}",
+        lifted=_coupled(task.measurements),
     )
-    x = _solve(problem, task, result).reshape(task.k, task.n)
+    x = _solve(problem, task, result)[: task.k * task.n].reshape(task.k, task.n)
     result.l2_time += time.perf_counter() - start
     # interior-point answers sit a hair outside the bounds; the rounding pass needs x >= 0
     return np.maximum(x, 0.0)
