@@ -223,8 +223,13 @@ def _family_task(
         joint = (sp.block_diag(blocks, format="csr"), np.concatenate(lbs), np.concatenate(ubs))
     meas = []
     for m, Q, w in zip(qms, matrices, relative_weights([m.variance for m in qms])):
-        Y = m.noisy[children].astype(float)
-        meas.append((Q[:, support].tocsr(), Y, np.full(Y.shape, w)))
+        if m.query.attributes is None:
+            # the detailed query on the support is the identity; the answers of cells known to
+            # be zero only add a constant to the objective
+            Q_s, Y = sp.identity(n, format="csr"), m.noisy[np.ix_(children, support)].astype(float)
+        else:
+            Q_s, Y = Q[:, support].tocsr(), m.noisy[children].astype(float)
+        meas.append((Q_s, Y, np.full(Y.shape, w)))
     return FamilyTask(
         level=level,
         parent_label=None if parent_label is None else str(parent_label),
