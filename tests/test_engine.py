@@ -288,3 +288,11 @@ def test_detailed_only_families_take_the_closed_form_and_agree_with_a_qp_solver(
     for a, b in zip(fast.counts, general.counts):
         assert np.abs(a - b).max() <= 1
         assert (a != b).mean() < 0.25
+
+
+def test_infer_domain_flag():
+    df = seed_data(60)
+    with pytest.raises(DataError, match=r"domain \(None\) must be declared when infer_domain=False"):
+        TopDown(df, ["REGION", "STATE"], ["AGE", "SEX"], infer_domain=False)
+    td = TopDown(df, ["REGION", "STATE"], ["AGE", "SEX"], infer_domain=True, seed=1)
+    assert td.schema.domain.values("SEX") == (1, 2)

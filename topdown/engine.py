@@ -173,6 +173,9 @@ class TopDown:
         neighbouring: ``add_remove`` (default) or ``replace_one``.
         sep: CSV separator (sniffed when None).
         geography: the published units, empty ones included (see ``release``).
+        infer_domain: True reads the domain from the data (warns, recorded in the ledger);
+            False requires ``domain=``; None (the seed's behaviour) infers when no domain is
+            given.
     """
 
     def __init__(
@@ -191,8 +194,17 @@ class TopDown:
         executor: str = "serial",
         failsafe: bool = True,
         geography: pd.DataFrame | None = None,
+        infer_domain: bool | None = None,
     ):
         self.data = read_data(data_path, sep=sep)
+        if domain is None and infer_domain is False:
+            raise DataError(
+                "domain (None) must be declared when infer_domain=False: pass domain= (a dict "
+                "column -> values, Attributes or a Schema), or infer_domain=True to read it from "
+                "the data (not private; recorded in the ledger)"
+            )
+        if domain is not None and infer_domain:
+            raise DataError("infer_domain=True and a declared domain were both given: pass one")
         self.geography = geography
         self.schema, self._inferred = make_schema(domain, queries, hierarchy, self.data)
         self.schema.check_columns(self.data)
