@@ -81,8 +81,6 @@ def release(
     strategy.check(schema.domain, schema.n_levels)
     if constraints is not None:
         constraints.validate(schema.n_levels)
-    if seed is not None:
-        log.warning("seed=%r: reproducible noise for tests and experiments, NOT for production", seed)
     ledger = Ledger()
     if domain_inferred:
         ledger.record_disclosure(

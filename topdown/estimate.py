@@ -16,12 +16,12 @@ import numpy as np
 import scipy.sparse as sp
 
 from constraints.attach import ConstraintSet
-from constraints.compile import compile_rows, zero_mask
 from constraints.diagnostics import check_children, check_node
 from constraints.domain import Domain
 from topdown.executors import Executor
 from topdown.family import FamilyResult, FamilyTask, solve_family
 from topdown.measure import Measurements
+from topdown.node_constraints import NodeConstraints
 from topdown.tree import Tree
 
 __all__ = ["EstimateOptions", "LevelStats", "estimate"]
@@ -80,31 +80,6 @@ class LevelStats:
         }
 
 
-class _ConstraintCompiler:
-    """Compiles each distinct tuple of constraints once over all cells, then slices columns."""
-
-    def __init__(self, domain: Domain):
-        self.domain = domain
-        self._rows: dict[tuple, Any] = {}
-        self._zeros: dict[tuple, np.ndarray | None] = {}
-
-    def rows(self, constraints: tuple, support: np.ndarray):
-        if not constraints:
-            return None
-        if constraints not in self._rows:
-            self._rows[constraints] = compile_rows(list(constraints), self.domain)
-        full = self._rows[constraints]
-        if full.A.shape[0] == 0:
-            return None
-        return full.A[:, support].tocsr(), full.lb, full.ub, full.names
-
-    def zeros(self, constraints: tuple) -> np.ndarray | None:
-        if constraints not in self._zeros:
-            mask = zero_mask(list(constraints), self.domain) if constraints else None
-            self._zeros[constraints] = mask if mask is not None and mask.any() else None
-        return self._zeros[constraints]
-
-
 def estimate(
     tree: Tree,
     domain: Domain,
@@ -123,8 +98,7 @@ def estimate(
         counts per level (nodes x cells, int64) and the statistics of each level.
     """
     executor = executor or Executor()
-    compiler = _ConstraintCompiler(domain)
-    invariants = invariants or {}
+    book = NodeConstraints(domain, constraints, invariants)
     counts: list[np.ndarray] = []
     stats: list[LevelStats] = []
     for level in range(tree.n_levels):
@@ -132,15 +106,6 @@ def estimate(
         qms = measurements.at(level)
         matrices = [m.query.matrix(domain) for m in qms]
         fp = tuple(i for i, m in enumerate(qms) if m.query.name in first_pass.get(level, ()))
-        level_constraints = constraints.for_level(level) if constraints else ()
-        specific = constraints.node_specific(level) if constraints else {}
-        bound = invariants.get(level, {})
-
-        def node_constraints(i: int) -> tuple:
-            own = tuple(c for c in level_constraints if not c.is_invariant)
-            own += tuple(c for c in specific.get(str(lv.labels[i]), ()) if not c.is_invariant)
-            return own + bound.get(i, ())
-
         if level == 0:
             families = [np.array([0])]
             parents = [None]
@@ -153,7 +118,7 @@ def estimate(
                 _family_task(
                     level, lv.labels, parent, children, counts[-1][parent] if parent is not None else None,
                     tree.levels[level - 1].labels[parent] if parent is not None else None,
-                    qms, matrices, fp, node_constraints, compiler, domain, options,
+                    qms, matrices, fp, book, domain, options,
                 )
             )
         results = executor.map(solve_family, tasks, progress, f"estimate level {level}")
@@ -175,13 +140,13 @@ def estimate(
 
 def _family_task(
     level, labels, parent, children, parent_counts, parent_label, qms, matrices, fp,
-    node_constraints, compiler: _ConstraintCompiler, domain: Domain, options: EstimateOptions,
+    book: NodeConstraints, domain: Domain, options: EstimateOptions,
 ) -> FamilyTask:
     all_cells = np.arange(domain.size)
-    per_child = [node_constraints(int(c)) for c in children]
+    per_child = [book.of(level, int(c), labels[c]) for c in children]
     if parent_counts is None:
         # the root: every cell that no constraint forces to zero
-        zeros = compiler.zeros(per_child[0])
+        zeros = book.zeros(per_child[0])
         support = all_cells if zeros is None else all_cells[~zeros]
         parent_values = None
     else:
@@ -201,13 +166,13 @@ def _family_task(
             parent=str(parent_label),
         )
     ub = None
-    if parent_counts is not None and any(compiler.zeros(cs) is not None for cs in per_child):
+    if parent_counts is not None and any(book.zeros(cs) is not None for cs in per_child):
         ub = np.full(k * n, np.inf)
         for c, cs in enumerate(per_child):
-            z = compiler.zeros(cs)
+            z = book.zeros(cs)
             if z is not None:
                 ub[c * n:(c + 1) * n][z[support]] = 0.0
-    rows = [compiler.rows(cs, support) for cs in per_child]
+    rows = [book.rows(cs, support) for cs in per_child]
     joint = None
     names: tuple[str, ...] = ()
     if any(r is not None for r in rows):

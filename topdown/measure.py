@@ -96,16 +96,11 @@ class Measurements:
         return pd.concat(frames, ignore_index=True)
 
 
-def level_sensitivity(strategy: Strategy) -> tuple[int, int]:
-    """(L1, L2 squared) sensitivity of one marginal query under the strategy's neighbouring."""
-    return sensitivity(strategy.neighbouring)
-
-
 def make_level_mechanisms(
     strategy: Strategy, level: int
 ) -> list[tuple[Query, Fraction, Any]]:
     """The mechanism of each query of a level, calibrated to its share of the budget."""
-    l1, l2_squared = level_sensitivity(strategy)
+    l1, l2_squared = sensitivity(strategy.neighbouring)
     out = []
     ls = strategy.levels[level]
     for query, share in ls.queries:
@@ -158,7 +153,7 @@ def measure(
             for j, (_, _, mech) in enumerate(mechanisms):
                 noisy[j][i] = mech.release(answers[j][i], rng=rng)
         row = []
-        l1, l2_squared = level_sensitivity(strategy)
+        l1, l2_squared = sensitivity(strategy.neighbouring)
         for (query, share, mech), values in zip(mechanisms, noisy):
             ledger.record(
                 query.name,
@@ -210,6 +205,7 @@ def _evaluate_invariants(
                     implied.setdefault(above, []).append((c, level))
     for level in range(tree.n_levels):
         labels = tree.levels[level].labels
+        records_of = _records_by_node(truth, level)
         general = [c for c in constraints.for_level(level) if c.is_invariant]
         extra = [c for c, _ in implied.get(level, []) if c not in general]
         extra = list(dict.fromkeys(extra))
@@ -224,7 +220,7 @@ def _evaluate_invariants(
             applicable = general + extra + specific.get(str(label), [])
             if not applicable:
                 continue
-            records = _records_of(truth, level, i)
+            records = records_of(i)
             per_node[i] = tuple(
                 c.bind(c.evaluate(domain, truth.counts[level][i], records)) for c in applicable
             )
@@ -241,7 +237,11 @@ def _evaluate_invariants(
     return bound
 
 
-def _records_of(truth: ConfidentialHistograms, level: int, node: int) -> pd.DataFrame | None:
+def _records_by_node(truth: ConfidentialHistograms, level: int) -> Callable[[int], pd.DataFrame | None]:
+    """A lookup node -> its records, grouped once per level (not a scan per node)."""
     if truth.records is None or not truth.node_of_record:
-        return None
-    return truth.records[truth.node_of_record[level] == node]
+        return lambda node: None
+    codes = truth.node_of_record[level]
+    order = np.argsort(codes, kind="stable")
+    bounds = np.searchsorted(codes[order], np.arange(codes.max() + 2))
+    return lambda node: truth.records.iloc[order[bounds[node]:bounds[node + 1]]]

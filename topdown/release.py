@@ -18,13 +18,13 @@ import numpy as np
 import pandas as pd
 
 from constraints.attach import ConstraintSet
-from constraints.compile import compile_rows, zero_mask
 from mechanisms.accounting import Ledger
 from topdown.errors import ReleaseError
 from topdown.estimate import LevelStats
 from topdown.measure import Measurements
 from topdown.metrics import Metrics, compute_metrics
 from topdown.microdata import expand_microdata
+from topdown.node_constraints import NodeConstraints
 from topdown.schema import Schema
 from topdown.strategy import Strategy
 from topdown.tree import Tree, build_tree
@@ -140,31 +140,28 @@ class Release:
     def _constraint_failures(self) -> list[str]:
         if self.constraints is None and not self.invariants:
             return []
-        domain = self.schema.domain
+        book = NodeConstraints(self.schema.domain, self.constraints, self.invariants)
         out = []
         for level in range(self.tree.n_levels):
-            general = self.constraints.for_level(level) if self.constraints else ()
-            specific = self.constraints.node_specific(level) if self.constraints else {}
-            bound = self.invariants.get(level, {})
             labels = self.tree.levels[level].labels
-            for i in range(len(labels)):
-                cs = [c for c in general if not c.is_invariant]
-                cs += [c for c in specific.get(str(labels[i]), ()) if not c.is_invariant]
-                cs += list(bound.get(i, ()))
+            for i, label in enumerate(labels):
+                cs = book.of(level, i, label)
                 if not cs:
                     continue
                 x = self.counts[level][i]
-                zeros = zero_mask(cs, domain)
+                zeros = book.zeros(cs)
                 if zeros is not None and x[zeros].any():
-                    out.append(f"level {level}, node {labels[i]!r}: {int(x[zeros].sum())} count(s) in structural zeros")
-                rows = compile_rows(cs, domain)
-                if rows.A.shape[0]:
-                    ax = rows.A @ x
-                    for r in np.flatnonzero((ax < rows.lb - _TOL) | (ax > rows.ub + _TOL)):
-                        out.append(
-                            f"level {level}, node {labels[i]!r}: {rows.names[r]} is {ax[r]:g}, must be "
-                            f"in [{rows.lb[r]:g}, {rows.ub[r]:g}]"
-                        )
+                    out.append(f"level {level}, node {label!r}: {int(x[zeros].sum())} count(s) in structural zeros")
+                rows = book.rows(cs)
+                if rows is None:
+                    continue
+                A, lb, ub, names = rows
+                ax = A @ x
+                for r in np.flatnonzero((ax < lb - _TOL) | (ax > ub + _TOL)):
+                    out.append(
+                        f"level {level}, node {label!r}: {names[r]} is {ax[r]:g}, must be in "
+                        f"[{lb[r]:g}, {ub[r]:g}]"
+                    )
         return out
 
     def _ledger_failures(self) -> list[str]:
