@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pandas as pd
@@ -66,7 +67,7 @@ def test_run_writes_every_file_of_the_manifest(released: Path) -> None:
     on_disk = {p.relative_to(released).as_posix() for p in released.rglob("*") if p.is_file()}
     assert set(manifest["files"]) | {"manifest.json"} == on_disk
     expected = {"microdata.csv", "tables/level_0_root.csv", "tables/level_1_STATE.csv", "tables/level_2_PUMA.csv",
-                "measurements.csv", "ledger.json", "config.json", "schema.json", "solver_stats.csv", "metrics.csv",
+                "measurements.csv", "ledger.json", "config.json", "solver_stats.csv", "metrics.csv",
                 "bias_by_size.csv", "report.html", "hierarchy.csv", "invariants.json"}
     assert expected <= set(manifest["files"])
     assert not list(released.parent.glob(".rel.*")), "no temporary folder is left next to the release"
@@ -74,7 +75,7 @@ def test_run_writes_every_file_of_the_manifest(released: Path) -> None:
 
 def test_release_content(released: Path) -> None:
     ledger = json.loads((released / "ledger.json").read_text())
-    assert ledger["summary"]["total"] == "3/2"
+    assert ledger["total"]["budget"] == "3/2" and ledger["summary"]["strategy_total"] == "3/2"
     assert ledger["summary"]["epsilon_at_delta"] > 0
     assert ledger["invariants"][0]["name"] == "SumEqualRealTotal(TRUE)"
     states = pd.read_csv(released / "tables" / "level_1_STATE.csv", dtype={"node": str})
@@ -158,6 +159,50 @@ def test_overwrite_and_interrupted_run(tmp_path: Path, monkeypatch, capsys) -> N
     assert json.loads((out / "config.json").read_text())["solver"]["name"] == "highs"
 
 
+def test_failed_swap_puts_the_old_release_back(tmp_path: Path, monkeypatch) -> None:
+    """If moving the new folder into place fails after the old one was moved aside, the old
+    release is restored (not left in a hidden folder) and nothing else is left behind."""
+    config = small_project(tmp_path)
+    out = tmp_path / "rel"
+    out.mkdir()
+    (out / "old.txt").write_text("old")
+    real_replace = os.replace
+
+    def failing_replace(src, dst):
+        if Path(src).name.startswith(".rel.partial-"):
+            raise OSError("disk full")
+        return real_replace(src, dst)
+
+    monkeypatch.setattr(release_folder.os, "replace", failing_replace)
+    assert main(["-q", "run", str(config), "--out", str(out), "--overwrite"]) != 0
+    assert (out / "old.txt").read_text() == "old"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["rel", "small.csv", "small.toml"]
+
+
+def test_release_folder_is_readable_and_declares_its_metrics(released: Path) -> None:
+    mode = released.stat().st_mode & 0o777
+    umask = os.umask(0)
+    os.umask(umask)
+    assert mode == 0o777 & ~umask  # not mkdtemp's owner-only 0o700
+    ledger = json.loads((released / "ledger.json").read_text())
+    assert "evaluation metrics" in [d["name"] for d in ledger["disclosures"]]
+
+
+def test_report_refuses_a_tampered_release(released: Path, tmp_path: Path, capsys) -> None:
+    """Rebuilding the report must not re-sign a changed file (it would hide it from check)."""
+    import shutil
+
+    copy = tmp_path / "copy"
+    shutil.copytree(released, copy)
+    path = copy / "measurements.csv"
+    frame = pd.read_csv(path, dtype=str)
+    frame.loc[0, "noisy"] = str(int(frame.loc[0, "noisy"]) + 5)
+    frame.to_csv(path, index=False)
+    assert main(["-q", "report", str(copy)]) == 1
+    assert "measurements.csv: content differs" in capsys.readouterr().err
+    assert main(["check", str(copy)]) == 1
+
+
 def test_default_run_without_config(tmp_path: Path, monkeypatch, capsys) -> None:
     monkeypatch.chdir(tmp_path)
     assert main(["-q", "run", "--seed", "1"]) == 0
@@ -190,3 +235,16 @@ def test_bench_without_the_repository(tmp_path: Path, monkeypatch, capsys) -> No
     (tmp_path / "benchmarks").mkdir()
     assert main(["bench", "scale"]) == 2
     assert "bench_scale.py" in capsys.readouterr().err
+
+
+def test_a_query_missing_from_measurements_is_an_error(released: Path, tmp_path: Path) -> None:
+    import shutil
+
+    from topdown.errors import ReleaseError
+
+    copy = tmp_path / "copy"
+    shutil.copytree(released, copy)
+    frame = pd.read_csv(copy / "measurements.csv", dtype=str)
+    frame[~((frame["level"] == "1") & (frame["query"] == "total"))].to_csv(copy / "measurements.csv", index=False)
+    with pytest.raises(ReleaseError, match=r"level 1 query 'total' has 0 answers"):
+        release_folder.load_release(copy)

@@ -34,8 +34,9 @@ import pandas as pd
 from constraints.errors import ConstraintError, DomainError
 from mechanisms.errors import BudgetError, MechanismError
 from topdown.config import DEFAULT_CONFIG, ConfigError, RunConfig, load_config
-from topdown.errors import DataError, TopDownError
+from topdown.errors import DataError, ReleaseError, TopDownError
 from topdown.io import read_data
+from topdown.tree import ROOT_LABEL
 
 __all__ = ["main", "load_data", "EXIT_OK", "EXIT_FAILURE", "EXIT_USAGE"]
 
@@ -181,7 +182,7 @@ def _check_attribute(attr, data: pd.DataFrame) -> None:
 def _cmd_run(args: argparse.Namespace) -> int:
     from topdown.engine import release
     from topdown.progress import Progress
-    from topdown.release_folder import check_output, write_release_folder
+    from topdown.release_folder import check_output, record_metrics_disclosure, write_release_folder
     from topdown.report import build_report
 
     timings: dict[str, float] = {}
@@ -210,13 +211,13 @@ def _cmd_run(args: argparse.Namespace) -> int:
     timings["release"] = time.perf_counter() - t
     verdict = rel.check_correctness()
     if not verdict.ok:
-        from topdown.errors import ReleaseError
         raise ReleaseError("the release failed its checks, nothing was written:\n" + str(verdict))
     metrics = None
     if cfg.truth:
         t = time.perf_counter()
         truth = data if cfg.truth is True else load_data(cfg, Path(cfg.truth))
         metrics = rel.metrics(truth)
+        record_metrics_disclosure(rel)
         timings["metrics"] = time.perf_counter() - t
     write_release_folder(rel, cfg, out, overwrite=args.overwrite, metrics=metrics, timings=timings,
                          report=lambda folder: build_report(folder, name=out.name))
@@ -226,7 +227,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 def _check_node_labels(cfg: RunConfig, data: pd.DataFrame) -> None:
     """Constraints attached to named nodes must name units that exist (a typo applies nowhere)."""
-    labels = {0: ["root"]}
+    labels = {0: [ROOT_LABEL]}
     for k, col in enumerate(cfg.schema.hierarchy, start=1):
         labels[k] = data[col].astype(str).unique().tolist()
     try:
@@ -259,18 +260,25 @@ def _cmd_check(args: argparse.Namespace) -> int:
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    from topdown.microdata import write_table
-    from topdown.release_folder import load_release, refresh_manifest
+    from topdown.release_folder import (REBUILT_BY_REPORT, load_release, manifest_failures,
+                                        record_metrics_disclosure, refresh_manifest, write_ledger,
+                                        write_metrics)
     from topdown.report import build_report
 
     folder = _existing_release(args.release)
+    # a report is rebuilt only over an intact release: re-signing the manifest after someone
+    # changed a table would hide the change from ``topdown check``
+    tampered = manifest_failures(folder, ignore=REBUILT_BY_REPORT)
+    if tampered:
+        raise ReleaseError(f"release folder {str(folder)!r} was modified after release, refusing to "
+                           "rebuild its report: " + "; ".join(tampered[:5]))
     if args.truth is not None:
         rel, cfg = load_release(folder)
-        metrics = rel.metrics(load_data(cfg, args.truth))
-        write_table(metrics.table, folder / "metrics.csv")
-        write_table(metrics.bias_by_size, folder / "bias_by_size.csv")
+        write_metrics(folder, rel.metrics(load_data(cfg, args.truth)))
+        record_metrics_disclosure(rel)
+        write_ledger(folder, rel)
     path = build_report(folder)
-    refresh_manifest(folder)
+    refresh_manifest(folder, REBUILT_BY_REPORT)
     print(path)
     return EXIT_OK
 

@@ -8,7 +8,7 @@ Contents (``manifest.json`` lists them with sizes and SHA-256)::
     measurements.csv                      the noisy measurements (level, node, query, answer, noisy, variance)
     ledger.json                           privacy ledger, total, (epsilon, delta) equivalent
     invariants.json                       values published exactly (bound invariants) per node
-    config.json, schema.json              the resolved configuration and the schema
+    config.json                           the resolved configuration (schema, strategy, constraints)
     solver_stats.csv                      estimation statistics per level
     metrics.csv, bias_by_size.csv         accuracy against the truth (when it was given)
     report.html                           the report (see ``topdown.report``)
@@ -95,6 +95,7 @@ def write_release_folder(
     """
     check_output(out, overwrite)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-", dir=out.parent))
+    trash: Path | None = None
     try:
         start = time.perf_counter()
         _write_contents(rel, cfg, tmp, metrics)
@@ -102,18 +103,60 @@ def write_release_folder(
             report(tmp)
         timings = dict(timings or {}, write=time.perf_counter() - start)
         _write_manifest(tmp, cfg, timings)
+        os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp makes it owner-only; a release is for reading
         if out.exists():
             trash = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.parent))
             os.replace(out, trash / out.name)
-            os.replace(tmp, out)
-            shutil.rmtree(trash, ignore_errors=True)
-        else:
-            os.replace(tmp, out)
+        os.replace(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
+        if trash is not None and not out.exists() and (trash / out.name).exists():
+            os.replace(trash / out.name, out)  # the swap failed: put the old release back
+        if trash is not None:
+            shutil.rmtree(trash, ignore_errors=True)
         raise
+    if trash is not None:
+        shutil.rmtree(trash, ignore_errors=True)
     log.info("release folder written: %s", out)
     return out
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def ledger_summary(rel: Release) -> dict[str, Any]:
+    """What a reader wants beside the entries (the total itself is in ``Ledger.to_dict``)."""
+    return {
+        "mechanism": rel.strategy.mechanism,
+        "budget_kind": rel.strategy.budget_name,
+        "strategy_total": str(rel.strategy.total()),
+        "delta": DELTA,
+        "epsilon_at_delta": rel.ledger.epsilon_delta(DELTA),
+        "by_level": {str(k): str(v.value) for k, v in rel.ledger.by_level().items()},
+    }
+
+
+def write_ledger(folder: Path, rel: Release) -> None:
+    _write_json(folder / "ledger.json", dict(rel.ledger.to_dict(), summary=ledger_summary(rel)))
+
+
+def record_metrics_disclosure(rel: Release) -> None:
+    """Accuracy figures are computed from the confidential data: say so in the ledger."""
+    rel.ledger.record_disclosure(
+        "evaluation metrics",
+        "metrics.csv, bias_by_size.csv and the report's error tables compare the release with the "
+        "confidential data (e.g. the root's true total follows from its bias); they are not "
+        "differentially private: remove them before publishing real confidential data",
+    )
+
+
+def write_metrics(folder: Path, metrics: Any) -> None:
+    """metrics.csv and bias_by_size.csv (evaluation against the truth: not private)."""
+    write_table(metrics.table, folder / "metrics.csv")
+    write_table(metrics.bias_by_size, folder / "bias_by_size.csv")
 
 
 def _write_contents(rel: Release, cfg: RunConfig, folder: Path, metrics: Any) -> None:
@@ -129,19 +172,7 @@ def _write_contents(rel: Release, cfg: RunConfig, folder: Path, metrics: Any) ->
     write_table(pd.concat(rows, ignore_index=True), folder / "hierarchy.csv")
     write_table(rel.measurements.to_frame(rel.tree), folder / "measurements.csv")
     write_table(rel.solver_stats(), folder / "solver_stats.csv")
-    ledger = rel.ledger.to_dict()
-    total = rel.ledger.total()
-    ledger["summary"] = {
-        "mechanism": rel.strategy.mechanism,
-        "budget_kind": rel.strategy.budget_name,
-        "total": str(total.value),
-        "total_float": float(total.value),
-        "strategy_total": str(rel.strategy.total()),
-        "delta": DELTA,
-        "epsilon_at_delta": rel.ledger.epsilon_delta(DELTA),
-        "by_level": {str(k): str(v.value) for k, v in rel.ledger.by_level().items()},
-    }
-    _write_json(folder / "ledger.json", ledger)
+    write_ledger(folder, rel)
     invariants = [
         {"level": level, "node": str(rel.tree.levels[level].labels[i]), "name": c.name, "value": c.value}
         for level, per_node in sorted(rel.invariants.items())
@@ -149,20 +180,15 @@ def _write_contents(rel: Release, cfg: RunConfig, folder: Path, metrics: Any) ->
     ]
     _write_json(folder / "invariants.json", invariants)
     _write_json(folder / "config.json", cfg.resolved())
-    _write_json(folder / "schema.json", rel.schema.to_dict())
     if metrics is not None:
-        write_table(metrics.table, folder / "metrics.csv")
-        write_table(metrics.bias_by_size, folder / "bias_by_size.csv")
+        write_metrics(folder, metrics)
 
 
 def _write_manifest(folder: Path, cfg: RunConfig, timings: dict[str, float]) -> None:
     import numpy
     import topdown
 
-    files = {}
-    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
-        rel_path = path.relative_to(folder).as_posix()
-        files[rel_path] = {"bytes": path.stat().st_size, "sha256": _sha256(path)}
+    files = {p.relative_to(folder).as_posix(): _file_entry(p) for p in sorted(folder.rglob("*")) if p.is_file()}
     try:
         from importlib.metadata import version
         pkg = version("topdown-dp")
@@ -195,6 +221,10 @@ def _json_default(obj: Any) -> Any:
     raise TypeError(f"{type(obj).__name__} is not JSON serialisable")
 
 
+def _file_entry(path: Path) -> dict[str, Any]:
+    return {"bytes": path.stat().st_size, "sha256": _sha256(path)}
+
+
 def _sha256(path: Path) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as fh:
@@ -214,11 +244,13 @@ def read_json(folder: Path, name: str) -> Any:
         raise ReleaseError(f"{str(path)!r} is not valid JSON: {err}") from None
 
 
-def manifest_failures(folder: Path) -> list[str]:
-    """Files listed in the manifest that are missing or whose content changed."""
+def manifest_failures(folder: Path, *, ignore: tuple[str, ...] = ()) -> list[str]:
+    """Files listed in the manifest (but ``ignore``) that are missing or whose content changed."""
     manifest = read_json(folder, "manifest.json")
     out = []
     for name, meta in manifest.get("files", {}).items():
+        if name in ignore:
+            continue
         path = folder / name
         if not path.is_file():
             out.append(f"{name}: listed in the manifest but missing")
@@ -294,11 +326,13 @@ def _measurements(folder: Path, tree: Tree, cfg: RunConfig, ledger: Ledger) -> M
             rows = frame[(frame["level"] == str(number)) & (frame["query"] == q.name)]
             n_nodes = tree.levels[number].size
             noisy = rows["noisy"].astype(np.int64).to_numpy()
-            if n_nodes == 0 or noisy.size % n_nodes:
+            if n_nodes == 0 or noisy.size == 0 or noisy.size % n_nodes:
                 raise ReleaseError(f"measurements.csv: level {number} query {q.name!r} has {noisy.size} answers for {n_nodes} nodes")
+            if (number, q.name) not in budgets:
+                raise ReleaseError(f"ledger.json: no entry for level {number} query {q.name!r}, which measurements.csv holds")
             variance = float(rows["variance"].iloc[0]) if len(rows) else float("nan")
             ms.append(QueryMeasurement(number, Query.parse(q.name), share, cfg.strategy.mechanism,
-                                       budgets.get((number, q.name)), variance, noisy.reshape(n_nodes, -1)))
+                                       budgets[(number, q.name)], variance, noisy.reshape(n_nodes, -1)))
         per_level.append(tuple(ms))
     return Measurements(tuple(per_level))
 
@@ -340,10 +374,12 @@ def verify_release_folder(folder: Path) -> tuple[dict[str, bool], list[str]]:
     for name, ok in report.checks.items():
         checks[name] = ok
     failures.extend(report.failures)
-    summary = read_json(folder, "ledger.json").get("summary", {})
-    total = rel.ledger.total()
-    check("ledger.json summary matches its entries", [] if summary.get("total") == str(total.value) else [
-        f"summary total {summary.get('total')!r} differs from the entries' total {total.value}"])
+    written = read_json(folder, "ledger.json")
+    expected = dict(rel.ledger.to_dict(), summary=ledger_summary(rel))
+    check("ledger.json totals match its entries", [
+        f"{key} is {written.get(key)!r}, its entries give {expected[key]!r}"
+        for key in ("total", "summary") if written.get(key) != expected[key]
+    ])
     check("microdata matches the leaf table", _microdata_failures(folder, rel, cfg))
     return checks, failures
 
@@ -371,15 +407,19 @@ def _microdata_failures(folder: Path, rel: Release, cfg: RunConfig) -> list[str]
     return [f"unit {leaf.labels[i]!r}: microdata records differ from its table counts" for i in diff]
 
 
-def refresh_manifest(folder: Path) -> None:
-    """Update the manifest's file list after files were rebuilt (report, metrics)."""
+REBUILT_BY_REPORT = ("report.html", "metrics.csv", "bias_by_size.csv", "ledger.json")
+
+
+def refresh_manifest(folder: Path, names: tuple[str, ...]) -> None:
+    """Re-sign the files ``topdown report`` rebuilt, and only those: a file changed by anyone
+    else must keep failing ``topdown check``."""
     folder = Path(folder)
     manifest = read_json(folder, "manifest.json")
-    manifest["files"] = {
-        p.relative_to(folder).as_posix(): {"bytes": p.stat().st_size, "sha256": _sha256(p)}
-        for p in sorted(folder.rglob("*")) if p.is_file() and p.name != "manifest.json" and not p.name.startswith(".")
-    }
+    for name in names:
+        path = folder / name
+        if path.is_file():
+            manifest["files"][name] = _file_entry(path)
+        else:
+            manifest["files"].pop(name, None)
     manifest["updated"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
-    tmp = folder / ".manifest.json.tmp"
-    _write_json(tmp, manifest)
-    os.replace(tmp, folder / "manifest.json")
+    _write_json(folder / "manifest.json", manifest)

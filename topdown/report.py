@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import base64
 import html
+from fractions import Fraction
 import io
 import json
 import logging
@@ -163,13 +164,20 @@ def _solver_plot(stats: pd.DataFrame) -> str:
     return _png(fig)
 
 
+def _total_text(total: dict[str, Any]) -> str:
+    """``3/2 (1.5)`` from the ledger's exact "p/q" string and its rounded-up float."""
+    if not total:
+        return ""
+    return f"{Fraction(total['budget'])} ({total['budget_float']})"
+
+
 def _ledger_html(ledger: dict[str, Any], config: dict[str, Any]) -> str:
     s = ledger.get("summary", {})
     kind = s.get("budget_kind", "budget")
     rows = [
         ("mechanism", s.get("mechanism", "")),
         ("neighbouring", config.get("strategy", {}).get("neighbouring", "")),
-        (f"total {kind}", f"{s.get('total', '')} ({s.get('total_float', '')})"),
+        (f"total {kind}", _total_text(ledger.get("total", {}))),
         (f"epsilon at delta = {s.get('delta', '')}", f"{s.get('epsilon_at_delta', float('nan')):.4f}"),
         ("per level", ", ".join(f"level {k}: {v}" for k, v in s.get("by_level", {}).items())),
         ("noise", "secure random source" if config.get("seed", "none") == "none"
