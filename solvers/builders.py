@@ -18,7 +18,7 @@ import scipy.sparse as sp
 
 from solvers.problem import Problem
 
-__all__ = ["children_l2_problem", "rounding_problem", "rounding_solution"]
+__all__ = ["children_l2_problem", "is_identity", "rounding_problem", "rounding_solution"]
 
 _NEG_TOL = 1e-6
 _DENSE_WARN = 20_000_000
@@ -122,10 +122,20 @@ def children_l2_problem(parent: np.ndarray | None,
                    row_ub=row_ub, offset=offset, name=name)
 
 
-def _is_identity(Q: sp.csr_matrix) -> bool:
-    """True for the n x n identity (the detailed query)."""
+def is_identity(Q: sp.spmatrix) -> bool:
+    """True for the n x n identity (the detailed query): one 1 per row, on the diagonal."""
     n = Q.shape[1]
-    return Q.shape[0] == n and Q.nnz == n and bool(np.all(Q.indices == np.arange(n))) and bool(np.all(Q.data == 1))
+    if Q.shape[0] != n:
+        return False
+    Q = sp.csr_matrix(Q, copy=True)
+    Q.sum_duplicates()
+    Q.eliminate_zeros()
+    return (
+        Q.nnz == n
+        and bool(np.array_equal(Q.indptr, np.arange(n + 1)))
+        and bool(np.array_equal(Q.indices, np.arange(n)))
+        and bool(np.all(Q.data == 1))
+    )
 
 
 def _lifted_children(parent, measurements, *, k, n, extra_A, extra_lb, extra_ub, ub, name) -> Problem:
@@ -145,7 +155,7 @@ def _lifted_children(parent, measurements, *, k, n, extra_A, extra_lb, extra_ub,
         W = np.broadcast_to(W.reshape(k, 1), (k, mq)) if W.shape == (k,) else W.reshape(k, mq)
         if np.any(W < 0) or not np.isfinite(W).all():
             raise ValueError(f"problem {name!r}: weights of query {qi} must be finite and >= 0")
-        if _is_identity(Q):
+        if is_identity(Q):
             diag_x += 2.0 * W.reshape(-1)
             Yf = np.asarray(Y, dtype=float).reshape(-1)
             lin_x -= 2.0 * W.reshape(-1) * Yf

@@ -20,9 +20,13 @@ import numpy as np
 from solvers.backends.base import BackendProtocol, decline_reason
 from solvers.problem import Problem
 from solvers.status import (
+    InfeasibleError,
     NumericalError,
     SolveResult,
     SolveStatus,
+    SolverError,
+    SolverLimitError,
+    UnboundedError,
     UnknownSolverError,
     UnsupportedProblemError,
     raise_for_status,
@@ -155,8 +159,8 @@ def registered() -> list[str]:
         return list(_backends)
 
 
-def get(name: str) -> BackendProtocol:
-    """The backend registered as ``name``.
+def get(name: str, *, problem: str = "") -> BackendProtocol:
+    """The backend registered as ``name`` (``problem``: the name to put in an error).
 
     Raises:
         UnknownSolverError: the name is not registered or its modules are not installed;
@@ -167,8 +171,9 @@ def get(name: str) -> BackendProtocol:
         backend = _backends.get(name)
     if backend is None or not _installed(backend):
         why = "is not installed" if backend is not None else "is not a registered solver"
-        raise UnknownSolverError(f"solver {name!r} {why}; available: {available()}",
-                                 status=SolveStatus.ERROR, solver=name)
+        raise UnknownSolverError(f"solver {name!r} {why}" + (f" (problem {problem!r})" if problem else "")
+                                 + f"; available: {available()}",
+                                 status=SolveStatus.ERROR, solver=name, problem=problem)
     return backend
 
 
@@ -180,13 +185,27 @@ def _refusal(name: str, backend: BackendProtocol, problem: Problem) -> str | Non
     return decline_reason(backend.accepts(problem), name, problem)
 
 
-def auto_candidates(problem: Problem) -> list[str]:
-    """Installed backends accepting ``problem``, in ``auto`` order (for logs and benchmarks)."""
+def _auto_order(problem: Problem) -> list[str]:
+    """Installed backends in ``auto`` preference order for the problem's kind."""
     names = available()
     order = [nm for nm in names if nm in _preferred]
     order += [nm for nm in AUTO_ORDER.get(problem.kind, ()) if nm in names and nm not in order]
     order += [nm for nm in names if nm not in order]
-    return [nm for nm in order if _refusal(nm, _backends[nm], problem) is None]
+    return order
+
+
+def _accepting(problem: Problem):
+    """Backends that accept ``problem``, lazily: ``solve`` asks only until one succeeds."""
+    for nm in _auto_order(problem):
+        with _lock:
+            backend = _backends[nm]
+        if _refusal(nm, backend, problem) is None:
+            yield nm, backend
+
+
+def auto_candidates(problem: Problem) -> list[str]:
+    """Installed backends accepting ``problem``, in ``auto`` order (for logs and benchmarks)."""
+    return [nm for nm, _ in _accepting(problem)]
 
 
 def _checked(result: SolveResult, problem: Problem, allow_inaccurate: bool) -> SolveResult:
@@ -200,8 +219,12 @@ def _checked(result: SolveResult, problem: Problem, allow_inaccurate: bool) -> S
     violation = problem.max_violation(x)
     scale = 1.0 + float(np.max(np.abs(x), initial=0.0))
     if violation > 1e-5 * scale:
-        logger.warning("%s on problem %r: solution violates constraints by %.3g",
-                       result.solver, problem.name, violation)
+        # "optimal" with rows broken is not an optimum (OSQP's polish can do this): raise, so
+        # that ``auto`` moves on and a named solver's caller hears of it
+        raise NumericalError(
+            f"{result.solver} on problem {problem.name!r}: {SolveStatus.NUMERICAL_ERROR} "
+            f"(reported optimal, but the solution violates the constraints by {violation:.3g})",
+            status=SolveStatus.NUMERICAL_ERROR, solver=result.solver, problem=problem.name)
     return result
 
 
@@ -226,28 +249,28 @@ def solve(problem: Problem, solver: str = "auto", *, time_limit: float = 60.0,
     """
     kwargs = dict(options, time_limit=time_limit, tolerance=tolerance)
     if solver != "auto":
-        backend = get(solver)
+        backend = get(solver, problem=problem.name)
         reason = _refusal(solver, backend, problem)
         if reason is not None:
             raise UnsupportedProblemError(
                 f"{solver} on problem {problem.name!r}: {SolveStatus.UNSUPPORTED} ({reason})",
                 status=SolveStatus.UNSUPPORTED, solver=solver, problem=problem.name)
         return _checked(backend.solve(problem, **kwargs), problem, allow_inaccurate)
-    candidates = auto_candidates(problem)
-    if not candidates:
-        raise UnsupportedProblemError(
-            f"auto on problem {problem.name!r}: {SolveStatus.UNSUPPORTED} "
-            f"(no installed backend accepts a {problem.kind}; available: {available()})",
-            status=SolveStatus.UNSUPPORTED, solver="auto", problem=problem.name)
-    last_error: NumericalError | None = None
-    for name in candidates:
+    last_error: SolverError | None = None
+    for name, backend in _accepting(problem):
         try:
-            result = _checked(_backends[name].solve(problem, **kwargs), problem, allow_inaccurate)
-        except NumericalError as exc:
+            result = _checked(backend.solve(problem, **kwargs), problem, allow_inaccurate)
+        except (InfeasibleError, UnboundedError, SolverLimitError):
+            raise  # a property of the problem (or of the time given), not of this backend
+        except SolverError as exc:
             logger.warning("%s; trying the next backend", exc)
             last_error = exc
             continue
         logger.debug("auto chose %s for %r (%.3f s)", name, problem.name, result.time)
         return result
-    assert last_error is not None
-    raise last_error
+    if last_error is not None:
+        raise last_error
+    raise UnsupportedProblemError(
+        f"auto on problem {problem.name!r}: {SolveStatus.UNSUPPORTED} "
+        f"(no installed backend accepts a {problem.kind}; available: {available()})",
+        status=SolveStatus.UNSUPPORTED, solver="auto", problem=problem.name)

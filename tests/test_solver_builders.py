@@ -109,3 +109,20 @@ def test_lifted_form_has_same_optimum() -> None:
     b = solvers.solve(lifted, "highs")
     np.testing.assert_allclose(b.x[: K * N], a.x, atol=1e-6)
     assert b.objective == pytest.approx(a.objective, rel=1e-7)
+
+
+def test_a_square_marginal_is_not_mistaken_for_the_detailed_query() -> None:
+    """Restricted to a node's support, a marginal can be square with an empty row
+    ([[1, 1], [0, 0]]); it must be lifted, not treated as the identity."""
+    from solvers.builders import is_identity
+
+    Q = sp.csr_matrix(np.array([[1.0, 1.0], [0.0, 0.0]]))
+    assert not is_identity(Q) and is_identity(sp.identity(2, format="csr"))
+    assert not is_identity(sp.csr_matrix(np.array([[0.0, 1.0], [1.0, 0.0]])))
+    measurements = [(sp.identity(2, format="csr"), np.array([[1.0, 2.0], [0.5, 0.5]]), np.ones((2, 2))),
+                    (Q, np.array([[4.0, 0.0], [1.0, 0.0]]), np.ones((2, 2)))]
+    parent = np.array([3.0, 2.0])
+    plain = solvers.solve(children_l2_problem(parent, measurements, k=2, n=2), "highs")
+    lifted = solvers.solve(children_l2_problem(parent, measurements, k=2, n=2, lifted=True), "highs")
+    np.testing.assert_allclose(lifted.x[:4], plain.x, atol=1e-6)
+    assert lifted.objective == pytest.approx(plain.objective, rel=1e-7)

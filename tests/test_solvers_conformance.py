@@ -92,6 +92,16 @@ FIXTURES = {
                                       name="milp partition rounding"),
                               np.array([0.0, 1.0, 0.0, 1.0]), -0.7),
     "milp_knapsack": _knapsack(),
+    # Mixed integer: x integer, y continuous in [0, 0.7], max x + y with x + y <= 2.5:
+    # x = 2, y = 0.5 (x = 1 leaves at most 1.7).
+    "milp_mixed": Fixture(Problem(c=np.array([-1.0, -1.0]), lb=np.zeros(2), ub=np.array([10.0, 0.7]),
+                                  A=_rows([[1, 1]]), row_lb=np.array([-np.inf]), row_ub=np.array([2.5]),
+                                  integrality=np.array([True, False]), name="milp mixed integer"),
+                          np.array([2.0, 0.5]), -2.5),
+    # A free variable with zero cost: bounded (objective 0), whatever x0 is.
+    "lp_zero_cost_free": Fixture(Problem(c=np.array([0.0, 1.0]), lb=np.array([-np.inf, 0.0]),
+                                         ub=np.array([np.inf, 1.0]), name="lp zero-cost free variable"),
+                                 None, 0.0),
 }
 
 INFEASIBLE = {
@@ -221,14 +231,14 @@ class _FixedStatus:
     supports_lp, supports_qp, supports_milp = True, False, False
     REQUIRED_MODULES = ("numpy",)
 
-    def __init__(self, status: SolveStatus, name: str) -> None:
-        self.status, self.name = status, name
+    def __init__(self, status: SolveStatus, name: str, x: tuple[float, ...] = (0.5, 0.5)) -> None:
+        self.status, self.name, self.x = status, name, np.asarray(x, dtype=float)
 
     def accepts(self, problem: Problem) -> bool | str:
         return problem.kind == "LP" or "LP only"
 
     def solve(self, problem: Problem, **options) -> SolveResult:
-        return SolveResult(self.status, np.zeros(problem.n), problem.offset, 0.0, self.name, problem.name)
+        return SolveResult(self.status, self.x, problem.objective_value(self.x), 0.0, self.name, problem.name)
 
 
 @pytest.mark.parametrize("status,error", [
@@ -259,6 +269,26 @@ def test_auto_falls_back_after_numerical_error() -> None:
         assert result.solver != "test:broken" and result.objective == pytest.approx(1.0)
     finally:
         solvers.unregister("test:broken")
+
+
+@pytest.mark.parametrize("status", [SolveStatus.OPTIMAL, SolveStatus.UNKNOWN])
+def test_auto_moves_on_from_a_false_optimum_or_an_unknown_failure(status: SolveStatus) -> None:
+    """A backend that says OPTIMAL for x = 0 (which breaks x + y >= 1), or fails with an
+    unmapped status, is not the last word under ``auto``; named, its answer is refused."""
+    solvers.register(_FixedStatus(status, "test:liar", x=(0.0, 0.0)), prefer=True)
+    try:
+        expected = "violates the constraints" if status is SolveStatus.OPTIMAL else "test:liar"
+        with pytest.raises(SolverError, match=expected):
+            solvers.solve(FIXTURES["lp_free"].problem, "test:liar")
+        result = solvers.solve(FIXTURES["lp_free"].problem)
+        assert result.solver != "test:liar" and result.objective == pytest.approx(1.0)
+    finally:
+        solvers.unregister("test:liar")
+
+
+def test_unknown_solver_names_the_problem() -> None:
+    with pytest.raises(solvers.UnknownSolverError, match=r"'nope' is not a registered solver \(problem 'lp free variable'\)"):
+        solvers.solve(FIXTURES["lp_free"].problem, "nope")
 
 
 def test_register_rejects_incomplete_backend() -> None:

@@ -29,7 +29,7 @@ import scipy.sparse as sp
 
 import solvers
 from solvers import InfeasibleError, Problem, SolverError, SolveStatus
-from solvers.builders import children_l2_problem, rounding_problem, rounding_solution
+from solvers.builders import children_l2_problem, is_identity, rounding_problem, rounding_solution
 
 __all__ = ["FamilyTask", "FamilyResult", "solve_family"]
 
@@ -145,7 +145,7 @@ def _solve(problem: Problem, task: FamilyTask, result: FamilyResult) -> np.ndarr
 
 def _coupled(measurements) -> bool:
     """Any query other than the detailed histogram couples a child's cells."""
-    return any(Q.shape[0] != Q.shape[1] or Q.nnz != Q.shape[1] for Q, _, _ in measurements)
+    return not all(is_identity(Q) for Q, _, _ in measurements)
 
 
 def _l2(task: FamilyTask, parent: np.ndarray | None, result: FamilyResult) -> np.ndarray:

@@ -208,7 +208,9 @@ class ClosedFormBackend(Backend):
                     f"{self.name} on problem {problem.name!r}: {SolveStatus.INFEASIBLE} "
                     f"(integer variable {i} has no integer in [{problem.lb[i]}, {problem.ub[i]}])",
                     status=SolveStatus.INFEASIBLE, solver=self.name, problem=problem.name)
-        x = np.where(problem.c < 0, ub, lb)
+        # a free variable goes to the bound its cost favours; at zero cost any point of the
+        # box is optimal: take the one nearest 0 (finite even when a bound is infinite)
+        x = np.where(problem.c < 0, ub, np.where(problem.c > 0, lb, np.clip(0.0, lb, ub)))
         free = part.group < 0
         if np.any(free & ~np.isfinite(x)):
             i = int(np.flatnonzero(free & ~np.isfinite(x))[0])

@@ -29,9 +29,10 @@ STATUS_MAP: dict[str, SolveStatus] = {
     "optimal": SolveStatus.OPTIMAL,
     "optimal_inaccurate": SolveStatus.OPTIMAL_INACCURATE,
     "infeasible": SolveStatus.INFEASIBLE,
-    "infeasible_inaccurate": SolveStatus.INFEASIBLE,
+    # an inaccurate certificate is not a proof: let ``auto`` try another backend
+    "infeasible_inaccurate": SolveStatus.NUMERICAL_ERROR,
     "unbounded": SolveStatus.UNBOUNDED,
-    "unbounded_inaccurate": SolveStatus.UNBOUNDED,
+    "unbounded_inaccurate": SolveStatus.NUMERICAL_ERROR,
     "infeasible_or_unbounded": SolveStatus.INFEASIBLE_OR_UNBOUNDED,
     "user_limit": SolveStatus.TIME_LIMIT,
     "solver_error": SolveStatus.NUMERICAL_ERROR,
@@ -125,9 +126,13 @@ class CvxpyBackend(Backend):
         import cvxpy as cp
 
         start = time.perf_counter()
-        x = cp.Variable(problem.n, integer=bool(problem.integrality is not None and problem.integrality.all()))
-        if problem.integrality is not None and not problem.integrality.all():
-            x = cp.Variable(problem.n, integer=[int(i) for i in np.flatnonzero(problem.integrality)])
+        ints = np.flatnonzero(problem.integrality) if problem.integrality is not None else np.empty(0, int)
+        if ints.size == problem.n:
+            x = cp.Variable(problem.n, integer=True)
+        elif ints.size:
+            x = cp.Variable(problem.n, integer=[(int(i),) for i in ints])  # CVXPY wants index tuples
+        else:
+            x = cp.Variable(problem.n)
         objective = problem.c @ x
         if problem.P is not None:
             objective = objective + 0.5 * cp.quad_form(x, cp.psd_wrap(problem.P))
