@@ -56,8 +56,9 @@ class LedgerEntry:
         level: depth in the hierarchy (0 = root).
         mechanism: the mechanism's name (e.g. ``"discrete_gaussian"``).
         budget: the budget spent by this query at this level.
-        sensitivity: the sensitivity the noise was calibrated to (L1 for pure DP, L2 for
-            zCDP), exact.
+        sensitivity: the sensitivity the noise was calibrated to, exact: L1 for pure DP, the
+            SQUARED L2 for zCDP (sigma^2 = L2^2 / (2 rho); L2 itself is irrational under
+            replace-one neighbours, sqrt(2), so its square is what can be recorded exactly).
         nodes: how many nodes of the level were measured (informational: they compose in
             parallel).
         note: free text.

@@ -300,7 +300,9 @@ def _gaussian_batch(a: int, b: int, t: int, m: int, rng: np.random.Generator) ->
     Acceptance is Bernoulli(exp(-(|Y| b t - a)^2 / (2 a b t^2))): vectorised when the common
     denominator and the lane's numerator fit; lanes that would not fit take the scalar path.
     """
-    y = _laplace_flat(t, 1, m, rng)
+    # the proposals' own rejections need no inner loop: the outer _fill keeps drawing batches
+    # until enough candidates survive both steps (samples are i.i.d., so a short batch is fine)
+    y = _laplace_batch(t, 1, m, rng) if t < _LIMIT else _laplace_flat(t, 1, m, rng)
     den = 2 * a * b * t * t
     bt = b * t
     if y.dtype == object or den >= _LIMIT or a >= _LIMIT or bt >= _LIMIT:

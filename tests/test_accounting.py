@@ -6,6 +6,7 @@ import json
 import math
 from fractions import Fraction
 
+import numpy as np
 import pytest
 
 from mechanisms.accounting import (
@@ -190,7 +191,11 @@ def test_ledger_total_by_level_and_epsilon():
     ledger = _ledger()
     assert ledger.total() == ZCDP(1)
     assert ledger.by_level() == {0: ZCDP("1/2"), 1: ZCDP("1/2")}
-    assert ledger.epsilon_delta(1e-10) == zcdp_to_approx_dp(1, 1e-10)
+    # independently of the conversion's optimiser: the CKS20 bound minimised over a fine grid
+    # of alpha for the ledger's total rho = 1 (the grid minimum is within 1e-3 of the infimum)
+    alpha = np.linspace(1.01, 40, 400_000)
+    bound = alpha + (np.log(1e10) + (alpha - 1) * np.log1p(-1 / alpha) - np.log(alpha)) / (alpha - 1)
+    assert abs(ledger.epsilon_delta(1e-10) - bound.min()) < 1e-3
     assert len(ledger) == 3
 
 

@@ -59,8 +59,15 @@ def test_seeded_reproducible(sampler, param, dtype) -> None:
 
 
 @pytest.mark.parametrize(("sampler", "param", "dtype"), SAMPLERS)
-def test_default_rng_is_used(sampler, param, dtype) -> None:
+def test_default_rng_is_used(sampler, param, dtype, monkeypatch) -> None:
+    """rng=None draws from a fresh secure source (make_rng() with no seed)."""
+    from mechanisms import samplers
+
+    calls = []
+    real = samplers.make_rng
+    monkeypatch.setattr(samplers, "make_rng", lambda *a, **k: calls.append((a, k)) or real(*a, **k))
     assert sampler(param, 10).shape == (10,)
+    assert calls == [((), {})]
 
 
 def test_bernoulli_gamma_zero_always_true() -> None:

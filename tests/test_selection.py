@@ -31,9 +31,12 @@ def _frequencies(draw, k: int, n: int) -> np.ndarray:
     return np.bincount([draw() for _ in range(n)], minlength=k)
 
 
-def _assert_matches(counts: np.ndarray, probs: np.ndarray) -> None:
-    expected = probs * counts.sum()
-    assert chisquare(counts, expected).pvalue > ALPHA
+def _assert_matches(counts: np.ndarray, probs: np.ndarray, wrong: tuple[np.ndarray, ...] = ()) -> None:
+    """Chi-square at ALPHA against ``probs``; power: each plausible bug in ``wrong`` (another
+    mechanism's distribution, the other sensitivity factor) must be rejected by the same test."""
+    assert chisquare(counts, probs * counts.sum()).pvalue > ALPHA
+    for alternative in wrong:
+        assert chisquare(counts, np.asarray(alternative) * counts.sum()).pvalue < ALPHA
 
 
 # --- factors and probabilities by hand ----------------------------------------------------
@@ -75,7 +78,12 @@ def test_large_scores_are_stable():
     assert np.all(np.isfinite(probs))
     assert probs[2] == 0.0
     assert probs[:2] == pytest.approx([1 / (1 + math.e), math.e / (1 + math.e)])
-    assert exponential_mechanism([big, big + 1], 2, rng=make_rng(1)) in (0, 1)
+    # sampling with huge integer scores: index 1 with probability e / (1 + e) = 0.731; 1000
+    # draws put the frequency within 6 standard deviations (0.084) of it, while the factor
+    # bug (eps / Delta instead of eps / (2 Delta)) would give 0.881
+    rng = make_rng(1)
+    share = np.mean([exponential_mechanism([big, big + 1], 2, rng=rng) for _ in range(1000)])
+    assert abs(share - math.e / (1 + math.e)) < 0.084
 
 
 def test_float_scores_are_converted_exactly():
@@ -129,7 +137,8 @@ def test_exponential_mechanism_frequencies():
     scores = [0, 1, 2, Fraction(7, 2)]
     rng = make_rng(2024)
     counts = _frequencies(lambda: exponential_mechanism(scores, 1, rng=rng), 4, 6000)
-    _assert_matches(counts, exponential_probabilities(scores, 1))
+    _assert_matches(counts, exponential_probabilities(scores, 1),
+                    wrong=(exponential_probabilities(scores, 1, monotonic=True),))
 
 
 def test_exponential_mechanism_monotonic_frequencies():
@@ -147,20 +156,21 @@ def test_permute_and_flip_two_candidates_frequencies():
     rng = make_rng(31)
     counts = _frequencies(lambda: permute_and_flip([0, 1], 2, rng=rng), 2, 6000)
     p0 = math.exp(-1)
-    _assert_matches(counts, np.array([p0 / 2, 1 - p0 / 2]))
+    _assert_matches(counts, np.array([p0 / 2, 1 - p0 / 2]), wrong=(exponential_probabilities([0, 1], 2),))
 
 
 def test_permute_and_flip_three_candidates_frequencies():
     scores = [0, 1, 3]
     rng = make_rng(32)
     counts = _frequencies(lambda: permute_and_flip(scores, 1, rng=rng), 3, 6000)
-    _assert_matches(counts, permute_and_flip_probabilities(scores, 1))
+    _assert_matches(counts, permute_and_flip_probabilities(scores, 1),
+                    wrong=(exponential_probabilities(scores, 1), permute_and_flip_probabilities(scores, 2)))
 
 
 def test_report_noisy_max_distributions():
     scores = [0, 1, 2]
     rng = make_rng(33)
     gumbel = _frequencies(lambda: report_noisy_max(scores, 2, rng=rng), 3, 6000)
-    _assert_matches(gumbel, exponential_probabilities(scores, 2))
+    _assert_matches(gumbel, exponential_probabilities(scores, 2), wrong=(permute_and_flip_probabilities(scores, 2),))
     expo = _frequencies(lambda: report_noisy_max(scores, 2, noise="exponential", rng=rng), 3, 6000)
-    _assert_matches(expo, permute_and_flip_probabilities(scores, 2))
+    _assert_matches(expo, permute_and_flip_probabilities(scores, 2), wrong=(exponential_probabilities(scores, 2),))

@@ -162,8 +162,8 @@ def measure(
                 mech.budget,
                 sensitivity=l1 if strategy.mechanism == "discrete_laplace" else l2_squared,
                 nodes=len(labels),
-                note=f"{strategy.neighbouring} neighbours; share {share} of the level's budget"
-                + ("" if strategy.mechanism == "discrete_laplace" else "; sensitivity is L2 squared"),
+                note=f"{strategy.neighbouring} neighbours; share {share} of the level's budget; "
+                + ("L1 sensitivity" if strategy.mechanism == "discrete_laplace" else "L2 sensitivity squared"),
             )
             row.append(
                 QueryMeasurement(level, query, share, mech.name, mech.budget, float(mech.variance), values)
