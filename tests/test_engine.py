@@ -6,6 +6,7 @@ from fractions import Fraction
 
 import numpy as np
 import pandas as pd
+import scipy.sparse as sp
 import pytest
 
 from constraints.aggregate_constraints import StructuralZero, SumEqual
@@ -318,10 +319,12 @@ def test_declared_geography_keeps_empty_units_and_avoids_the_disclosure():
 
 
 def test_detailed_only_families_take_the_closed_form_and_agree_with_a_qp_solver():
-    """The separable L2 pass goes to the closed form (milliseconds), and a general QP solver
-    named explicitly gives the same release up to rounding ties: its answers differ from the
-    exact ones at solver tolerance, which can flip a near-tie by one unit. (The L2 answers
-    themselves are compared to 1e-5 in tests/test_solvers_properties.py.)"""
+    """The separable L2 pass goes to the closed form (milliseconds); QP solvers named
+    explicitly give the same L2 answer. Rounded releases may differ by one unit: with equal
+    weights each child's L2 value is its integer noisy count minus a shift common to the
+    cell, so all children share one fractional part and the L1-optimal rounding has ties."""
+    from topdown.family import FamilyResult, FamilyTask, _l2
+
     df = seed_data(800, seed=12)
     schema = Schema((Attribute("AGE", bins=(0, 18, 65, 116)), Attribute("SEX", values=(1, 2))), ("REGION", "STATE"))
     strategy = Strategy.from_budgets(["1/2"] * 3)
@@ -329,11 +332,25 @@ def test_detailed_only_families_take_the_closed_form_and_agree_with_a_qp_solver(
     assert all(set(s.solvers) <= {"closed_form", "highs", "none (copied)"} for s in fast.stats), [s.solvers for s in fast.stats]
     assert "closed_form" in fast.stats[1].solvers
     general = release(df, schema, strategy, seed=9, solver="highs")
-    assert set(general.stats[1].solvers) == {"highs"}
-    assert general.check_correctness().ok
+    assert set(general.stats[1].solvers) == {"highs"} and general.check_correctness().ok
     for a, b in zip(fast.counts, general.counts):
         assert np.abs(a - b).max() <= 1
-        assert (a != b).mean() < 0.25
+
+    rng = np.random.default_rng(5)
+    noisy = rng.integers(-3, 40, size=(4, 6)).astype(float)
+    parent = np.maximum(noisy.sum(axis=0) + rng.integers(-6, 7, size=6), 1).astype(float)
+    answers = {}
+    for solver in ("closed_form", "highs", "cvxpy:CLARABEL"):
+        task = FamilyTask(level=1, parent_label="p", child_labels=tuple("abcd"), parent_values=parent,
+                          measurements=((sp.identity(6, format="csr"), noisy, np.ones((4, 6))),),
+                          support=np.arange(6), solver=solver)
+        result = FamilyResult(np.empty(0))
+        answers[solver] = _l2(task, parent, result)
+        assert result.solvers_used == (solver,)
+    np.testing.assert_allclose(answers["highs"], answers["closed_form"], atol=1e-5)
+    # an interior-point method stops short of the bounds: 4e-4 seen here, up to 1e-3 in the
+    # solver benchmark; enough to flip a rounding tie, which is why the closed form goes first
+    np.testing.assert_allclose(answers["cvxpy:CLARABEL"], answers["closed_form"], atol=1e-3)
 
 
 def test_infer_domain_flag():
