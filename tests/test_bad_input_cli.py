@@ -99,7 +99,7 @@ CASES = [
     ("unknown key", _replace("[solver]", "[solver]\ntimeout = 3"), None, ["solver.timeout", "unknown key"]),
     ("constraint unknown attribute",
      lambda t: t + '[[constraints]]\nstructural_zero = {expr = {equal = ["RACE", 1]}}\n', None,
-     ["constraints[0].structural_zero.expr.equal", "'RACE'", "not a query attribute"]),
+     ["constraints[0].structural_zero.expr.equal", "'RACE'", "is not in the domain"]),
     ("constraint unknown value",
      lambda t: t + '[[constraints]]\nsum_equal = {expr = {equal = ["SEX", 3]}, value = 0}\n', None,
      ["constraints[0].sum_equal.expr.equal", "value 3", "[1, 2]"]),

@@ -200,7 +200,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         rel = release(
             data, cfg.schema, cfg.strategy, constraints=cfg.constraints, seed=cfg.seed, solver=cfg.solver,
             solver_options=cfg.solver_options, executor=cfg.executor, workers=cfg.workers, address=cfg.address,
-            failsafe=cfg.failsafe, progress=Progress(enabled=not args.quiet), config=cfg.resolved(),
+            failsafe=cfg.failsafe, progress=Progress(enabled=not args.quiet),
         )
     except DataError as err:
         raise DataError(f"data file {str(cfg.data.path)!r}: {err}") from None

@@ -51,6 +51,7 @@ from constraints import (
 )
 from constraints.constraint import Constraint
 from constraints.domain import Domain
+from constraints.errors import DomainError
 
 __all__ = ["parse_constraints", "parse_expression", "KINDS", "EXPRESSIONS"]
 
@@ -189,15 +190,20 @@ def _scope(spec: Mapping, n_levels: int, key: str, fail: Fail) -> tuple[int | No
 
 
 def _check_attribute(attribute: Any, domain: Domain, key: str, fail: Fail) -> None:
-    if attribute not in domain.names:
-        raise fail(key, f"attribute {attribute!r} is not a query attribute; they are {list(domain.names)}")
+    """Domain's own check, with the config key added (one rule, one message)."""
+    try:
+        domain.axis(attribute)
+    except DomainError as err:
+        raise fail(key, str(err)) from None
 
 
 def _check_value(attribute: str, value: Any, domain: Domain, key: str, fail: Fail) -> None:
-    values = domain.values(attribute)
-    if value in values and not isinstance(value, bool):
-        return
-    raise fail(key, f"value {value!r} is not in the declared domain of {attribute!r}: {list(values)}")
+    if isinstance(value, bool):  # True == 1 in Python, never a value of a declared domain here
+        raise fail(key, f"value {value!r} of {attribute!r} must not be a boolean")
+    try:
+        domain.index_of(attribute, value)
+    except DomainError as err:
+        raise fail(key, str(err)) from None
 
 
 def _check_contradictions(cs: ConstraintSet, domain: Domain, n_levels: int, key: str, fail: Fail) -> None:

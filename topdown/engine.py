@@ -55,7 +55,6 @@ def release(
     progress: Progress | None = None,
     domain_inferred: bool = False,
     geography: pd.DataFrame | None = None,
-    config: Mapping[str, Any] | None = None,
 ) -> Release:
     """Run one TopDown release.
 
@@ -75,7 +74,6 @@ def release(
         geography: the published units (one row per leaf, every hierarchy column, empty units
             included). Without it the units are read from the data, which discloses that each
             has at least one record: recorded in the ledger.
-        config: the resolved configuration, kept with the release.
     """
     progress = progress or Progress()
     strategy.check(schema.domain, schema.n_levels)
@@ -112,7 +110,6 @@ def release(
     return Release(
         schema=schema, tree=tree, strategy=strategy, counts=counts, measurements=measurements,
         ledger=ledger, stats=stats, constraints=constraints, invariants=invariants,
-        config=dict(config or {}),
     )
 
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -67,7 +66,6 @@ class Release:
     stats: list[LevelStats]
     constraints: ConstraintSet | None = None
     invariants: dict[int, dict[int, tuple]] = field(default_factory=dict)
-    config: dict[str, Any] = field(default_factory=dict)
 
     # -- published artefacts -----------------------------------------------------------
     @cached_property

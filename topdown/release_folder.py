@@ -44,6 +44,7 @@ from topdown.estimate import LevelStats
 from topdown.measure import Measurements, QueryMeasurement
 from topdown.microdata import write_table
 from topdown.release import Release
+from topdown.schema import Schema
 from topdown.strategy import Query
 from topdown.tree import ROOT_LABEL, Level, Tree
 
@@ -287,14 +288,7 @@ def load_release(folder: Path) -> tuple[Release, RunConfig]:
         node = table["node"].map(index)
         if node.isna().any():
             raise ReleaseError(f"{table_name(lv.number, lv.column)}: nodes {sorted(set(table['node'][node.isna()]))[:5]} are not in hierarchy.csv")
-        codes = []
-        for a in schema.attributes:
-            lookup = {str(v): i for i, v in enumerate(a.domain_values)}
-            code = table[a.name].map(lookup)
-            if code.isna().any():
-                raise ReleaseError(f"{table_name(lv.number, lv.column)}: column {a.name!r} has values outside its domain")
-            codes.append(code.to_numpy(dtype=np.int64))
-        cell = domain.ravel(codes)
+        cell = _cells(table, schema, table_name(lv.number, lv.column))
         raw = pd.to_numeric(table["count"], errors="coerce").to_numpy(dtype=float)
         is_int = np.isfinite(raw).all() and (raw == np.round(raw)).all()
         arr = np.zeros((lv.size, domain.size), dtype=np.int64 if is_int else float)
@@ -305,8 +299,19 @@ def load_release(folder: Path) -> tuple[Release, RunConfig]:
     invariants = _invariants(folder, tree, cfg)
     rel = Release(schema=schema, tree=tree, strategy=cfg.strategy, counts=counts, measurements=measurements,
                   ledger=ledger, stats=[LevelStats(level=i) for i in range(tree.n_levels)],
-                  constraints=cfg.constraints, invariants=invariants, config=cfg.resolved())
+                  constraints=cfg.constraints, invariants=invariants)
     return rel, cfg
+
+
+def _cells(frame: pd.DataFrame, schema: Schema, where: str) -> np.ndarray:
+    """Cell index of each row from its attribute columns, as written (text of the values)."""
+    codes = []
+    for a in schema.attributes:
+        code = frame[a.name].astype(str).map({str(v): i for i, v in enumerate(a.domain_values)})
+        if code.isna().any():
+            raise ReleaseError(f"{where}: column {a.name!r} has values outside its domain")
+        codes.append(code.to_numpy(dtype=np.int64))
+    return schema.domain.ravel(codes)
 
 
 def _read_csv(folder: Path, name: str) -> pd.DataFrame:
@@ -394,15 +399,12 @@ def _microdata_failures(folder: Path, rel: Release, cfg: RunConfig) -> list[str]
     node = micro[leaf.column].astype(str).map(index)
     if node.isna().any():
         return [f"{int(node.isna().sum())} record(s) name leaf units missing from the tables"]
-    codes = []
-    for a in rel.schema.attributes:
-        lookup = {str(v): i for i, v in enumerate(a.domain_values)}
-        code = micro[a.name].astype(str).map(lookup)
-        if code.isna().any():
-            return [f"column {a.name!r} has values outside its domain"]
-        codes.append(code.to_numpy(dtype=np.int64))
+    try:
+        cell = _cells(micro, rel.schema, path.name)
+    except ReleaseError as err:
+        return [str(err)]
     got = np.zeros_like(rel.counts[-1], dtype=np.int64)
-    np.add.at(got, (node.to_numpy(dtype=np.int64), rel.schema.domain.ravel(codes)), 1)
+    np.add.at(got, (node.to_numpy(dtype=np.int64), cell), 1)
     diff = np.flatnonzero((got != rel.counts[-1]).any(axis=1))
     return [f"unit {leaf.labels[i]!r}: microdata records differ from its table counts" for i in diff]
 
