@@ -118,10 +118,11 @@ def test_check_catches_negative_and_fractional_counts(released: Path, tmp_path: 
     shutil.copytree(released, copy)
     table = copy / "tables" / "level_0_root.csv"
     frame = pd.read_csv(table, dtype=str)
-    frame.loc[0, "count"] = "-1.5"
-    frame.to_csv(table, index=False)
-    assert main(["check", str(copy)]) == 1
-    assert "FAIL non-negative integers" in capsys.readouterr().err
+    for bad in ("-1", "-1.5", "2.5"):  # negative, negative and fractional, fractional
+        frame.loc[0, "count"] = bad
+        frame.to_csv(table, index=False)
+        assert main(["check", str(copy)]) == 1, bad
+        assert "FAIL non-negative integers" in capsys.readouterr().err, bad
 
 
 def test_report_rebuild_with_truth(released: Path, tmp_path: Path, capsys) -> None:
