@@ -13,9 +13,9 @@ from typing import Callable
 import pandas as pd
 import pytest
 
+from cli_helpers import SEX_AGE, embedded_subset
 from topdown.cli import main
 
-DATA = Path(__file__).resolve().parents[1] / "topdown" / "data" / "acs_national2019.csv"
 
 CONFIG = """
 seed = 3
@@ -23,14 +23,7 @@ seed = 3
 path = "data.csv"
 [schema]
 hierarchy = ["STATE", "PUMA"]
-[[schema.attributes]]
-name = "SEX"
-values = [1, 2]
-[[schema.attributes]]
-name = "AGE"
-column = "AGEP"
-bins = [0, 18, 65, 100]
-[strategy]
+""" + SEX_AGE + """[strategy]
 mechanism = "discrete_gaussian"
 budgets = ["1/2", "1/2", "1/2"]
 [solver]
@@ -41,9 +34,7 @@ name = "serial"
 
 
 def _data() -> pd.DataFrame:
-    df = pd.read_csv(DATA, dtype={"STATE": str, "PUMA": str})
-    parts = [df[df["STATE"] == s].head(300) for s in ("01", "08")]
-    return pd.concat(parts).reset_index(drop=True)
+    return embedded_subset(("01", "08"), rows_per_state=300)
 
 
 def _project(folder: Path, config: str = CONFIG, data: pd.DataFrame | None = None) -> Path:

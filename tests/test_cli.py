@@ -10,9 +10,9 @@ import pandas as pd
 import pytest
 
 import topdown.release_folder as release_folder
+from cli_helpers import SEX_AGE, embedded_subset
 from topdown.cli import main
 
-DATA = Path(__file__).resolve().parents[1] / "topdown" / "data" / "acs_national2019.csv"
 
 SMALL_CONFIG = """
 seed = 7
@@ -22,14 +22,7 @@ path = "small.csv"
 STATE = {from = "PUMA", slice = [0, 2]}
 [schema]
 hierarchy = ["STATE", "PUMA"]
-[[schema.attributes]]
-name = "SEX"
-values = [1, 2]
-[[schema.attributes]]
-name = "AGE"
-column = "AGEP"
-bins = [0, 18, 65, 100]
-[strategy]
+""" + SEX_AGE + """[strategy]
 mechanism = "discrete_gaussian"
 budgets = ["1/2", 0.5, "1/2"]
 queries = {detailed = "3/4", total = "1/4"}
@@ -45,9 +38,7 @@ truth = true
 
 def small_project(folder: Path, config: str = SMALL_CONFIG) -> Path:
     """Two states of the embedded data (about 5,000 rows, no STATE column) and a config."""
-    df = pd.read_csv(DATA, dtype={"STATE": str, "PUMA": str})
-    df = df[df["STATE"].isin(["06", "17"])].drop(columns=["STATE"])
-    df.to_csv(folder / "small.csv", index=False)
+    embedded_subset(("06", "17")).drop(columns=["STATE"]).to_csv(folder / "small.csv", index=False)
     path = folder / "small.toml"
     path.write_text(config, encoding="utf-8")
     return path

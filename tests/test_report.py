@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from cli_helpers import SEX_AGE, embedded_subset
 from topdown.cli import main
 from topdown.report import build_report
 
@@ -20,14 +21,7 @@ seed = 11
 path = "data.csv"
 [schema]
 hierarchy = ["STATE"]
-[[schema.attributes]]
-name = "SEX"
-values = [1, 2]
-[[schema.attributes]]
-name = "AGE"
-column = "AGEP"
-bins = [0, 18, 65, 100]
-[strategy]
+""" + SEX_AGE + """[strategy]
 budgets = ["1/2", "1/2"]
 queries = {detailed = "3/4", total = "1/4"}
 [metrics]
@@ -40,8 +34,7 @@ def release_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     import pandas as pd
 
     base = tmp_path_factory.mktemp("report")
-    df = pd.read_csv(ROOT / "topdown" / "data" / "acs_national2019.csv", dtype={"STATE": str, "PUMA": str})
-    df[df["STATE"].isin(["01", "08", "13"])].to_csv(base / "data.csv", index=False)
+    embedded_subset(("01", "08", "13")).to_csv(base / "data.csv", index=False)
     (base / "c.toml").write_text(CONFIG)
     assert main(["-q", "run", str(base / "c.toml"), "--out", str(base / "rel")]) == 0
     return base / "rel"
