@@ -70,8 +70,49 @@ def _float_up_margin(value: float) -> float:
     return math.nextafter(value + abs(value) * _FLOAT_MARGIN, math.inf)
 
 
+class _Budget:
+    """What both budget kinds share: exact validation of their one parameter, ``value``,
+    sequential composition (same kind adds; mixed kinds add as zCDP) and ``sum`` support.
+
+    Subclasses are frozen dataclasses with one Fraction field named by ``_param``.
+    """
+
+    _param: ClassVar[str]
+    kind: ClassVar[str]
+
+    def __post_init__(self) -> None:
+        value = as_fraction(getattr(self, self._param), self._param, error=BudgetError)
+        object.__setattr__(self, self._param, value)
+
+    @property
+    def value(self) -> Fraction:
+        """The budget's parameter (epsilon or rho), whatever the kind; used by generic code."""
+        return getattr(self, self._param)
+
+    def to_zcdp(self) -> ZCDP:
+        raise NotImplementedError
+
+    def __add__(self, other: object) -> PureDP | ZCDP:
+        """Sequential composition: epsilons add (pure DP), rhos add (zCDP, Bun & Steinke
+        2016, Lemma 2.3); a pure budget meets a zCDP one as zCDP."""
+        if not isinstance(other, _Budget):
+            return NotImplemented
+        if type(other) is type(self):
+            return type(self)(self.value + other.value)  # type: ignore[call-arg]
+        return ZCDP(self.to_zcdp().rho + other.to_zcdp().rho)
+
+    def __radd__(self, other: object) -> PureDP | ZCDP:
+        """Let ``sum(budgets)`` start from 0."""
+        if isinstance(other, int) and not isinstance(other, bool) and other == 0:
+            return self  # type: ignore[return-value]
+        return NotImplemented
+
+    def __str__(self) -> str:
+        return f"{type(self).__name__}({self._param}={self.value})"
+
+
 @dataclass(frozen=True)
-class PureDP:
+class PureDP(_Budget):
     """An epsilon-differential-privacy budget (exact).
 
     Args:
@@ -83,39 +124,15 @@ class PureDP:
 
     epsilon: Fraction
     kind: ClassVar[str] = "pure"
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "epsilon", as_fraction(self.epsilon, "epsilon", error=BudgetError))
-
-    @property
-    def value(self) -> Fraction:
-        """The budget's parameter (epsilon), whatever the kind; used by generic code."""
-        return self.epsilon
+    _param: ClassVar[str] = "epsilon"
 
     def to_zcdp(self) -> ZCDP:
         """epsilon-DP implies (epsilon^2 / 2)-zCDP (Bun & Steinke 2016, Proposition 1.4)."""
         return ZCDP(self.epsilon**2 / 2)
 
-    def __add__(self, other: object) -> PureDP | ZCDP:
-        """Sequential composition; with a ZCDP budget the result is zCDP."""
-        if isinstance(other, PureDP):
-            return PureDP(self.epsilon + other.epsilon)
-        if isinstance(other, ZCDP):
-            return self.to_zcdp() + other
-        return NotImplemented
-
-    def __radd__(self, other: object) -> PureDP | ZCDP:
-        """Let ``sum(budgets)`` start from 0."""
-        if isinstance(other, int) and not isinstance(other, bool) and other == 0:
-            return self
-        return NotImplemented
-
-    def __str__(self) -> str:
-        return f"PureDP(epsilon={self.epsilon})"
-
 
 @dataclass(frozen=True)
-class ZCDP:
+class ZCDP(_Budget):
     """A rho-zero-concentrated-DP budget (exact).
 
     Args:
@@ -127,35 +144,11 @@ class ZCDP:
 
     rho: Fraction
     kind: ClassVar[str] = "zcdp"
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "rho", as_fraction(self.rho, "rho", error=BudgetError))
-
-    @property
-    def value(self) -> Fraction:
-        """The budget's parameter (rho), whatever the kind; used by generic code."""
-        return self.rho
+    _param: ClassVar[str] = "rho"
 
     def to_zcdp(self) -> ZCDP:
         """Already zCDP: returns itself, so mixed code can call ``to_zcdp`` on any budget."""
         return self
-
-    def __add__(self, other: object) -> ZCDP:
-        """Sequential composition: rhos add (Bun & Steinke 2016, Lemma 2.3)."""
-        if isinstance(other, ZCDP):
-            return ZCDP(self.rho + other.rho)
-        if isinstance(other, PureDP):
-            return ZCDP(self.rho + other.to_zcdp().rho)
-        return NotImplemented
-
-    def __radd__(self, other: object) -> ZCDP:
-        """Let ``sum(budgets)`` start from 0."""
-        if isinstance(other, int) and not isinstance(other, bool) and other == 0:
-            return self
-        return NotImplemented
-
-    def __str__(self) -> str:
-        return f"ZCDP(rho={self.rho})"
 
 
 Budget = Union[PureDP, ZCDP]
