@@ -81,31 +81,49 @@ def run(draws: int, small_draws: int, repeats: int) -> list[Row]:
         sigma2 = scale * scale
         cases = {
             "laplace": (
-                lambda n, g: sample_discrete_laplace(scale, n, g),
-                lambda n, g: [_bigint.discrete_laplace_scalar(scale, 1, g) for _ in range(n)],
+                lambda n, g, scale=scale: sample_discrete_laplace(scale, n, g),
+                lambda n, g, scale=scale: [
+                    _bigint.discrete_laplace_scalar(scale, 1, g) for _ in range(n)
+                ],
             ),
             "gaussian": (
-                lambda n, g: sample_discrete_gaussian(sigma2, n, g),
-                lambda n, g: [_bigint.discrete_gaussian_scalar(sigma2, 1, g) for _ in range(n)],
+                lambda n, g, sigma2=sigma2: sample_discrete_gaussian(sigma2, n, g),
+                lambda n, g, sigma2=sigma2: [
+                    _bigint.discrete_gaussian_scalar(sigma2, 1, g) for _ in range(n)
+                ],
             ),
         }
         for name, (vectorised, scalar) in cases.items():
             rows.append(
-                (name, scale, "vectorised/secure", draws,
-                 _rate(lambda n: vectorised(n, secure), draws, repeats))
+                (
+                    name,
+                    scale,
+                    "vectorised/secure",
+                    draws,
+                    _rate(lambda n, v=vectorised: v(n, secure), draws, repeats),
+                )
             )
             rows.append(
-                (name, scale, "vectorised/seeded", draws,
-                 _rate(lambda n: vectorised(n, seeded), draws, repeats))
+                (
+                    name,
+                    scale,
+                    "vectorised/seeded",
+                    draws,
+                    _rate(lambda n, v=vectorised: v(n, seeded), draws, repeats),
+                )
             )
             if opendp is not None:
                 rows.append(
-                    (name, scale, "opendp", small_draws,
-                     _rate(opendp[name](scale), small_draws, 1))
+                    (name, scale, "opendp", small_draws, _rate(opendp[name](scale), small_draws, 1))
                 )
             rows.append(
-                (name, scale, "scalar-reference", small_draws,
-                 _rate(lambda n: scalar(n, secure), small_draws, 1))
+                (
+                    name,
+                    scale,
+                    "scalar-reference",
+                    small_draws,
+                    _rate(lambda n, s=scalar: s(n, secure), small_draws, 1),
+                )
             )
     return rows
 
@@ -129,10 +147,13 @@ def format_table(rows: list[Row]) -> str:
 def main(argv: list[str] | None = None) -> None:
     """Parse options, run the benchmark, print the command and the table."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--draws", type=int, default=1_000_000,
-                        help="draws per vectorised measurement (default 10**6)")
-    parser.add_argument("--quick", action="store_true",
-                        help="10x fewer draws and a single repeat")
+    parser.add_argument(
+        "--draws",
+        type=int,
+        default=1_000_000,
+        help="draws per vectorised measurement (default 10**6)",
+    )
+    parser.add_argument("--quick", action="store_true", help="10x fewer draws and a single repeat")
     args = parser.parse_args(argv)
     draws = args.draws // 10 if args.quick else args.draws
     small = max(1000, draws // 50)

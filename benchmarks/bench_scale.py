@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import argparse
 import logging
+import resource
 import sys
 import time
-import resource
 from pathlib import Path
 
 import numpy as np
@@ -39,7 +39,9 @@ def synthetic(n_tracts: int, people: int = 60, seed: int = 0) -> tuple[pd.DataFr
     df = pd.DataFrame(
         {
             "STATE": np.char.add("S", state.astype(str)),
-            "COUNTY": np.char.add(np.char.add("S", state.astype(str)), np.char.add("C", county.astype(str))),
+            "COUNTY": np.char.add(
+                np.char.add("S", state.astype(str)), np.char.add("C", county.astype(str))
+            ),
             "TRACT": np.char.add("T", tract.astype(str)),
             "SEX": rng.integers(1, 3, n),
             "AGE": rng.integers(0, 100, n),
@@ -61,7 +63,9 @@ def synthetic(n_tracts: int, people: int = 60, seed: int = 0) -> tuple[pd.DataFr
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", nargs="+", type=int, default=[100, 1000, 10000], help="number of tracts")
+    parser.add_argument(
+        "--sizes", nargs="+", type=int, default=[100, 1000, 10000], help="number of tracts"
+    )
     parser.add_argument("--executor", default="serial", choices=["serial", "processes", "dask"])
     parser.add_argument("--solver", default="auto")
     parser.add_argument("--quick", action="store_true", help="sizes 100 and 1000 only")
@@ -69,30 +73,42 @@ def main(argv: list[str] | None = None) -> int:
     if args.quick:
         args.sizes = [100, 1000]
     logging.basicConfig(level=logging.ERROR)
-    print("command: python benchmarks/bench_scale.py", " ".join(argv if argv is not None else sys.argv[1:]))
+    print(
+        "command: python benchmarks/bench_scale.py",
+        " ".join(argv if argv is not None else sys.argv[1:]),
+    )
     rows = []
     for size in args.sizes:
         df, schema = synthetic(size)
         strategy = Strategy.from_budgets(["1/2"] * 4)
         start = time.perf_counter()
-        rel = release(df, schema, strategy, seed=1, executor=args.executor, solver=args.solver,
-                      progress=Progress(enabled=False))
+        rel = release(
+            df,
+            schema,
+            strategy,
+            seed=1,
+            executor=args.executor,
+            solver=args.solver,
+            progress=Progress(enabled=False),
+        )
         total = time.perf_counter() - start
         # the OS's peak resident size of this process (sizes run in increasing order, so it is
         # this size's peak); tracemalloc would tax every allocation and distort the seconds
         peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         ok = rel.check_correctness().ok
-        rows.append({
-            "tracts": size,
-            "nodes": "/".join(str(lv.size) for lv in rel.tree.levels),
-            "records": len(df),
-            "seconds": round(total, 2),
-            "estimate_s": round(sum(s.l2_time + s.round_time for s in rel.stats), 2),
-            "problems": sum(s.problems for s in rel.stats),
-            "tracts_per_s": round(size / total, 1),
-            "peak_rss_MiB": round(peak_mib, 1),
-            "correct": ok,
-        })
+        rows.append(
+            {
+                "tracts": size,
+                "nodes": "/".join(str(lv.size) for lv in rel.tree.levels),
+                "records": len(df),
+                "seconds": round(total, 2),
+                "estimate_s": round(sum(s.l2_time + s.round_time for s in rel.stats), 2),
+                "problems": sum(s.problems for s in rel.stats),
+                "tracts_per_s": round(size / total, 1),
+                "peak_rss_MiB": round(peak_mib, 1),
+                "correct": ok,
+            }
+        )
         print(pd.DataFrame(rows[-1:]).to_string(index=False, header=len(rows) == 1))
     return 0
 

@@ -39,9 +39,13 @@ def find_chromium() -> str | None:
 
 
 def embedded_pngs(html: str) -> list[np.ndarray]:
-    """Every ``<img src="data:image/png;base64,...">`` decoded to an RGB array (raises if invalid)."""
-    import matplotlib.image as mpimg
+    """Every ``<img src="data:image/png;base64,...">`` decoded to an RGB array.
+
+    Raises if an image is not a valid PNG.
+    """
     import io
+
+    import matplotlib.image as mpimg
 
     images = []
     for data in re.findall(r'<img[^>]*src="data:image/png;base64,([A-Za-z0-9+/=]+)"', html):
@@ -52,13 +56,24 @@ def embedded_pngs(html: str) -> list[np.ndarray]:
     return images
 
 
-def render(html_path: Path, png_path: Path, chromium: str, *, width: int = 1400, height: int = 3000) -> None:
+def render(
+    html_path: Path, png_path: Path, chromium: str, *, width: int = 1400, height: int = 3000
+) -> None:
     """Screenshot ``html_path`` with headless Chromium."""
     with tempfile.TemporaryDirectory() as profile:
         cmd = [
-            chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-            "--disable-background-networking", "--disable-component-update", "--disable-sync",
-            f"--user-data-dir={profile}", f"--screenshot={png_path}", f"--window-size={width},{height}",
+            chromium,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            f"--user-data-dir={profile}",
+            f"--screenshot={png_path}",
+            f"--window-size={width},{height}",
             html_path.resolve().as_uri(),
         ]
         subprocess.run(cmd, check=True, capture_output=True, timeout=120)
@@ -74,23 +89,36 @@ def screenshot_bands(png_path: Path, bands: int = 6) -> list[int]:
     rows = np.flatnonzero((img < 250).any(axis=(1, 2)))
     if rows.size == 0:
         return [0] * bands
-    content = img[rows[0]: rows[-1] + 1]
+    content = img[rows[0] : rows[-1] + 1]
     out = []
     for band in np.array_split(content, bands, axis=0):
         flat = band.reshape(-1, 3)
-        out.append(len(np.unique(flat[:, 0].astype(np.int32) << 16 | flat[:, 1].astype(np.int32) << 8 | flat[:, 2])))
+        out.append(
+            len(
+                np.unique(
+                    flat[:, 0].astype(np.int32) << 16
+                    | flat[:, 1].astype(np.int32) << 8
+                    | flat[:, 2]
+                )
+            )
+        )
     return out
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("release", type=Path, help="release folder holding report.html")
-    parser.add_argument("--screenshot", type=Path, help="where to keep the screenshot (default: a temp file)")
+    parser.add_argument(
+        "--screenshot", type=Path, help="where to keep the screenshot (default: a temp file)"
+    )
     parser.add_argument("--min-images", type=int, default=4, help="plots the report must embed")
     args = parser.parse_args(argv)
     html_path = args.release / "report.html"
     images = embedded_pngs(html_path.read_text(encoding="utf-8"))
-    print(f"{len(images)} embedded PNG plot(s): " + ", ".join(f"{i.shape[1]}x{i.shape[0]}" for i in images))
+    print(
+        f"{len(images)} embedded PNG plot(s): "
+        + ", ".join(f"{i.shape[1]}x{i.shape[0]}" for i in images)
+    )
     if len(images) < args.min_images:
         print(f"FAIL: expected at least {args.min_images} plots")
         return 1

@@ -66,8 +66,7 @@ def check_number(owner: str, value: object) -> int | float:
 def _check_expr(owner: str, expr: object) -> None:
     if not isinstance(expr, Expression):
         raise ConstraintError(
-            f"{owner}: expr ({expr!r}) must be a logical expression such as "
-            "GreaterThan('AGE', 99)"
+            f"{owner}: expr ({expr!r}) must be a logical expression such as GreaterThan('AGE', 99)"
         )
 
 

@@ -16,7 +16,8 @@ property tests in ``tests/test_constraint_properties.py`` check it against a den
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any, Hashable, Iterable, Sequence
+from collections.abc import Hashable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import scipy.sparse as sp
@@ -153,9 +154,11 @@ def to_cvxpy(
     n = domain.size if kept is None else kept.size
     if tuple(x.shape) != (n,):
         raise ConstraintError(f"x has shape {tuple(x.shape)}, expected ({n},)")
-    cons = list(constraints) if not isinstance(constraints, (Constraint, Expression)) else [
-        constraints
-    ]
+    cons = (
+        list(constraints)
+        if not isinstance(constraints, (Constraint, Expression))
+        else [constraints]
+    )
     rows = compile_rows(cons, domain, cells=kept)
     out: list[Any] = []
     eq = rows.is_equality

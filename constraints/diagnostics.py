@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Hashable, Iterable, Sequence
 
 import numpy as np
 
@@ -88,7 +88,9 @@ def _bounds(c: AggregateConstraint, problems: list) -> tuple[float, float] | Non
     """Integer-tightened ``(lo, hi)`` of one constraint, or None after reporting a problem."""
     v = float(c.value)
     if c.sense == "==" and not v.is_integer():
-        problems.append((f"{c.name}: the sum must be {_num(v)}, but counts are integers", (c.name,)))
+        problems.append(
+            (f"{c.name}: the sum must be {_num(v)}, but counts are integers", (c.name,))
+        )
         return None
     if c.sense in ("==", "<=") and v < 0:
         need = "must be" if c.sense == "==" else "must be at most"
@@ -157,16 +159,20 @@ def check_node(
         eff = raw & ~zeros & ~dropped
         if not eff.any() and lo > 0:
             culprits = tuple(n for n, m in zero_parts if (m & raw).any())
-            where = "structural zeros" if not (raw & dropped & ~zeros).any() else (
-                "structural zeros or outside the kept cells"
+            where = (
+                "structural zeros"
+                if not (raw & dropped & ~zeros).any()
+                else ("structural zeros or outside the kept cells")
             )
             need = f"must be {_num(lo)}" if c.sense == "==" else f"must be at least {_num(lo)}"
             against = f" contradicts {', '.join(culprits)}" if culprits else ""
-            problems.append((
-                f"{c.name}{against}: all {int(raw.sum())} cells of {c.expr} are {where} "
-                f"but the sum {need}",
-                (c.name, *culprits),
-            ))
+            problems.append(
+                (
+                    f"{c.name}{against}: all {int(raw.sum())} cells of {c.expr} are {where} "
+                    f"but the sum {need}",
+                    (c.name, *culprits),
+                )
+            )
             continue
         g = groups.setdefault(eff.tobytes(), _Group(eff, str(c.expr)))
         if lo > g.lo or g.lo_name is None and lo == g.lo and c.sense == "==":
@@ -178,11 +184,13 @@ def check_node(
     for g in glist:
         if g.lo > g.hi:
             k = int(g.mask.sum())
-            problems.append((
-                f"{g.lo_name} contradicts {g.hi_name}: on the same {k} cells the sum "
-                f"{g.need()} and at most {_num(g.hi)}",
-                (g.lo_name, g.hi_name),
-            ))
+            problems.append(
+                (
+                    f"{g.lo_name} contradicts {g.hi_name}: on the same {k} cells the sum "
+                    f"{g.need()} and at most {_num(g.hi)}",
+                    (g.lo_name, g.hi_name),
+                )
+            )
     _check_nesting(glist, problems)
 
     if parent_values is not None or parent_total is not None:
@@ -193,18 +201,22 @@ def check_node(
             if pv is not None:
                 p = float(pv[g.mask].sum())
                 if g.lo > p + _TOL:
-                    problems.append((
-                        f"{g.lo_name} exceeds the parent: the parent holds {_num(p)} on the "
-                        f"{int(g.mask.sum())} cells of {g.expr} but the sum {g.need()}",
-                        (g.lo_name,),
-                    ))
+                    problems.append(
+                        (
+                            f"{g.lo_name} exceeds the parent: the parent holds {_num(p)} on the "
+                            f"{int(g.mask.sum())} cells of {g.expr} but the sum {g.need()}",
+                            (g.lo_name,),
+                        )
+                    )
                     continue
             if parent_total is not None and g.lo > float(parent_total) + _TOL:
-                problems.append((
-                    f"{g.lo_name} exceeds the parent: the sum {g.need()} but the parent's "
-                    f"total is {_num(parent_total)}",
-                    (g.lo_name,),
-                ))
+                problems.append(
+                    (
+                        f"{g.lo_name} exceeds the parent: the sum {g.need()} but the parent's "
+                        f"total is {_num(parent_total)}",
+                        (g.lo_name,),
+                    )
+                )
     _raise(problems, node)
 
 
@@ -219,18 +231,21 @@ def _check_nesting(glist: list[_Group], problems: list) -> None:
         if not math.isfinite(big.hi):
             continue
         subs = [
-            i for i in range(len(glist))
+            i
+            for i in range(len(glist))
             if i != j and inter[i, j] == sizes[i] and sizes[i] < sizes[j] and glist[i].lo > 0
         ]
         for i in subs:
             small = glist[i]
             if small.lo > big.hi:
-                problems.append((
-                    f"{small.lo_name} contradicts {big.hi_name}: the {sizes[i]} cells of "
-                    f"{small.expr} are among the {sizes[j]} cells of {big.expr}, so its sum "
-                    f"({small.amount()}) cannot exceed {big.expr}'s (at most {_num(big.hi)})",
-                    (small.lo_name, big.hi_name),
-                ))
+                problems.append(
+                    (
+                        f"{small.lo_name} contradicts {big.hi_name}: the {sizes[i]} cells of "
+                        f"{small.expr} are among the {sizes[j]} cells of {big.expr}, so its sum "
+                        f"({small.amount()}) cannot exceed {big.expr}'s (at most {_num(big.hi)})",
+                        (small.lo_name, big.hi_name),
+                    )
+                )
         # Greedy packing of disjoint subsets (largest lower bound first): a sound certificate.
         chosen: list[int] = []
         for i in sorted(subs, key=lambda i: -glist[i].lo):
@@ -239,12 +254,14 @@ def _check_nesting(glist: list[_Group], problems: list) -> None:
         total = sum(glist[i].lo for i in chosen)
         if len(chosen) > 1 and total > big.hi and all(glist[i].lo <= big.hi for i in chosen):
             names = tuple(glist[i].lo_name for i in chosen)
-            problems.append((
-                f"{', '.join(names)} contradict {big.hi_name}: these {len(chosen)} disjoint "
-                f"subsets of the {sizes[j]} cells of {big.expr} must hold at least "
-                f"{_num(total)} in all, but {big.expr} holds at most {_num(big.hi)}",
-                (*names, big.hi_name),
-            ))
+            problems.append(
+                (
+                    f"{', '.join(names)} contradict {big.hi_name}: these {len(chosen)} disjoint "
+                    f"subsets of the {sizes[j]} cells of {big.expr} must hold at least "
+                    f"{_num(total)} in all, but {big.expr} holds at most {_num(big.hi)}",
+                    (*names, big.hi_name),
+                )
+            )
 
 
 def check_children(
@@ -281,7 +298,7 @@ def check_children(
             f"labels has {len(labels)} entries but there are {len(children)} children"
         )
     pv = _parent_full(domain, parent_values, None)
-    for cons, label in zip(children, labels):
+    for cons, label in zip(children, labels, strict=True):
         check_node(cons, domain, node=label, parent_values=pv)
 
     problems: list[tuple[str, tuple[str, ...]]] = []
@@ -295,13 +312,18 @@ def check_children(
         all_zero &= z
     bad = all_zero & (pv > _TOL)
     if children and bad.any():
-        names = tuple(dict.fromkeys(c.name for cons in children for c in cons
-                                    if c.zero_mask(domain) is not None))
-        problems.append((
-            f"{int(bad.sum())} cell(s) are structural zeros in every child but the parent "
-            f"holds {_num(float(pv[bad].sum()))} there",
-            names,
-        ))
+        names = tuple(
+            dict.fromkeys(
+                c.name for cons in children for c in cons if c.zero_mask(domain) is not None
+            )
+        )
+        problems.append(
+            (
+                f"{int(bad.sum())} cell(s) are structural zeros in every child but the parent "
+                f"holds {_num(float(pv[bad].sum()))} there",
+                names,
+            )
+        )
 
     # per raw mask: each child's interval [lo, hi] and the names that set it
     table: dict[bytes, dict] = {}
@@ -324,20 +346,24 @@ def check_children(
         detail = ", ".join(f"{labels[ci]!r}: {_num(lo)}" for ci, (lo, _, _) in per.items())
         sum_lo = sum(lo for lo, _, _ in per.values())
         if sum_lo > p + _TOL:
-            problems.append((
-                f"the children's sums on the {k} cells of {entry['expr']} must be at least "
-                f"{_num(sum_lo)} in all ({detail}) but the parent holds {_num(p)} there",
-                names,
-            ))
+            problems.append(
+                (
+                    f"the children's sums on the {k} cells of {entry['expr']} must be at least "
+                    f"{_num(sum_lo)} in all ({detail}) but the parent holds {_num(p)} there",
+                    names,
+                )
+            )
         elif len(per) == len(children):
             sum_hi = sum(hi for _, hi, _ in per.values())
             if sum_hi < p - _TOL:
                 detail_hi = ", ".join(
                     f"{labels[ci]!r}: {_num(hi)}" for ci, (_, hi, _) in per.items()
                 )
-                problems.append((
-                    f"the children's sums on the {k} cells of {entry['expr']} can be at most "
-                    f"{_num(sum_hi)} in all ({detail_hi}) but the parent holds {_num(p)} there",
-                    names,
-                ))
+                problems.append(
+                    (
+                        f"the children's sums on the {k} cells of {entry['expr']} can be at most "
+                        f"{_num(sum_hi)} in all ({detail_hi}) but the parent holds {_num(p)} there",
+                        names,
+                    )
+                )
     _raise(problems, parent)

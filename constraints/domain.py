@@ -12,8 +12,9 @@ records: which values occur is itself private information.
 
 from __future__ import annotations
 
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Hashable, Iterable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -98,7 +99,7 @@ class Domain:
         self._check_attribute(attribute)
         return self.names.index(attribute)
 
-    def project(self, attributes: Sequence[str]) -> "Domain":
+    def project(self, attributes: Sequence[str]) -> Domain:
         """The sub-domain over some attributes, kept in this domain's axis order."""
         for a in attributes:
             self._check_attribute(a)
@@ -131,7 +132,9 @@ class Domain:
             DomainError: naming the column, the offending values and how many rows hold them.
         """
         self._check_attribute(attribute)
-        series = pd.Series(np.asarray(column, dtype=object) if not isinstance(column, pd.Series) else column)
+        series = pd.Series(
+            np.asarray(column, dtype=object) if not isinstance(column, pd.Series) else column
+        )
         codes = series.map(self._index[attribute])
         bad = codes.isna().to_numpy()
         if bad.any():
@@ -154,8 +157,11 @@ class Domain:
     def cell_labels(self) -> list[tuple]:
         """One tuple of attribute values per cell, in cell order."""
         grids = self.unravel(np.arange(self.size))
-        cols = [np.asarray(self.attributes[a], dtype=object)[g] for a, g in zip(self.names, grids)]
-        return list(zip(*cols))
+        cols = [
+            np.asarray(self.attributes[a], dtype=object)[g]
+            for a, g in zip(self.names, grids, strict=True)
+        ]
+        return list(zip(*cols, strict=True))
 
     # -- helpers -----------------------------------------------------------------------------
     def _check_attribute(self, attribute: str) -> None:

@@ -20,7 +20,7 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any, ClassVar, Union
+from typing import ClassVar
 
 from scipy.optimize import minimize_scalar
 
@@ -40,10 +40,6 @@ __all__ = [
     "float_up",
     "zcdp_to_approx_dp",
     "zcdp_to_approx_dp_simple",
-    "Ledger",
-    "LedgerEntry",
-    "Invariant",
-    "Disclosure",
 ]
 
 logger = logging.getLogger(__name__)
@@ -151,7 +147,7 @@ class ZCDP(_Budget):
         return self
 
 
-Budget = Union[PureDP, ZCDP]
+Budget = PureDP | ZCDP
 _BUDGET_KINDS: dict[str, type[PureDP] | type[ZCDP]] = {"pure": PureDP, "zcdp": ZCDP}
 
 
@@ -311,15 +307,3 @@ def sequential(budgets: Iterable[Budget]) -> Budget:
     for item in items[1:]:
         total = total + item
     return total
-
-
-_LEDGER_NAMES = ("Ledger", "LedgerEntry", "Invariant", "Disclosure")
-
-
-def __getattr__(name: str) -> Any:
-    """Re-export the ledger types lazily (the ledger module imports this one)."""
-    if name in _LEDGER_NAMES:
-        from mechanisms import ledger
-
-        return getattr(ledger, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

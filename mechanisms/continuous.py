@@ -1,8 +1,8 @@
 """Continuous (floating-point) Laplace and Gaussian mechanisms, for compatibility only.
 
 These add numpy's float Laplace or normal noise to real-valued answers.
-They are NOT floating-point safe: the set of doubles a float sampler can output depends on the true value,
-so the low-order bits of a release can reveal it and void the guarantee (Mironov, "On
+They are NOT floating-point safe: the set of doubles a float sampler can output depends on the
+true value, so the low-order bits of a release can reveal it and void the guarantee (Mironov, "On
 significance of the least significant bits for differential privacy", CCS 2012). They exist
 for comparison with published code and quick experiments. Releases use the exact integer
 mechanisms of :mod:`mechanisms.discrete` (``DiscreteLaplaceMechanism``,

@@ -125,7 +125,9 @@ class DiscreteLaplaceMechanism:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "epsilon", as_fraction(self.epsilon, "epsilon", error=BudgetError))
-        object.__setattr__(self, "l1_sensitivity", as_fraction(self.l1_sensitivity, "l1_sensitivity"))
+        object.__setattr__(
+            self, "l1_sensitivity", as_fraction(self.l1_sensitivity, "l1_sensitivity")
+        )
 
     @property
     def scale(self) -> Fraction:
@@ -287,9 +289,13 @@ def make_mechanism(
         if not isinstance(budget, ZCDP):
             raise BudgetError(f"budget ({budget}) must be ZCDP for mechanism {name!r}")
         if l2_sensitivity_squared is not None:
-            return DiscreteGaussianMechanism(budget.rho, l2_sensitivity_squared=l2_sensitivity_squared)  # type: ignore[arg-type]
+            return DiscreteGaussianMechanism(
+                budget.rho, l2_sensitivity_squared=l2_sensitivity_squared
+            )  # type: ignore[arg-type]
         return DiscreteGaussianMechanism(budget.rho, sensitivity)  # type: ignore[arg-type]
-    raise MechanismError(f"mechanism ({name!r}) is unknown; known mechanisms: {', '.join(MECHANISMS)}")
+    raise MechanismError(
+        f"mechanism ({name!r}) is unknown; known mechanisms: {', '.join(MECHANISMS)}"
+    )
 
 
 NEIGHBOURING: dict[str, tuple[int, int]] = {"add_remove": (1, 1), "replace_one": (2, 2)}

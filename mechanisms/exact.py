@@ -10,13 +10,12 @@ from __future__ import annotations
 import math
 from fractions import Fraction
 from numbers import Rational
-from typing import Union
 
 from mechanisms.errors import MechanismError
 
 __all__ = ["Exact", "as_fraction"]
 
-Exact = Union[int, Fraction, float, str]
+Exact = int | Fraction | float | str
 
 
 def as_fraction(
@@ -43,7 +42,7 @@ def as_fraction(
         raise error(f"{name} ({value!r}) must be a finite number {rule}, not a bool")
     if isinstance(value, Fraction):
         frac = value
-    elif isinstance(value, int) or isinstance(value, Rational):
+    elif isinstance(value, (int, Rational)):
         frac = Fraction(int(value.numerator), int(value.denominator))
     elif isinstance(value, float) or hasattr(value, "__float__") and not isinstance(value, str):
         f = float(value)  # numpy floats

@@ -21,8 +21,15 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
-from mechanisms.accounting import Budget, PureDP, ZCDP, float_up, make_budget, sequential
-from mechanisms.accounting import zcdp_to_approx_dp
+from mechanisms.accounting import (
+    ZCDP,
+    Budget,
+    PureDP,
+    float_up,
+    make_budget,
+    sequential,
+    zcdp_to_approx_dp,
+)
 from mechanisms.errors import BudgetError
 from mechanisms.exact import as_fraction
 
@@ -271,7 +278,9 @@ class Ledger:
                 note=entry.note,
             )
         for item in data.get("invariants", []):
-            ledger._invariants.append(Invariant(item["name"], item["level"], item.get("description", "")))
+            ledger._invariants.append(
+                Invariant(item["name"], item["level"], item.get("description", ""))
+            )
         for item in data.get("disclosures", []):
             ledger._disclosures.append(Disclosure(item["name"], item.get("description", "")))
         return ledger
@@ -294,8 +303,17 @@ class Ledger:
             }
             for e in self._entries
         ]
-        columns = ["level", "query", "mechanism", "kind", "budget", "budget_float",
-                   "sensitivity", "nodes", "note"]
+        columns = [
+            "level",
+            "query",
+            "mechanism",
+            "kind",
+            "budget",
+            "budget_float",
+            "sensitivity",
+            "nodes",
+            "note",
+        ]
         return pd.DataFrame(rows, columns=columns)
 
     def __len__(self) -> int:
@@ -305,7 +323,9 @@ class Ledger:
         if not isinstance(other, Ledger):
             return NotImplemented
         return (self._entries, self._invariants, self._disclosures) == (
-            other._entries, other._invariants, other._disclosures
+            other._entries,
+            other._invariants,
+            other._disclosures,
         )
 
     __hash__ = None  # type: ignore[assignment]

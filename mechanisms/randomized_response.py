@@ -49,7 +49,9 @@ def _domain_index(domain: Sequence[Hashable]) -> dict[Hashable, int]:
     return index
 
 
-def _encode(values: Any, index: dict[Hashable, int], name: str) -> tuple[np.ndarray, tuple[int, ...]]:
+def _encode(
+    values: Any, index: dict[Hashable, int], name: str
+) -> tuple[np.ndarray, tuple[int, ...]]:
     """Codes of ``values`` in the domain, refusing any value outside it."""
     array = np.asarray(values, dtype=object)
     codes = np.empty(array.size, dtype=np.int64)

@@ -90,7 +90,9 @@ def selection_factor(epsilon: object, sensitivity: object = 1, monotonic: bool =
     return eps / delta if monotonic else eps / (2 * delta)
 
 
-def _gammas(scores: Iterable[object], epsilon: object, sensitivity: object, monotonic: bool) -> list[Fraction]:
+def _gammas(
+    scores: Iterable[object], epsilon: object, sensitivity: object, monotonic: bool
+) -> list[Fraction]:
     """Exact exponents gamma_i = c (u* - u_i) >= 0."""
     factor = selection_factor(epsilon, sensitivity, monotonic)
     exact = _scores(scores)
@@ -123,13 +125,19 @@ def permute_and_flip_probabilities(
     p = np.exp(-np.array([float(g) for g in _gammas(scores, epsilon, sensitivity, monotonic)]))
     k = len(p)
     if k > 8:
-        raise MechanismError(f"permute_and_flip_probabilities enumerates orders; k ({k}) must be <= 8")
+        raise MechanismError(
+            f"permute_and_flip_probabilities enumerates orders; k ({k}) must be <= 8"
+        )
     out = np.zeros(k)
     for i in range(k):
         others = [j for j in range(k) if j != i]
         for mask in range(1 << (k - 1)):
             chosen = [others[b] for b in range(k - 1) if mask >> b & 1]
-            weight = math.factorial(len(chosen)) * math.factorial(k - 1 - len(chosen)) / math.factorial(k)
+            weight = (
+                math.factorial(len(chosen))
+                * math.factorial(k - 1 - len(chosen))
+                / math.factorial(k)
+            )
             out[i] += weight * np.prod([1 - p[j] for j in chosen])
         out[i] *= p[i]
     return out
@@ -147,12 +155,16 @@ def _first_success(
         if gamma == 0:
             accepted[positions] = True
         else:
-            accepted[positions] = np.asarray(sample_bernoulli_exp(gamma, len(positions), rng=rng), dtype=bool)
+            accepted[positions] = np.asarray(
+                sample_bernoulli_exp(gamma, len(positions), rng=rng), dtype=bool
+            )
     hits = np.flatnonzero(accepted)
     return int(candidates[hits[0]]) if hits.size else None
 
 
-def _prepare(scores: Iterable[object], epsilon: object, sensitivity: object, monotonic: bool) -> tuple[np.ndarray, list[Fraction]]:
+def _prepare(
+    scores: Iterable[object], epsilon: object, sensitivity: object, monotonic: bool
+) -> tuple[np.ndarray, list[Fraction]]:
     """Group candidates by their exact exponent: (gamma id per candidate, distinct gammas)."""
     gammas = _gammas(scores, epsilon, sensitivity, monotonic)
     distinct: dict[Fraction, int] = {}

@@ -15,12 +15,21 @@ Example:
 from solvers.backends.base import Backend, BackendProtocol
 from solvers.builders import children_l2_problem, rounding_problem, rounding_solution
 from solvers.problem import Problem
-from solvers.registry import AUTO_ORDER, auto_candidates, available, get, register, registered, solve, unregister
+from solvers.registry import (
+    AUTO_ORDER,
+    auto_candidates,
+    available,
+    get,
+    register,
+    registered,
+    solve,
+    unregister,
+)
 from solvers.status import (
     InfeasibleError,
     NumericalError,
-    SolveResult,
     SolverError,
+    SolveResult,
     SolverLimitError,
     SolveStatus,
     UnboundedError,

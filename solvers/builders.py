@@ -49,10 +49,19 @@ def _stack_rows(blocks: list[tuple[sp.spmatrix, np.ndarray, np.ndarray]], ncols:
     return A, np.concatenate([b[1] for b in blocks]), np.concatenate([b[2] for b in blocks])
 
 
-def children_l2_problem(parent: np.ndarray | None,
-                        measurements: Sequence[tuple[sp.spmatrix, np.ndarray, np.ndarray]], *,
-                        k: int, n: int, extra_A: sp.spmatrix | None = None, extra_lb=None,
-                        extra_ub=None, ub: np.ndarray | None = None, name: str = "", lifted: bool = False) -> Problem:
+def children_l2_problem(
+    parent: np.ndarray | None,
+    measurements: Sequence[tuple[sp.spmatrix, np.ndarray, np.ndarray]],
+    *,
+    k: int,
+    n: int,
+    extra_A: sp.spmatrix | None = None,
+    extra_lb=None,
+    extra_ub=None,
+    ub: np.ndarray | None = None,
+    name: str = "",
+    lifted: bool = False,
+) -> Problem:
     """Joint weighted NNLS of k children over n cells (the support cells of the parent).
 
     The objective is ``sum_q sum_c sum_i W_q[c, i] (Q_q x_c - Y_q[c])_i^2``, expanded as
@@ -80,13 +89,26 @@ def children_l2_problem(parent: np.ndarray | None,
         The QP; the consistency rows are rows 0..n-1.
     """
     if lifted:
-        return _lifted_children(parent, measurements, k=k, n=n, extra_A=extra_A, extra_lb=extra_lb,
-                                extra_ub=extra_ub, ub=ub, name=name)
+        return _lifted_children(
+            parent,
+            measurements,
+            k=k,
+            n=n,
+            extra_A=extra_A,
+            extra_lb=extra_lb,
+            extra_ub=extra_ub,
+            ub=ub,
+            name=name,
+        )
     N = k * n
     dense_nnz = k * sum(int(np.sum(np.diff(sp.csr_matrix(m[0]).indptr) ** 2)) for m in measurements)
     if dense_nnz > _DENSE_WARN:
-        logger.warning("problem %r: the Hessian will hold about %.2g entries (marginals over many cells); "
-                       "pass lifted=True to keep it sparse", name, dense_nnz)
+        logger.warning(
+            "problem %r: the Hessian will hold about %.2g entries (marginals over many cells); "
+            "pass lifted=True to keep it sparse",
+            name,
+            dense_nnz,
+        )
     P = sp.csr_matrix((N, N))
     c = np.zeros(N)
     offset = 0.0
@@ -95,7 +117,9 @@ def children_l2_problem(parent: np.ndarray | None,
         Q = sp.csr_matrix(Q)
         mq = Q.shape[0]
         if Q.shape[1] != n:
-            raise ValueError(f"problem {name!r}: query {qi} has {Q.shape[1]} columns, expected n={n}")
+            raise ValueError(
+                f"problem {name!r}: query {qi} has {Q.shape[1]} columns, expected n={n}"
+            )
         Y = np.asarray(Y, dtype=float).reshape(k, mq)
         W = np.asarray(W, dtype=float)
         W = np.broadcast_to(W.reshape(k, 1), (k, mq)) if W.shape == (k,) else W.reshape(k, mq)
@@ -114,12 +138,26 @@ def children_l2_problem(parent: np.ndarray | None,
         blocks.append((_consistency_rows(k, n), parent, parent))
     if extra_A is not None:
         me = extra_A.shape[0]
-        blocks.append((extra_A, _bounds(extra_lb, me, -np.inf, "extra_lb", name),
-                       _bounds(extra_ub, me, np.inf, "extra_ub", name)))
+        blocks.append(
+            (
+                extra_A,
+                _bounds(extra_lb, me, -np.inf, "extra_lb", name),
+                _bounds(extra_ub, me, np.inf, "extra_ub", name),
+            )
+        )
     A, row_lb, row_ub = _stack_rows(blocks, N)
     upper = np.full(N, np.inf) if ub is None else np.asarray(ub, dtype=float).reshape(-1)
-    return Problem(c=c, lb=np.zeros(N), ub=upper, P=sp.csc_matrix(P), A=A, row_lb=row_lb,
-                   row_ub=row_ub, offset=offset, name=name)
+    return Problem(
+        c=c,
+        lb=np.zeros(N),
+        ub=upper,
+        P=sp.csc_matrix(P),
+        A=A,
+        row_lb=row_lb,
+        row_ub=row_ub,
+        offset=offset,
+        name=name,
+    )
 
 
 def is_identity(Q: sp.spmatrix) -> bool:
@@ -138,7 +176,9 @@ def is_identity(Q: sp.spmatrix) -> bool:
     )
 
 
-def _lifted_children(parent, measurements, *, k, n, extra_A, extra_lb, extra_ub, ub, name) -> Problem:
+def _lifted_children(
+    parent, measurements, *, k, n, extra_A, extra_lb, extra_ub, ub, name
+) -> Problem:
     """The lifted form of :func:`children_l2_problem` (see its ``lifted`` argument)."""
     N = k * n
     eye_k = sp.identity(k, format="csr")
@@ -150,7 +190,9 @@ def _lifted_children(parent, measurements, *, k, n, extra_A, extra_lb, extra_ub,
         Q = sp.csr_matrix(Q)
         mq = Q.shape[0]
         if Q.shape[1] != n:
-            raise ValueError(f"problem {name!r}: query {qi} has {Q.shape[1]} columns, expected n={n}")
+            raise ValueError(
+                f"problem {name!r}: query {qi} has {Q.shape[1]} columns, expected n={n}"
+            )
         W = np.asarray(W, dtype=float)
         W = np.broadcast_to(W.reshape(k, 1), (k, mq)) if W.shape == (k,) else W.reshape(k, mq)
         if np.any(W < 0) or not np.isfinite(W).all():
@@ -177,20 +219,41 @@ def _lifted_children(parent, measurements, *, k, n, extra_A, extra_lb, extra_ub,
         blocks.append((sp.hstack([_consistency_rows(k, n), sp.csr_matrix((n, T))]), parent, parent))
     if extra_A is not None:
         me = extra_A.shape[0]
-        blocks.append((sp.hstack([sp.csr_matrix(extra_A), sp.csr_matrix((me, T))]),
-                       _bounds(extra_lb, me, -np.inf, "extra_lb", name), _bounds(extra_ub, me, np.inf, "extra_ub", name)))
+        blocks.append(
+            (
+                sp.hstack([sp.csr_matrix(extra_A), sp.csr_matrix((me, T))]),
+                _bounds(extra_lb, me, -np.inf, "extra_lb", name),
+                _bounds(extra_ub, me, np.inf, "extra_ub", name),
+            )
+        )
     if T:
         lift = sp.hstack([sp.vstack(lifts), -sp.identity(T)])
         blocks.append((lift, np.zeros(T), np.zeros(T)))
     A, row_lb, row_ub = _stack_rows(blocks, N + T)
     upper = np.full(N, np.inf) if ub is None else np.asarray(ub, dtype=float).reshape(-1)
-    return Problem(c=c, lb=np.concatenate([np.zeros(N), np.full(T, -np.inf)]),
-                   ub=np.concatenate([upper, np.full(T, np.inf)]), P=P, A=A, row_lb=row_lb,
-                   row_ub=row_ub, offset=float(np.sum(w * y**2)) + offset_x, name=name)
+    return Problem(
+        c=c,
+        lb=np.concatenate([np.zeros(N), np.full(T, -np.inf)]),
+        ub=np.concatenate([upper, np.full(T, np.inf)]),
+        P=P,
+        A=A,
+        row_lb=row_lb,
+        row_ub=row_ub,
+        offset=float(np.sum(w * y**2)) + offset_x,
+        name=name,
+    )
 
 
-def rounding_problem(x_tilde: np.ndarray, parent: np.ndarray | None, *, extra_A=None, extra_lb=None,
-                     extra_ub=None, width: int = 1, name: str = "") -> tuple[Problem, np.ndarray]:
+def rounding_problem(
+    x_tilde: np.ndarray,
+    parent: np.ndarray | None,
+    *,
+    extra_A=None,
+    extra_lb=None,
+    extra_ub=None,
+    width: int = 1,
+    name: str = "",
+) -> tuple[Problem, np.ndarray]:
     """Integer rounding with minimal L1 distance to ``x_tilde`` (shape (k, n), child-major).
 
     ``x = floor(x_tilde) + z`` with integer ``z``. For ``width == 1``, ``z`` is in {0, 1}
@@ -215,7 +278,9 @@ def rounding_problem(x_tilde: np.ndarray, parent: np.ndarray | None, *, extra_A=
     """
     xt = np.atleast_2d(np.asarray(x_tilde, dtype=float))
     if np.isnan(xt).any() or xt.min(initial=0.0) < -_NEG_TOL:
-        raise ValueError(f"problem {name!r}: x_tilde must be >= 0 and not NaN (min {np.nanmin(xt):g})")
+        raise ValueError(
+            f"problem {name!r}: x_tilde must be >= 0 and not NaN (min {np.nanmin(xt):g})"
+        )
     if width < 1:
         raise ValueError(f"problem {name!r}: width ({width}) must be >= 1")
     k, n = xt.shape
@@ -246,11 +311,25 @@ def rounding_problem(x_tilde: np.ndarray, parent: np.ndarray | None, *, extra_A=
         E = sp.csr_matrix(extra_A)
         me = E.shape[0]
         shift = E @ floor
-        blocks.append((E @ expand, _bounds(extra_lb, me, -np.inf, "extra_lb", name) - shift,
-                       _bounds(extra_ub, me, np.inf, "extra_ub", name) - shift))
+        blocks.append(
+            (
+                E @ expand,
+                _bounds(extra_lb, me, -np.inf, "extra_lb", name) - shift,
+                _bounds(extra_ub, me, np.inf, "extra_ub", name) - shift,
+            )
+        )
     A, row_lb, row_ub = _stack_rows(blocks, cost.size)
-    problem = Problem(c=cost, lb=lo, ub=hi, A=A, row_lb=row_lb, row_ub=row_ub,
-                      integrality=np.ones(cost.size, dtype=bool), offset=float(frac.sum()), name=name)
+    problem = Problem(
+        c=cost,
+        lb=lo,
+        ub=hi,
+        A=A,
+        row_lb=row_lb,
+        row_ub=row_ub,
+        integrality=np.ones(cost.size, dtype=bool),
+        offset=float(frac.sum()),
+        name=name,
+    )
     return problem, floor
 
 
@@ -258,5 +337,5 @@ def rounding_solution(solution: np.ndarray, floor: np.ndarray) -> np.ndarray:
     """Counts ``floor + z`` from a rounding solution of width 1 or wider (3-block) form."""
     s = np.asarray(solution, dtype=float)
     N = floor.size
-    z = s if s.size == N else s[:N] + s[N:2 * N] - s[2 * N:]
+    z = s if s.size == N else s[:N] + s[N : 2 * N] - s[2 * N :]
     return np.round(floor + z).astype(np.int64)

@@ -89,7 +89,9 @@ class Problem:
         bad = np.flatnonzero(self.lb > self.ub)
         if bad.size:
             i = int(bad[0])
-            raise ValueError(f"problem {name!r}: lb[{i}] ({self.lb[i]}) must be <= ub[{i}] ({self.ub[i]})")
+            raise ValueError(
+                f"problem {name!r}: lb[{i}] ({self.lb[i]}) must be <= ub[{i}] ({self.ub[i]})"
+            )
         if self.P is not None:
             P = sp.csc_matrix(self.P, dtype=float)
             if P.shape != (n, n):
@@ -101,18 +103,25 @@ class Problem:
             asym = abs(P - P.T)
             scale = max(abs(P).max() if P.nnz else 0.0, 1.0)
             if asym.nnz and asym.max() > _SYMMETRY_RTOL * scale:
-                raise ValueError(f"problem {name!r}: P must be symmetric (max |P - P'| = {asym.max():.3g})")
+                raise ValueError(
+                    f"problem {name!r}: P must be symmetric (max |P - P'| = {asym.max():.3g})"
+                )
             setattr_(self, "P", P if P.nnz else None)
         self._validate_rows(n, name)
         if self.integrality is not None:
             integ = np.asarray(self.integrality, dtype=bool).reshape(-1)
             if integ.shape != (n,):
-                raise ValueError(f"problem {name!r}: integrality has shape {integ.shape}, expected ({n},)")
+                raise ValueError(
+                    f"problem {name!r}: integrality has shape {integ.shape}, expected ({n},)"
+                )
             integ = integ.copy()
             integ.setflags(write=False)
             setattr_(self, "integrality", integ if integ.any() else None)
         if self.integrality is not None and self.P is not None:
-            raise ValueError(f"problem {name!r}: integer variables with a quadratic objective (MIQP) are not supported")
+            raise ValueError(
+                f"problem {name!r}: integer variables with a quadratic objective (MIQP) are not "
+                "supported"
+            )
         setattr_(self, "offset", float(self.offset))
         if not np.isfinite(self.offset):
             raise ValueError(f"problem {name!r}: offset ({self.offset}) must be finite")
@@ -145,11 +154,15 @@ class Problem:
         if bad.size:
             i = int(bad[0])
             raise ValueError(
-                f"problem {name!r}: row_lb[{i}] ({self.row_lb[i]}) must be <= row_ub[{i}] ({self.row_ub[i]})")
+                f"problem {name!r}: row_lb[{i}] ({self.row_lb[i]}) must be <= row_ub[{i}] "
+                f"({self.row_ub[i]})"
+            )
         if self.row_names is not None:
             names = tuple(str(s) for s in self.row_names)
             if len(names) != m:
-                raise ValueError(f"problem {name!r}: row_names has {len(names)} entries, expected {m}")
+                raise ValueError(
+                    f"problem {name!r}: row_names has {len(names)} entries, expected {m}"
+                )
             setattr_(self, "row_names", names)
 
     @property

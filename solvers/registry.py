@@ -22,17 +22,26 @@ from solvers.problem import Problem
 from solvers.status import (
     InfeasibleError,
     NumericalError,
-    SolveResult,
-    SolveStatus,
     SolverError,
+    SolveResult,
     SolverLimitError,
+    SolveStatus,
     UnboundedError,
     UnknownSolverError,
     UnsupportedProblemError,
     raise_for_status,
 )
 
-__all__ = ["AUTO_ORDER", "auto_candidates", "available", "get", "register", "registered", "solve", "unregister"]
+__all__ = [
+    "AUTO_ORDER",
+    "auto_candidates",
+    "available",
+    "get",
+    "register",
+    "registered",
+    "solve",
+    "unregister",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -46,12 +55,35 @@ logger = logging.getLogger(__name__)
 #: 60 s at 5e4. For LP/MILP HiGHS called directly: 3 s at 3e5 and 21-25 s at 10^6 variables on
 #: the rounding problems; SciPy's milp (HiGHS inside) is comparable, CVXPY adds 2x overhead.
 AUTO_ORDER: dict[str, tuple[str, ...]] = {
-    "QP": ("closed_form", "cvxpy:CLARABEL", "cvxpy:OSQP", "highs", "cvxpy:HIGHS", "cvxpy:SCS", "scipy"),
-    "LP": ("closed_form", "highs", "cvxpy:HIGHS", "scipy", "cvxpy:CLARABEL", "cvxpy:OSQP", "cvxpy:SCS"),
+    "QP": (
+        "closed_form",
+        "cvxpy:CLARABEL",
+        "cvxpy:OSQP",
+        "highs",
+        "cvxpy:HIGHS",
+        "cvxpy:SCS",
+        "scipy",
+    ),
+    "LP": (
+        "closed_form",
+        "highs",
+        "cvxpy:HIGHS",
+        "scipy",
+        "cvxpy:CLARABEL",
+        "cvxpy:OSQP",
+        "cvxpy:SCS",
+    ),
     "MILP": ("closed_form", "highs", "cvxpy:HIGHS", "scipy"),
 }
 
-_BUILTIN_ORDER = ("closed_form", "highs", "cvxpy:CLARABEL", "cvxpy:OSQP", "cvxpy:HIGHS", "cvxpy:SCS")
+_BUILTIN_ORDER = (
+    "closed_form",
+    "highs",
+    "cvxpy:CLARABEL",
+    "cvxpy:OSQP",
+    "cvxpy:HIGHS",
+    "cvxpy:SCS",
+)
 
 _lock = threading.RLock()
 _backends: dict[str, BackendProtocol] = {}
@@ -103,7 +135,9 @@ def _load_builtins() -> None:
         _builtins_loaded = True
 
 
-def register(backend: BackendProtocol | type, name: str | None = None, *, prefer: bool = False) -> BackendProtocol:
+def register(
+    backend: BackendProtocol | type, name: str | None = None, *, prefer: bool = False
+) -> BackendProtocol:
     """Add a backend (instance or zero-argument class) under ``name`` (default its ``name``).
 
     Args:
@@ -118,8 +152,11 @@ def register(backend: BackendProtocol | type, name: str | None = None, *, prefer
     """
     instance = backend() if isinstance(backend, type) else backend
     key = name or getattr(instance, "name", "")
-    missing = [a for a in ("supports_lp", "supports_qp", "supports_milp", "accepts", "solve")
-               if not hasattr(instance, a)]
+    missing = [
+        a
+        for a in ("supports_lp", "supports_qp", "supports_milp", "accepts", "solve")
+        if not hasattr(instance, a)
+    ]
     if not key or missing:
         raise TypeError(f"backend {instance!r} lacks {missing or ['name']}: see solvers.Backend")
     if not hasattr(instance, "REQUIRED_MODULES"):
@@ -171,9 +208,14 @@ def get(name: str, *, problem: str = "") -> BackendProtocol:
         backend = _backends.get(name)
     if backend is None or not _installed(backend):
         why = "is not installed" if backend is not None else "is not a registered solver"
-        raise UnknownSolverError(f"solver {name!r} {why}" + (f" (problem {problem!r})" if problem else "")
-                                 + f"; available: {available()}",
-                                 status=SolveStatus.ERROR, solver=name, problem=problem)
+        raise UnknownSolverError(
+            f"solver {name!r} {why}"
+            + (f" (problem {problem!r})" if problem else "")
+            + f"; available: {available()}",
+            status=SolveStatus.ERROR,
+            solver=name,
+            problem=problem,
+        )
     return backend
 
 
@@ -215,7 +257,10 @@ def _checked(result: SolveResult, problem: Problem, allow_inaccurate: bool) -> S
         raise NumericalError(
             f"{result.solver} on problem {problem.name!r}: {SolveStatus.NUMERICAL_ERROR} "
             f"(solution has shape {x.shape} or non-finite entries)",
-            status=SolveStatus.NUMERICAL_ERROR, solver=result.solver, problem=problem.name)
+            status=SolveStatus.NUMERICAL_ERROR,
+            solver=result.solver,
+            problem=problem.name,
+        )
     violation = problem.max_violation(x)
     scale = 1.0 + float(np.max(np.abs(x), initial=0.0))
     if violation > 1e-5 * scale:
@@ -224,12 +269,22 @@ def _checked(result: SolveResult, problem: Problem, allow_inaccurate: bool) -> S
         raise NumericalError(
             f"{result.solver} on problem {problem.name!r}: {SolveStatus.NUMERICAL_ERROR} "
             f"(reported optimal, but the solution violates the constraints by {violation:.3g})",
-            status=SolveStatus.NUMERICAL_ERROR, solver=result.solver, problem=problem.name)
+            status=SolveStatus.NUMERICAL_ERROR,
+            solver=result.solver,
+            problem=problem.name,
+        )
     return result
 
 
-def solve(problem: Problem, solver: str = "auto", *, time_limit: float = 60.0,
-          tolerance: float | None = None, allow_inaccurate: bool = False, **options: Any) -> SolveResult:
+def solve(
+    problem: Problem,
+    solver: str = "auto",
+    *,
+    time_limit: float = 60.0,
+    tolerance: float | None = None,
+    allow_inaccurate: bool = False,
+    **options: Any,
+) -> SolveResult:
     """Solve ``problem`` and return a certified optimum, or raise the typed error.
 
     Args:
@@ -254,7 +309,10 @@ def solve(problem: Problem, solver: str = "auto", *, time_limit: float = 60.0,
         if reason is not None:
             raise UnsupportedProblemError(
                 f"{solver} on problem {problem.name!r}: {SolveStatus.UNSUPPORTED} ({reason})",
-                status=SolveStatus.UNSUPPORTED, solver=solver, problem=problem.name)
+                status=SolveStatus.UNSUPPORTED,
+                solver=solver,
+                problem=problem.name,
+            )
         return _checked(backend.solve(problem, **kwargs), problem, allow_inaccurate)
     last_error: SolverError | None = None
     for name, backend in _accepting(problem):
@@ -273,4 +331,7 @@ def solve(problem: Problem, solver: str = "auto", *, time_limit: float = 60.0,
     raise UnsupportedProblemError(
         f"auto on problem {problem.name!r}: {SolveStatus.UNSUPPORTED} "
         f"(no installed backend accepts a {problem.kind}; available: {available()})",
-        status=SolveStatus.UNSUPPORTED, solver="auto", problem=problem.name)
+        status=SolveStatus.UNSUPPORTED,
+        solver="auto",
+        problem=problem.name,
+    )

@@ -85,8 +85,14 @@ class SolverError(RuntimeError):
             can be traced to the one that caused it.
     """
 
-    def __init__(self, message: str, *, status: SolveStatus = SolveStatus.ERROR,
-                 solver: str = "", problem: str = "") -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: SolveStatus = SolveStatus.ERROR,
+        solver: str = "",
+        problem: str = "",
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.solver = solver
@@ -129,8 +135,9 @@ _ERROR_FOR_STATUS: dict[SolveStatus, type[SolverError]] = {
 }
 
 
-def error_for_status(status: SolveStatus, *, solver: str, problem: str,
-                     detail: str = "") -> SolverError:
+def error_for_status(
+    status: SolveStatus, *, solver: str, problem: str, detail: str = ""
+) -> SolverError:
     """Build the typed error for a non-optimal status, with the standard message.
 
     INFEASIBLE_OR_UNBOUNDED maps to :class:`InfeasibleError` because, for this project's
@@ -145,8 +152,9 @@ def error_for_status(status: SolveStatus, *, solver: str, problem: str,
     return cls(message, status=status, solver=solver, problem=problem)
 
 
-def raise_for_status(result: SolveResult, *, allow_inaccurate: bool = False,
-                     detail: str = "") -> SolveResult:
+def raise_for_status(
+    result: SolveResult, *, allow_inaccurate: bool = False, detail: str = ""
+) -> SolveResult:
     """Return ``result`` if its status is acceptable, otherwise raise the typed error."""
     if result.status is SolveStatus.OPTIMAL:
         return result
@@ -154,5 +162,6 @@ def raise_for_status(result: SolveResult, *, allow_inaccurate: bool = False,
         return result
     if result.status is SolveStatus.OPTIMAL_INACCURATE:
         detail = detail or "pass allow_inaccurate=True to accept it"
-    raise error_for_status(result.status, solver=result.solver, problem=result.problem,
-                           detail=detail)
+    raise error_for_status(
+        result.status, solver=result.solver, problem=result.problem, detail=detail
+    )

@@ -24,7 +24,6 @@ from mechanisms.accounting import (
 from mechanisms.errors import BudgetError
 from mechanisms.ledger import Ledger
 
-
 # --- construction -------------------------------------------------------------------------
 
 
@@ -194,7 +193,9 @@ def test_ledger_total_by_level_and_epsilon():
     # independently of the conversion's optimiser: the CKS20 bound minimised over a fine grid
     # of alpha for the ledger's total rho = 1 (the grid minimum is within 1e-3 of the infimum)
     alpha = np.linspace(1.01, 40, 400_000)
-    bound = alpha + (np.log(1e10) + (alpha - 1) * np.log1p(-1 / alpha) - np.log(alpha)) / (alpha - 1)
+    bound = alpha + (np.log(1e10) + (alpha - 1) * np.log1p(-1 / alpha) - np.log(alpha)) / (
+        alpha - 1
+    )
     assert abs(ledger.epsilon_delta(1e-10) - bound.min()) < 1e-3
     assert len(ledger) == 3
 
@@ -261,9 +262,3 @@ def test_ledger_to_frame():
     assert list(frame["nodes"]) == [1, 1, 51]
     assert frame["budget"].iloc[0] == Fraction(1, 10)
     assert set(frame.columns) >= {"level", "mechanism", "kind", "budget_float", "sensitivity"}
-
-
-def test_accounting_reexports_ledger():
-    from mechanisms import accounting
-
-    assert accounting.Ledger is Ledger

@@ -29,7 +29,9 @@ def _puma_mae(acs, strategy: Strategy, seeds=(1, 2)):
     return {k: float(np.mean(v)) for k, v in out.items()}
 
 
-@pytest.mark.parametrize("mechanism,budget", [("discrete_gaussian", "1/2"), ("discrete_laplace", "1")])
+@pytest.mark.parametrize(
+    "mechanism,budget", [("discrete_gaussian", "1/2"), ("discrete_laplace", "1")]
+)
 def test_release_beats_clipped_noise_on_cells(acs, mechanism, budget):
     """TopDown's cells are more accurate than the noisy cells clipped at zero (consistency
     pools the children's noise); its totals, with no total measured, are no better than

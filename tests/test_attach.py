@@ -36,11 +36,18 @@ def test_whole_tree_and_nodes():
     assert cs.for_node(1, "01") == (A,)
     assert cs.node_specific(2) == {}
     assert len(cs) == 3 and [a.scope for a in cs] == [
-        "all levels", "level 1, nodes ['06', '41']", "level 1, nodes ['06']"]
+        "all levels",
+        "level 1, nodes ['06', '41']",
+        "level 1, nodes ['06']",
+    ]
 
 
 def test_invariants_with_scope():
-    cs = ConstraintSet([A]).add(B, level=0).add(SumEqualRealTotal(Equal("SEX", 1)), level=1, nodes=["06"])
+    cs = (
+        ConstraintSet([A])
+        .add(B, level=0)
+        .add(SumEqualRealTotal(Equal("SEX", 1)), level=1, nodes=["06"])
+    )
     inv = cs.invariants()
     assert [(a.constraint.name, a.level, a.nodes) for a in inv] == [
         ("SumEqualRealTotal(TRUE)", 0, None),
@@ -51,27 +58,49 @@ def test_invariants_with_scope():
 def test_validate_levels_and_labels():
     cs = ConstraintSet().add(B, level=3)
     cs.validate(4)
-    with pytest.raises(ConstraintError, match=r"SumEqualRealTotal\(TRUE\) is attached to level 3, but the tree has 3 level\(s\): valid levels are 0\.\.2 \(0 = root\)"):
+    with pytest.raises(
+        ConstraintError,
+        match=r"SumEqualRealTotal\(TRUE\) is attached to level 3, but the tree has 3 level\(s\): valid levels are 0\.\.2 \(0 = root\)",
+    ):
         cs.validate(3)
-    with pytest.raises(ConstraintError, match=r"is attached to level 5, but the tree has 2 level\(s\): valid levels are 0\.\.1"):
+    with pytest.raises(
+        ConstraintError,
+        match=r"is attached to level 5, but the tree has 2 level\(s\): valid levels are 0\.\.1",
+    ):
         ConstraintSet(n_levels=2).add(A, level=5)
-    with pytest.raises(ConstraintError, match=r"level \(2\) is outside the tree: valid levels are 0\.\.1"):
+    with pytest.raises(
+        ConstraintError, match=r"level \(2\) is outside the tree: valid levels are 0\.\.1"
+    ):
         ConstraintSet(n_levels=2).for_level(2)
     ConstraintSet().add(C, level=1, nodes=["06"]).validate(2, {1: ["06", "41"]})
     cs2 = ConstraintSet().add(C, level=1, nodes=["06", "99"])
-    with pytest.raises(ConstraintError, match=r"C is attached to nodes \['99'\] of level 1, which has no such nodes; its labels are \['06', '41'\]"):
+    with pytest.raises(
+        ConstraintError,
+        match=r"C is attached to nodes \['99'\] of level 1, which has no such nodes; its labels are \['06', '41'\]",
+    ):
         cs2.validate(2, {0: ["US"], 1: ["06", "41"]})
 
 
 def test_bad_scopes():
-    with pytest.raises(ConstraintError, match=r"nodes \(\['06'\]\) given for C without a level: node labels are only unique within a level"):
+    with pytest.raises(
+        ConstraintError,
+        match=r"nodes \(\['06'\]\) given for C without a level: node labels are only unique within a level",
+    ):
         ConstraintSet().add(C, nodes=["06"])
-    with pytest.raises(ConstraintError, match=r"nodes \('06'\) for C must be a list of node labels \(a single label must be wrapped"):
+    with pytest.raises(
+        ConstraintError,
+        match=r"nodes \('06'\) for C must be a list of node labels \(a single label must be wrapped",
+    ):
         ConstraintSet().add(C, level=1, nodes="06")
-    with pytest.raises(ConstraintError, match=r"nodes for C at level 1 is empty: it would apply nowhere"):
+    with pytest.raises(
+        ConstraintError, match=r"nodes for C at level 1 is empty: it would apply nowhere"
+    ):
         ConstraintSet().add(C, level=1, nodes=[])
     for bad in (-1, 1.0, True):
-        with pytest.raises(ConstraintError, match=r"level \(.*\) must be a non-negative integer \(0 = root\) or None"):
+        with pytest.raises(
+            ConstraintError,
+            match=r"level \(.*\) must be a non-negative integer \(0 = root\) or None",
+        ):
             ConstraintSet().add(C, level=bad)
     with pytest.raises(ConstraintError, match=r"constraint \('AGE'\) must be a Constraint"):
         ConstraintSet().add("AGE")  # type: ignore[arg-type]

@@ -7,23 +7,25 @@ column, value, rule), that there is no traceback, and that no output or temporar
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import pandas as pd
 import pytest
-
 from cli_helpers import SEX_AGE, embedded_subset
+
 from topdown.cli import main
 
-
-CONFIG = """
+CONFIG = (
+    """
 seed = 3
 [data]
 path = "data.csv"
 [schema]
 hierarchy = ["STATE", "PUMA"]
-""" + SEX_AGE + """[strategy]
+"""
+    + SEX_AGE
+    + """[strategy]
 mechanism = "discrete_gaussian"
 budgets = ["1/2", "1/2", "1/2"]
 [solver]
@@ -31,6 +33,7 @@ name = "auto"
 [executor]
 name = "serial"
 """
+)
 
 
 def _data() -> pd.DataFrame:
@@ -48,6 +51,7 @@ def _replace(old: str, new: str) -> Callable[[str], str]:
     def edit(text: str) -> str:
         assert old in text, old
         return text.replace(old, new)
+
     return edit
 
 
@@ -69,46 +73,122 @@ def _outside(df: pd.DataFrame) -> pd.DataFrame:
 
 # (id, config edit, data edit, words the message must contain)
 CASES = [
-    ("missing data file", _replace('path = "data.csv"', 'path = "nope.csv"'), None, ["nope.csv", "does not exist"]),
-    ("missing column", _replace('column = "AGEP"', 'column = "AGE_YEARS"'), None, ["AGE_YEARS", "lacks column"]),
-    ("value outside domain", None, _outside,
-     ["data.csv", "'SEX'", "outside the declared domain", "[3]", "schema.attributes[0]"]),
+    (
+        "missing data file",
+        _replace('path = "data.csv"', 'path = "nope.csv"'),
+        None,
+        ["nope.csv", "does not exist"],
+    ),
+    (
+        "missing column",
+        _replace('column = "AGEP"', 'column = "AGE_YEARS"'),
+        None,
+        ["AGE_YEARS", "lacks column"],
+    ),
+    (
+        "value outside domain",
+        None,
+        _outside,
+        ["data.csv", "'SEX'", "outside the declared domain", "[3]", "schema.attributes[0]"],
+    ),
     ("NaN", None, _with_nan, ["data.csv", "'SEX'", "NaN", "row(s) [5]"]),
-    ("not a tree", None, _not_a_tree, ["data.csv", "'PUMA' is not a tree", "'01-01301' under ['01', '08']"]),
-    ("zero budget", _replace('budgets = ["1/2", "1/2", "1/2"]', 'budgets = ["1/2", 0, "1/2"]'), None,
-     ["config.toml", "strategy.budgets[1]", "must be > 0"]),
-    ("negative budget", _replace('budgets = ["1/2", "1/2", "1/2"]', 'budgets = ["1/2", "1/2", -0.5]'), None,
-     ["strategy.budgets[2]", "must be > 0"]),
-    ("non-numeric budget", _replace('budgets = ["1/2", "1/2", "1/2"]', 'budgets = ["half", "1/2", "1/2"]'), None,
-     ["strategy.budgets[0]", "'half'", "finite number"]),
-    ("budget count", _replace('budgets = ["1/2", "1/2", "1/2"]', 'budgets = ["1/2", "1/2"]'), None,
-     ["config.toml", "strategy.budgets", "gives 2 level(s) but the hierarchy has 3"]),
-    ("unknown mechanism", _replace('mechanism = "discrete_gaussian"', 'mechanism = "gaussian_noise"'), None,
-     ["strategy.mechanism", "'gaussian_noise'", "discrete_laplace"]),
-    ("unknown solver", _replace('name = "auto"', 'name = "gurobi9"'), None, ["solver.name", "'gurobi9'", "highs"]),
-    ("unknown executor", _replace('name = "serial"', 'name = "spark"'), None, ["executor.name", "'spark'", "dask"]),
-    ("unknown key", _replace("[solver]", "[solver]\ntimeout = 3"), None, ["solver.timeout", "unknown key"]),
-    ("constraint unknown attribute",
-     lambda t: t + '[[constraints]]\nstructural_zero = {expr = {equal = ["RACE", 1]}}\n', None,
-     ["constraints[0].structural_zero.expr.equal", "'RACE'", "is not in the domain"]),
-    ("constraint unknown value",
-     lambda t: t + '[[constraints]]\nsum_equal = {expr = {equal = ["SEX", 3]}, value = 0}\n', None,
-     ["constraints[0].sum_equal.expr.equal", "value 3", "[1, 2]"]),
-    ("contradictory constraints",
-     lambda t: t + '[[constraints]]\nsum_equal = {expr = {true = {}}, value = 0}\n'
-                   '[[constraints]]\nsum_greater_equal = {expr = {equal = ["SEX", 1]}, value = 5}\n', None,
-     ["constraints", "contradictory"]),
-    ("constraint unknown node",
-     lambda t: t + '[[constraints]]\nsum_less_equal = {expr = {true = {}}, value = 9}\nlevel = 1\nnodes = ["99"]\n',
-     None, ["constraints", "'99'"]),
+    (
+        "not a tree",
+        None,
+        _not_a_tree,
+        ["data.csv", "'PUMA' is not a tree", "'01-01301' under ['01', '08']"],
+    ),
+    (
+        "zero budget",
+        _replace('budgets = ["1/2", "1/2", "1/2"]', 'budgets = ["1/2", 0, "1/2"]'),
+        None,
+        ["config.toml", "strategy.budgets[1]", "must be > 0"],
+    ),
+    (
+        "negative budget",
+        _replace('budgets = ["1/2", "1/2", "1/2"]', 'budgets = ["1/2", "1/2", -0.5]'),
+        None,
+        ["strategy.budgets[2]", "must be > 0"],
+    ),
+    (
+        "non-numeric budget",
+        _replace('budgets = ["1/2", "1/2", "1/2"]', 'budgets = ["half", "1/2", "1/2"]'),
+        None,
+        ["strategy.budgets[0]", "'half'", "finite number"],
+    ),
+    (
+        "budget count",
+        _replace('budgets = ["1/2", "1/2", "1/2"]', 'budgets = ["1/2", "1/2"]'),
+        None,
+        ["config.toml", "strategy.budgets", "gives 2 level(s) but the hierarchy has 3"],
+    ),
+    (
+        "unknown mechanism",
+        _replace('mechanism = "discrete_gaussian"', 'mechanism = "gaussian_noise"'),
+        None,
+        ["strategy.mechanism", "'gaussian_noise'", "discrete_laplace"],
+    ),
+    (
+        "unknown solver",
+        _replace('name = "auto"', 'name = "gurobi9"'),
+        None,
+        ["solver.name", "'gurobi9'", "highs"],
+    ),
+    (
+        "unknown executor",
+        _replace('name = "serial"', 'name = "spark"'),
+        None,
+        ["executor.name", "'spark'", "dask"],
+    ),
+    (
+        "unknown key",
+        _replace("[solver]", "[solver]\ntimeout = 3"),
+        None,
+        ["solver.timeout", "unknown key"],
+    ),
+    (
+        "constraint unknown attribute",
+        lambda t: t + '[[constraints]]\nstructural_zero = {expr = {equal = ["RACE", 1]}}\n',
+        None,
+        ["constraints[0].structural_zero.expr.equal", "'RACE'", "is not in the domain"],
+    ),
+    (
+        "constraint unknown value",
+        lambda t: t + '[[constraints]]\nsum_equal = {expr = {equal = ["SEX", 3]}, value = 0}\n',
+        None,
+        ["constraints[0].sum_equal.expr.equal", "value 3", "[1, 2]"],
+    ),
+    (
+        "contradictory constraints",
+        lambda t: (
+            t + "[[constraints]]\nsum_equal = {expr = {true = {}}, value = 0}\n"
+            '[[constraints]]\nsum_greater_equal = {expr = {equal = ["SEX", 1]}, value = 5}\n'
+        ),
+        None,
+        ["constraints", "contradictory"],
+    ),
+    (
+        "constraint unknown node",
+        lambda t: (
+            t
+            + '[[constraints]]\nsum_less_equal = {expr = {true = {}}, value = 9}\nlevel = 1\nnodes = ["99"]\n'
+        ),
+        None,
+        ["constraints", "'99'"],
+    ),
     ("invalid toml", lambda t: t + "strategy = [[[\n", None, ["config.toml", "not valid TOML"]),
 ]
 
 
-@pytest.mark.parametrize("edit_config,edit_data,words", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+@pytest.mark.parametrize(
+    "edit_config,edit_data,words", [c[1:] for c in CASES], ids=[c[0] for c in CASES]
+)
 def test_bad_input(tmp_path: Path, capsys, edit_config, edit_data, words) -> None:
-    config = _project(tmp_path, edit_config(CONFIG) if edit_config else CONFIG,
-                      edit_data(_data()) if edit_data else None)
+    config = _project(
+        tmp_path,
+        edit_config(CONFIG) if edit_config else CONFIG,
+        edit_data(_data()) if edit_data else None,
+    )
     before = sorted(p.name for p in tmp_path.iterdir())
     code = main(["-q", "run", str(config), "--out", str(tmp_path / "out")])
     err = capsys.readouterr().err

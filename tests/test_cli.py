@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from cli_helpers import SEX_AGE, embedded_subset
 
 import topdown.release_folder as release_folder
-from cli_helpers import SEX_AGE, embedded_subset
 from topdown.cli import main
 
-
-SMALL_CONFIG = """
+SMALL_CONFIG = (
+    """
 seed = 7
 [data]
 path = "small.csv"
@@ -22,7 +22,9 @@ path = "small.csv"
 STATE = {from = "PUMA", slice = [0, 2]}
 [schema]
 hierarchy = ["STATE", "PUMA"]
-""" + SEX_AGE + """[strategy]
+"""
+    + SEX_AGE
+    + """[strategy]
 mechanism = "discrete_gaussian"
 budgets = ["1/2", 0.5, "1/2"]
 queries = {detailed = "3/4", total = "1/4"}
@@ -34,6 +36,7 @@ sum_less_equal = {expr = {greater_than = ["AGE", "0-17"]}, value = 100000}
 [metrics]
 truth = true
 """
+)
 
 
 def small_project(folder: Path, config: str = SMALL_CONFIG) -> Path:
@@ -57,11 +60,25 @@ def test_run_writes_every_file_of_the_manifest(released: Path) -> None:
     manifest = json.loads((released / "manifest.json").read_text())
     on_disk = {p.relative_to(released).as_posix() for p in released.rglob("*") if p.is_file()}
     assert set(manifest["files"]) | {"manifest.json"} == on_disk
-    expected = {"microdata.csv", "tables/level_0_root.csv", "tables/level_1_STATE.csv", "tables/level_2_PUMA.csv",
-                "measurements.csv", "ledger.json", "config.json", "solver_stats.csv", "metrics.csv",
-                "bias_by_size.csv", "report.html", "hierarchy.csv", "invariants.json"}
+    expected = {
+        "microdata.csv",
+        "tables/level_0_root.csv",
+        "tables/level_1_STATE.csv",
+        "tables/level_2_PUMA.csv",
+        "measurements.csv",
+        "ledger.json",
+        "config.json",
+        "solver_stats.csv",
+        "metrics.csv",
+        "bias_by_size.csv",
+        "report.html",
+        "hierarchy.csv",
+        "invariants.json",
+    }
     assert expected <= set(manifest["files"])
-    assert not list(released.parent.glob(".rel.*")), "no temporary folder is left next to the release"
+    assert not list(released.parent.glob(".rel.*")), (
+        "no temporary folder is left next to the release"
+    )
 
 
 def test_release_content(released: Path) -> None:
@@ -102,7 +119,9 @@ def test_check_passes_then_fails_after_tampering(released: Path, tmp_path: Path,
     assert "tables/level_2_PUMA.csv" in err  # the manifest hash names the modified file
 
 
-def test_check_catches_negative_and_fractional_counts(released: Path, tmp_path: Path, capsys) -> None:
+def test_check_catches_negative_and_fractional_counts(
+    released: Path, tmp_path: Path, capsys
+) -> None:
     import shutil
 
     copy = tmp_path / "copy"
@@ -146,7 +165,9 @@ def test_overwrite_and_interrupted_run(tmp_path: Path, monkeypatch, capsys) -> N
     assert (out / "old.txt").is_file(), "an interrupted run leaves the old folder as it was"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["rel", "small.csv", "small.toml"]
     monkeypatch.undo()
-    assert main(["-q", "run", str(config), "--out", str(out), "--overwrite", "--solver", "highs"]) == 0
+    assert (
+        main(["-q", "run", str(config), "--out", str(out), "--overwrite", "--solver", "highs"]) == 0
+    )
     assert not (out / "old.txt").exists() and (out / "manifest.json").is_file()
     assert json.loads((out / "config.json").read_text())["solver"]["name"] == "highs"
 
@@ -237,6 +258,8 @@ def test_a_query_missing_from_measurements_is_an_error(released: Path, tmp_path:
     copy = tmp_path / "copy"
     shutil.copytree(released, copy)
     frame = pd.read_csv(copy / "measurements.csv", dtype=str)
-    frame[~((frame["level"] == "1") & (frame["query"] == "total"))].to_csv(copy / "measurements.csv", index=False)
+    frame[~((frame["level"] == "1") & (frame["query"] == "total"))].to_csv(
+        copy / "measurements.csv", index=False
+    )
     with pytest.raises(ReleaseError, match=r"level 1 query 'total' has 0 answers"):
         release_folder.load_release(copy)

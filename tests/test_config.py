@@ -9,7 +9,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from constraints import And, Equal, GreaterThan, In, Not, StructuralZero, SumEqual, SumEqualRealTotal
+from constraints import (
+    And,
+    Equal,
+    GreaterThan,
+    In,
+    Not,
+    StructuralZero,
+    SumEqual,
+    SumEqualRealTotal,
+)
 from topdown.config import DEFAULT_CONFIG, ConfigError, load_config
 from topdown.schema import Attribute
 
@@ -44,7 +53,10 @@ def test_default_config() -> None:
     assert cfg.schema.attribute("AGE").labels[-1] == "75+"
     assert cfg.seed is None and cfg.truth is True
     assert cfg.strategy.total() == Fraction(3, 2)
-    assert [(q.name, s) for q, s in cfg.strategy.levels[1].queries] == [("detailed", Fraction(3, 4)), ("total", Fraction(1, 4))]
+    assert [(q.name, s) for q, s in cfg.strategy.levels[1].queries] == [
+        ("detailed", Fraction(3, 4)),
+        ("total", Fraction(1, 4)),
+    ]
     assert cfg.data.path == DEFAULT_CONFIG.parent / "acs_national2019.csv"
     (att,) = cfg.constraints.attachments
     assert isinstance(att.constraint, SumEqualRealTotal) and att.level == 0
@@ -58,7 +70,9 @@ def test_budgets_strings_and_floats_are_exact(tmp_path: Path) -> None:
 
 
 def test_levels_form_and_derive(tmp_path: Path) -> None:
-    text = BASE.replace('budgets = ["1/2", 0.3]', "") + """
+    text = (
+        BASE.replace('budgets = ["1/2", 0.3]', "")
+        + """
 [[strategy.levels]]
 budget = 1
 queries = {total = 1}
@@ -69,6 +83,7 @@ first_pass = ["SEX"]
 [data.derive]
 STATE = {from = "PUMA", slice = [0, 2]}
 """
+    )
     cfg = load(tmp_path, text)
     lv = cfg.strategy.levels[1]
     assert [q.name for q, _ in lv.queries] == ["detailed", "SEX x AGE", "SEX"]
@@ -78,7 +93,9 @@ STATE = {from = "PUMA", slice = [0, 2]}
 
 
 def test_constraint_tables_compile_to_the_dsl(tmp_path: Path) -> None:
-    text = BASE + """
+    text = (
+        BASE
+        + """
 [[constraints]]
 structural_zero = {expr = {and = [{equal = ["SEX", 1]}, {greater_than = ["AGE", 2]}]}}
 level = 1
@@ -86,6 +103,7 @@ nodes = ["06"]
 [[constraints]]
 sum_equal = {expr = {not = {in = ["AGE", [0, 1]]}}, value = 4, name = "old"}
 """
+    )
     cfg = load(tmp_path, text)
     a, b = cfg.constraints.attachments
     assert a.constraint == StructuralZero(And(Equal("SEX", 1), GreaterThan("AGE", 2)))
@@ -106,18 +124,43 @@ def test_resolved_config_round_trips(tmp_path: Path) -> None:
     assert "dictionary" not in json.dumps(cfg.resolved()["schema"])  # domains are listed
 
 
-@pytest.mark.parametrize("old,new,key,rule", [
-    ('budgets = ["1/2", 0.3]', 'budgets = ["1/2", "x"]', "strategy.budgets[1]", "finite number"),
-    ('budgets = ["1/2", 0.3]', 'budgets = ["1/2", "0.3"]\nqueries = {total = "1/2"}', "strategy.queries", "sum to 1/2"),
-    ('budgets = ["1/2", 0.3]', 'budgets = [1, 1]\nqueries = {"SEX x RACE" = 1}', "strategy.queries.'SEX x RACE'", "RACE"),
-    ("range = [0, 3]", "range = [3, 0]", "schema.attributes[1].range", ">= low"),
-    ("range = [0, 3]", "bins = [0, 5, 2]", "schema.attributes[1].bins", "strictly increasing"),
-    ("range = [0, 3]", 'values = "dictionary"', "schema.attributes[1].values", "data.dictionary"),
-    ('hierarchy = ["STATE"]', 'hierarchy = ["SEX"]', "schema", "also query attributes"),
-    ('path = "d.csv"', 'path = "d.csv"\nformat = "xlsx"', "data.format", "csv"),
-    ("[data]", "seed = -1\n[data]", "seed", "non-negative integer"),
-])
-def test_messages_name_file_key_rule(tmp_path: Path, old: str, new: str, key: str, rule: str) -> None:
+@pytest.mark.parametrize(
+    "old,new,key,rule",
+    [
+        (
+            'budgets = ["1/2", 0.3]',
+            'budgets = ["1/2", "x"]',
+            "strategy.budgets[1]",
+            "finite number",
+        ),
+        (
+            'budgets = ["1/2", 0.3]',
+            'budgets = ["1/2", "0.3"]\nqueries = {total = "1/2"}',
+            "strategy.queries",
+            "sum to 1/2",
+        ),
+        (
+            'budgets = ["1/2", 0.3]',
+            'budgets = [1, 1]\nqueries = {"SEX x RACE" = 1}',
+            "strategy.queries.'SEX x RACE'",
+            "RACE",
+        ),
+        ("range = [0, 3]", "range = [3, 0]", "schema.attributes[1].range", ">= low"),
+        ("range = [0, 3]", "bins = [0, 5, 2]", "schema.attributes[1].bins", "strictly increasing"),
+        (
+            "range = [0, 3]",
+            'values = "dictionary"',
+            "schema.attributes[1].values",
+            "data.dictionary",
+        ),
+        ('hierarchy = ["STATE"]', 'hierarchy = ["SEX"]', "schema", "also query attributes"),
+        ('path = "d.csv"', 'path = "d.csv"\nformat = "xlsx"', "data.format", "csv"),
+        ("[data]", "seed = -1\n[data]", "seed", "non-negative integer"),
+    ],
+)
+def test_messages_name_file_key_rule(
+    tmp_path: Path, old: str, new: str, key: str, rule: str
+) -> None:
     assert old in BASE
     with pytest.raises(ConfigError) as info:
         load(tmp_path, BASE.replace(old, new))

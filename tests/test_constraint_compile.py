@@ -32,8 +32,11 @@ D = Domain({"SEX": [1, 2], "AGE": range(5), "RACE": ["a", "b", "c"]})
 
 def test_rows_hand_worked():
     rows = compile_rows(
-        [SumEqual(Equal("SEX", 2) & Equal("AGE", 0), 4), SumLessEqual(LessThan("AGE", 1), 7),
-         SumGreaterEqual(TrueExpression(), 2.5)],
+        [
+            SumEqual(Equal("SEX", 2) & Equal("AGE", 0), 4),
+            SumLessEqual(LessThan("AGE", 1), 7),
+            SumGreaterEqual(TrueExpression(), 2.5),
+        ],
         D,
     )
     assert rows.A.shape == (3, 30)
@@ -41,8 +44,11 @@ def test_rows_hand_worked():
     assert np.flatnonzero(rows.A[1].toarray()).tolist() == [0, 1, 2, 15, 16, 17]
     assert rows.A[2].sum() == 30
     assert rows.lb.tolist() == [4, -np.inf, 2.5] and rows.ub.tolist() == [4, 7, np.inf]
-    assert rows.names == ("SumEqual(SEX == 2 and AGE == 0, 4)", "SumLessEqual(AGE < 1, 7)",
-                          "SumGreaterEqual(TRUE, 2.5)")
+    assert rows.names == (
+        "SumEqual(SEX == 2 and AGE == 0, 4)",
+        "SumLessEqual(AGE < 1, 7)",
+        "SumGreaterEqual(TRUE, 2.5)",
+    )
     assert rows.is_equality.tolist() == [True, False, False]
 
 
@@ -56,7 +62,10 @@ def test_rows_with_kept_cells():
 def test_structural_zeros_and_bare_expressions_add_no_rows():
     rule = Implies(Equal("SEX", 1), GreaterThan("AGE", 0))  # no SEX=1 at AGE 0
     c = as_constraint(rule)
-    assert c == StructuralZero(Not(rule)) and c.name == "StructuralZero(not (SEX == 1 implies AGE > 0))"
+    assert (
+        c == StructuralZero(Not(rule))
+        and c.name == "StructuralZero(not (SEX == 1 implies AGE > 0))"
+    )
     rows = compile_rows([rule, StructuralZero(Equal("RACE", "c"))], D)
     assert rows.n_rows == 0 and rows.n_cols == 30
     z = zero_mask([rule, StructuralZero(Equal("RACE", "c"))], D)
@@ -79,11 +88,17 @@ def test_default_and_custom_names():
 
 def test_value_validation():
     for bad in (float("nan"), float("inf"), "3", None, True):
-        with pytest.raises(ConstraintError, match=r"SumEqual\(AGE > 3\): value \(.*\) must be a finite number"):
+        with pytest.raises(
+            ConstraintError, match=r"SumEqual\(AGE > 3\): value \(.*\) must be a finite number"
+        ):
             SumEqual(GreaterThan("AGE", 3), bad)
-    with pytest.raises(ConstraintError, match=r"SumLessEqual: expr \('AGE'\) must be a logical expression"):
+    with pytest.raises(
+        ConstraintError, match=r"SumLessEqual: expr \('AGE'\) must be a logical expression"
+    ):
         SumLessEqual("AGE", 3)
-    with pytest.raises(ConstraintError, match=r"StructuralZero: name \(''\) must be a non-empty string or None"):
+    with pytest.raises(
+        ConstraintError, match=r"StructuralZero: name \(''\) must be a non-empty string or None"
+    ):
         StructuralZero(TrueExpression(), name="")
     assert SumGreaterEqual(TrueExpression(), -2).value == -2  # legal; diagnostics judge it
     assert SumEqual(TrueExpression(), np.int64(3)).value == 3
@@ -100,17 +115,25 @@ def test_contextual_evaluate_and_bind():
     bound = c.bind(value)
     assert bound == SumEqual(GreaterThan("AGE", 3), value, name=c.name)
     assert not bound.is_invariant
-    with pytest.raises(ConstraintError, match=r"SumEqualRealTotal\(AGE > 3\): histogram has shape \(5,\), expected \(30,\)"):
+    with pytest.raises(
+        ConstraintError,
+        match=r"SumEqualRealTotal\(AGE > 3\): histogram has shape \(5,\), expected \(30,\)",
+    ):
         c.evaluate(D, np.zeros(5), None)
 
     records = pd.DataFrame({"SEX": [1, 2, 2], "UNITS": [2, 1, 4]})
     g = ContextualConstraint(TrueExpression(), lambda df: df["UNITS"].sum(), "<=", name="units")
     assert g.evaluate(D, hist, records) == 7
     assert g.bind(7) == SumLessEqual(TrueExpression(), 7, name="units")
-    with pytest.raises(ConstraintError, match=r"units: needs the node's records \(a DataFrame\) to compute its value, but records is None"):
+    with pytest.raises(
+        ConstraintError,
+        match=r"units: needs the node's records \(a DataFrame\) to compute its value, but records is None",
+    ):
         g.evaluate(D, hist, None)
     bad = ContextualConstraint(TrueExpression(), lambda df: float("nan"), name="nan")
-    with pytest.raises(ConstraintError, match=r"nan: aggregate result: value \(nan\) must be a finite number"):
+    with pytest.raises(
+        ConstraintError, match=r"nan: aggregate result: value \(nan\) must be a finite number"
+    ):
         bad.evaluate(D, hist, records)
     with pytest.raises(ConstraintError, match=r"sense \('<'\) must be one of \['==', '<=', '>='\]"):
         ContextualConstraint(TrueExpression(), len, "<")
@@ -119,7 +142,10 @@ def test_contextual_evaluate_and_bind():
 
 
 def test_unbound_contextual_cannot_compile():
-    with pytest.raises(ConstraintError, match=r"contextual constraint SumEqualRealTotal\(TRUE\) must be bound to its measured value"):
+    with pytest.raises(
+        ConstraintError,
+        match=r"contextual constraint SumEqualRealTotal\(TRUE\) must be bound to its measured value",
+    ):
         compile_rows([SumEqual(TrueExpression(), 1), SumEqualRealTotal(TrueExpression())], D)
     with pytest.raises(ConstraintError, match=r"must be bound"):
         SumEqualRealTotal(TrueExpression()).rows(D)
@@ -135,7 +161,9 @@ def test_bad_cells():
 
 
 def test_linear_rows_validation():
-    with pytest.raises(ConstraintError, match=r"LinearRows: A has 1 rows but lb has 2, ub 1 and names 1"):
+    with pytest.raises(
+        ConstraintError, match=r"LinearRows: A has 1 rows but lb has 2, ub 1 and names 1"
+    ):
         LinearRows(np.ones((1, 3)), [0, 1], [1], ("r",))
     with pytest.raises(ConstraintError, match=r"bounds \(lb, ub\) must not be NaN"):
         LinearRows(np.ones((1, 3)), [np.nan], [1], ("r",))
@@ -153,19 +181,28 @@ def test_joint_rows_child_major():
     dense = j.A.toarray()
     assert (dense[0, :n] == r1.A.toarray()[0]).all() and not dense[0, n:].any()
     assert (dense[1:, n:] == r2.A.toarray()).all() and not dense[1:, :n].any()
-    assert j.names == ("01: SumEqual(SEX == 1, 3)", "02: SumLessEqual(AGE > 3, 1)",
-                       "02: SumEqual(TRUE, 9)")
+    assert j.names == (
+        "01: SumEqual(SEX == 1, 3)",
+        "02: SumLessEqual(AGE > 3, 1)",
+        "02: SumEqual(TRUE, 9)",
+    )
     assert j.lb.tolist() == [3, -np.inf, 9]
     assert joint_rows([LinearRows.empty(n), r1], n).A.shape == (1, 2 * n)
-    with pytest.raises(ConstraintError, match=r"rows of child '02' have 30 columns, expected n = 4"):
+    with pytest.raises(
+        ConstraintError, match=r"rows of child '02' have 30 columns, expected n = 4"
+    ):
         joint_rows([LinearRows.empty(4), r2], 4, labels=["01", "02"])
     with pytest.raises(ConstraintError, match=r"labels has 1 entries but there are 2 children"):
         joint_rows([r1, r2], n, labels=["01"])
 
 
 def test_to_cvxpy_solves_projection():
-    cons = [SumEqual(Equal("SEX", 1), 10), SumLessEqual(GreaterThan("AGE", 2), 4),
-            SumGreaterEqual(Equal("RACE", "a"), 6), StructuralZero(Equal("AGE", 0))]
+    cons = [
+        SumEqual(Equal("SEX", 1), 10),
+        SumLessEqual(GreaterThan("AGE", 2), 4),
+        SumGreaterEqual(Equal("RACE", "a"), 6),
+        StructuralZero(Equal("AGE", 0)),
+    ]
     x = cp.Variable(D.size)
     target = np.full(D.size, 1.0)
     prob = cp.Problem(cp.Minimize(cp.sum_squares(x - target)), to_cvxpy(cons, D, x) + [x >= 0])

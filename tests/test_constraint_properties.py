@@ -36,10 +36,19 @@ from constraints.logical_expressions.atomic import (
 )
 from constraints.logical_expressions.compound import And, Implies, Not, Or
 
-SETTINGS = settings(max_examples=60, deadline=None,
-                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-COMPARISONS = {Equal: "==", NotEqual: "!=", GreaterThan: ">", GreaterThanOrEqual: ">=",
-               LessThan: "<", LessThanOrEqual: "<="}
+SETTINGS = settings(
+    max_examples=60,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+COMPARISONS = {
+    Equal: "==",
+    NotEqual: "!=",
+    GreaterThan: ">",
+    GreaterThanOrEqual: ">=",
+    LessThan: "<",
+    LessThanOrEqual: "<=",
+}
 
 
 @st.composite
@@ -59,19 +68,31 @@ def domains(draw) -> Domain:
 def expressions(domain: Domain) -> st.SearchStrategy:
     names = domain.names
     atoms = st.one_of(
-        st.sampled_from(names).flatmap(lambda a: st.builds(
-            lambda cls, v: cls(a, v), st.sampled_from(list(COMPARISONS)),
-            st.sampled_from(domain.values(a)))),
-        st.sampled_from(names).flatmap(lambda a: st.lists(
-            st.sampled_from(domain.values(a)), max_size=3).map(lambda vs: In(a, vs))),
-        st.just(TrueExpression()), st.just(FalseExpression()),
+        st.sampled_from(names).flatmap(
+            lambda a: st.builds(
+                lambda cls, v: cls(a, v),
+                st.sampled_from(list(COMPARISONS)),
+                st.sampled_from(domain.values(a)),
+            )
+        ),
+        st.sampled_from(names).flatmap(
+            lambda a: st.lists(st.sampled_from(domain.values(a)), max_size=3).map(
+                lambda vs: In(a, vs)
+            )
+        ),
+        st.just(TrueExpression()),
+        st.just(FalseExpression()),
     )
-    return st.recursive(atoms, lambda inner: st.one_of(
-        st.lists(inner, max_size=3).map(lambda ops: And(*ops)),
-        st.lists(inner, max_size=3).map(lambda ops: Or(*ops)),
-        inner.map(Not),
-        st.tuples(inner, inner).map(lambda ab: Implies(*ab)),
-    ), max_leaves=6)
+    return st.recursive(
+        atoms,
+        lambda inner: st.one_of(
+            st.lists(inner, max_size=3).map(lambda ops: And(*ops)),
+            st.lists(inner, max_size=3).map(lambda ops: Or(*ops)),
+            inner.map(Not),
+            st.tuples(inner, inner).map(lambda ab: Implies(*ab)),
+        ),
+        max_leaves=6,
+    )
 
 
 def reference(expr, domain: Domain, labels: dict) -> bool:
@@ -85,8 +106,9 @@ def reference(expr, domain: Domain, labels: dict) -> bool:
     if isinstance(expr, tuple(COMPARISONS)):
         p = domain.values(expr.attribute).index(labels[expr.attribute])
         q = domain.values(expr.attribute).index(expr.value)
-        return {"==": p == q, "!=": p != q, ">": p > q, ">=": p >= q, "<": p < q,
-                "<=": p <= q}[COMPARISONS[type(expr)]]
+        return {"==": p == q, "!=": p != q, ">": p > q, ">=": p >= q, "<": p < q, "<=": p <= q}[
+            COMPARISONS[type(expr)]
+        ]
     if isinstance(expr, And):
         return all(reference(o, domain, labels) for o in expr.operands)
     if isinstance(expr, Or):
@@ -95,25 +117,37 @@ def reference(expr, domain: Domain, labels: dict) -> bool:
         return not reference(expr.operand, domain, labels)
     if isinstance(expr, Implies):
         return (not reference(expr.antecedent, domain, labels)) or reference(
-            expr.consequent, domain, labels)
+            expr.consequent, domain, labels
+        )
     raise AssertionError(f"unknown expression {expr!r}")
 
 
 def reference_mask(expr, domain: Domain) -> np.ndarray:
-    return np.array([reference(expr, domain, dict(zip(domain.names, cell)))
-                     for cell in domain.cell_labels()], dtype=bool)
+    return np.array(
+        [
+            reference(expr, domain, dict(zip(domain.names, cell, strict=True)))
+            for cell in domain.cell_labels()
+        ],
+        dtype=bool,
+    )
 
 
 @st.composite
 def problems(draw, n_exprs: int = 3):
     domain = draw(domains())
     exprs = draw(st.lists(expressions(domain), min_size=1, max_size=n_exprs))
-    kinds = draw(st.lists(st.sampled_from([SumEqual, SumLessEqual, SumGreaterEqual]),
-                          min_size=len(exprs), max_size=len(exprs)))
+    kinds = draw(
+        st.lists(
+            st.sampled_from([SumEqual, SumLessEqual, SumGreaterEqual]),
+            min_size=len(exprs),
+            max_size=len(exprs),
+        )
+    )
     values = draw(st.lists(st.integers(0, 20), min_size=len(exprs), max_size=len(exprs)))
-    cons = [k(e, v) for k, e, v in zip(kinds, exprs, values)]
-    x = np.array(draw(st.lists(st.integers(0, 9), min_size=domain.size, max_size=domain.size)),
-                 dtype=float)
+    cons = [k(e, v) for k, e, v in zip(kinds, exprs, values, strict=True)]
+    x = np.array(
+        draw(st.lists(st.integers(0, 9), min_size=domain.size, max_size=domain.size)), dtype=float
+    )
     return domain, exprs, cons, x
 
 

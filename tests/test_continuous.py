@@ -45,7 +45,9 @@ def test_shape_and_reproducibility():
 def test_errors():
     with pytest.raises(BudgetError, match=r"epsilon \(0\) must be > 0"):
         laplace_mechanism([1.0], 0)
-    with pytest.raises(MechanismError, match=r"give exactly one of rho \(None\) and sigma \(None\)"):
+    with pytest.raises(
+        MechanismError, match=r"give exactly one of rho \(None\) and sigma \(None\)"
+    ):
         gaussian_mechanism([1.0])
     with pytest.raises(MechanismError, match=r"give exactly one of rho \(1\) and sigma \(1\)"):
         gaussian_mechanism([1.0], rho=1, sigma=1)

@@ -24,7 +24,6 @@ from mechanisms.errors import BudgetError, MechanismError
 from mechanisms.rng import make_rng
 from mechanisms.samplers import discrete_laplace_pmf
 
-
 # --- discrete Laplace ---------------------------------------------------------------------
 
 
@@ -198,8 +197,11 @@ def test_make_mechanism_by_name():
 
 
 def test_make_mechanism_errors():
-    with pytest.raises(MechanismError, match=r"mechanism \('laplace'\) is unknown; known "
-                       r"mechanisms: discrete_laplace, discrete_gaussian"):
+    with pytest.raises(
+        MechanismError,
+        match=r"mechanism \('laplace'\) is unknown; known "
+        r"mechanisms: discrete_laplace, discrete_gaussian",
+    ):
         make_mechanism("laplace", PureDP(1))
     with pytest.raises(BudgetError, match=r"must be PureDP for mechanism 'discrete_laplace'"):
         make_mechanism("discrete_laplace", ZCDP(1))
@@ -210,6 +212,9 @@ def test_make_mechanism_errors():
 def test_sensitivity_by_neighbouring():
     assert sensitivity("add_remove") == (1, 1)
     assert sensitivity("replace_one") == (2, 2)
-    with pytest.raises(MechanismError, match=r"neighbouring \('bounded'\) must be one of "
-                       r"add_remove, replace_one"):
+    with pytest.raises(
+        MechanismError,
+        match=r"neighbouring \('bounded'\) must be one of "
+        r"add_remove, replace_one",
+    ):
         sensitivity("bounded")

@@ -6,12 +6,12 @@ from fractions import Fraction
 
 import numpy as np
 import pandas as pd
-import scipy.sparse as sp
 import pytest
+import scipy.sparse as sp
 
 from constraints.aggregate_constraints import StructuralZero, SumEqual
 from constraints.contextual_constraints import SumEqualRealTotal
-from constraints.logical_expressions.atomic import Equal, GreaterThan, TrueExpression
+from constraints.logical_expressions.atomic import GreaterThan, TrueExpression
 from topdown import Attribute, Query, Schema, Strategy, TopDown, release
 from topdown.errors import DataError, DomainError, HierarchyError, StrategyError
 from topdown.strategy import LevelStrategy
@@ -78,7 +78,10 @@ def test_seed_api_without_domain_infers_warns_and_records_the_disclosure(caplog)
     with caplog.at_level("WARNING"):
         td.run()
     assert any("inferring the domain" in r.message for r in caplog.records)
-    assert [d.name for d in td.release.ledger.disclosures] == ["domain inferred from data", "units read from data"]
+    assert [d.name for d in td.release.ledger.disclosures] == [
+        "domain inferred from data",
+        "units read from data",
+    ]
 
 
 @pytest.mark.parametrize("mechanism", ["discrete_laplace", "discrete_gaussian"])
@@ -105,16 +108,19 @@ def test_release_properties_hold(mechanism):
 
 def test_same_seed_same_release_and_executor_does_not_matter():
     df = seed_data(500, seed=2)
-    schema = Schema((Attribute("AGE", bins=(0, 30, 60, 116)), Attribute("SEX", values=(1, 2))), ("REGION", "STATE"))
+    schema = Schema(
+        (Attribute("AGE", bins=(0, 30, 60, 116)), Attribute("SEX", values=(1, 2))),
+        ("REGION", "STATE"),
+    )
     strategy = Strategy.from_budgets([1, 1, 1])
     a = release(df, schema, strategy, seed=4)
     b = release(df, schema, strategy, seed=4)
     c = release(df, schema, strategy, seed=4, executor="processes", workers=2)
     d = release(df, schema, strategy, seed=5)
-    for x, y, z in zip(a.counts, b.counts, c.counts):
+    for x, y, z in zip(a.counts, b.counts, c.counts, strict=True):
         np.testing.assert_array_equal(x, y)
         np.testing.assert_array_equal(x, z)
-    assert any(not np.array_equal(x, y) for x, y in zip(a.counts, d.counts))
+    assert any(not np.array_equal(x, y) for x, y in zip(a.counts, d.counts, strict=True))
 
 
 def test_root_total_invariant_is_published_exactly_and_recorded():
@@ -125,7 +131,9 @@ def test_root_total_invariant_is_published_exactly_and_recorded():
     micro = td.run()
     assert len(micro) == len(df)
     rel = td.release
-    assert [(i.name, i.level) for i in rel.ledger.invariants] == [(SumEqualRealTotal(TrueExpression()).name, 0)]
+    assert [(i.name, i.level) for i in rel.ledger.invariants] == [
+        (SumEqualRealTotal(TrueExpression()).name, 0)
+    ]
     assert rel.check_correctness().ok
 
 
@@ -139,7 +147,10 @@ def test_level_constraint_applies_to_that_level_only():
     td.set_constraint_to_level(1, SumEqualRealTotal(TrueExpression()))
     td.run()
     rel = td.release
-    assert [(i.level, i.description.startswith("implied")) for i in rel.ledger.invariants] == [(0, True), (1, False)]
+    assert [(i.level, i.description.startswith("implied")) for i in rel.ledger.invariants] == [
+        (0, True),
+        (1, False),
+    ]
     assert rel.counts[0].sum() == len(df)
     regions = df.groupby("REGION").size().reindex(rel.tree.levels[1].labels).to_numpy()
     np.testing.assert_array_equal(rel.counts[1].sum(axis=1), regions)
@@ -155,13 +166,24 @@ def test_multipass_keeps_the_first_pass_totals():
 
     from topdown.family import FamilyResult, FamilyTask, _l2
 
-    detailed = (sp.identity(3, format="csr"), np.array([[5.0, 1.0, 0.0], [2.0, 2.0, 4.0]]), np.ones((2, 3)))
+    detailed = (
+        sp.identity(3, format="csr"),
+        np.array([[5.0, 1.0, 0.0], [2.0, 2.0, 4.0]]),
+        np.ones((2, 3)),
+    )
     total = (sp.csr_matrix(np.ones((1, 3))), np.array([[9.0], [4.0]]), np.full((2, 1), 0.5))
     parent = np.array([8.0, 3.0, 2.0])  # sums to 13 = 9 + 4, so pass 1 can fit both totals
 
     def l2(first_pass):
-        task = FamilyTask(level=1, parent_label="p", child_labels=("a", "b"), parent_values=parent,
-                          measurements=(detailed, total), support=np.arange(3), first_pass=first_pass)
+        task = FamilyTask(
+            level=1,
+            parent_label="p",
+            child_labels=("a", "b"),
+            parent_values=parent,
+            measurements=(detailed, total),
+            support=np.arange(3),
+            first_pass=first_pass,
+        )
         return _l2(task, parent, FamilyResult(np.empty(0)))
 
     multipass, single = l2((1,)), l2(())
@@ -172,7 +194,10 @@ def test_multipass_keeps_the_first_pass_totals():
 
 def test_multipass_release_is_correct():
     df = seed_data(800, seed=6)
-    schema = Schema((Attribute("AGE", bins=(0, 18, 65, 116)), Attribute("SEX", values=(1, 2))), ("REGION", "STATE"))
+    schema = Schema(
+        (Attribute("AGE", bins=(0, 18, 65, 116)), Attribute("SEX", values=(1, 2))),
+        ("REGION", "STATE"),
+    )
     queries = ((Query.parse("detailed"), Fraction(1, 2)), (Query.parse("total"), Fraction(1, 2)))
     levels = tuple(LevelStrategy(Fraction(1), queries, ("total",)) for _ in range(3))
     rel = release(df, schema, Strategy(levels, "discrete_gaussian"), seed=3)
@@ -187,7 +212,9 @@ def test_contextual_constraint_on_records_is_bound_per_node():
     from constraints.contextual_constraints import ContextualConstraint
 
     df = seed_data(900, seed=13)
-    old = ContextualConstraint(GreaterThan("AGE", 64), lambda r: int((r["AGE"] >= 65).sum()), name="65+ exact")
+    old = ContextualConstraint(
+        GreaterThan("AGE", 64), lambda r: int((r["AGE"] >= 65).sum()), name="65+ exact"
+    )
     td = TopDown(df, ["REGION", "STATE"], ["AGE", "SEX"], domain=AGE_DOMAIN, seed=4)
     td.set_privacy_parameters(["0.1", "0.1", "0.1"])
     td.set_constraint_to_tree(old)
@@ -201,7 +228,11 @@ def test_contextual_constraint_on_records_is_bound_per_node():
         labels = list(rel.tree.levels[level].labels)
         want = df[df.AGE >= 65].groupby(column).size().reindex(labels, fill_value=0).to_numpy()
         np.testing.assert_array_equal(rel.counts[level][:, aged].sum(axis=1), want)
-    assert [(i.name, i.level) for i in rel.ledger.invariants] == [("65+ exact", 0), ("65+ exact", 1), ("65+ exact", 2)]
+    assert [(i.name, i.level) for i in rel.ledger.invariants] == [
+        ("65+ exact", 0),
+        ("65+ exact", 1),
+        ("65+ exact", 2),
+    ]
 
 
 def test_structural_zero_cells_stay_empty():
@@ -216,6 +247,7 @@ def test_structural_zero_cells_stay_empty():
 
 # -- bad input ------------------------------------------------------------------------------
 
+
 def test_missing_column_is_named():
     df = seed_data(50).drop(columns=["SEX"])
     with pytest.raises(DataError, match=r"lacks column\(s\) \['SEX'\]"):
@@ -227,7 +259,9 @@ def test_value_outside_domain_is_reported_with_count():
     df.loc[:2, "SEX"] = 3
     td = TopDown(df, ["REGION", "STATE"], ["AGE", "SEX"], domain=AGE_DOMAIN)
     td.set_privacy_parameters([1, 1, 1])
-    with pytest.raises(DomainError, match=r"column 'SEX' has 3 row\(s\) with values outside .*\[3\]"):
+    with pytest.raises(
+        DomainError, match=r"column 'SEX' has 3 row\(s\) with values outside .*\[3\]"
+    ):
         td.run()
 
 
@@ -267,7 +301,9 @@ def test_bad_budgets_are_refused(bad):
 
 
 def test_unknown_mechanism_and_solver():
-    td = TopDown(seed_data(50), ["REGION", "STATE"], ["AGE", "SEX"], domain=AGE_DOMAIN, solver="nosuch")
+    td = TopDown(
+        seed_data(50), ["REGION", "STATE"], ["AGE", "SEX"], domain=AGE_DOMAIN, solver="nosuch"
+    )
     with pytest.raises(StrategyError, match=r"mechanism \('laplace'\) is unknown"):
         td.set_mechanism("laplace")
     td.set_privacy_parameters([1, 1, 1])
@@ -278,7 +314,9 @@ def test_unknown_mechanism_and_solver():
 def _impossible_child_td(failsafe: bool) -> TopDown:
     """A node-specific invariant that no noisy parent can meet: 'N1' must hold 10^5 people."""
     df = seed_data(400, seed=3)
-    td = TopDown(df, ["REGION", "STATE"], ["AGE", "SEX"], domain=AGE_DOMAIN, seed=6, failsafe=failsafe)
+    td = TopDown(
+        df, ["REGION", "STATE"], ["AGE", "SEX"], domain=AGE_DOMAIN, seed=6, failsafe=failsafe
+    )
     td.set_privacy_parameters([1, 1, 1])
     td.set_constraint_to_nodes(2, ["N1"], SumEqual(TrueExpression(), 100_000, name="N1 is huge"))
     return td
@@ -308,14 +346,33 @@ def test_failsafe_relaxes_consistency_and_reports_it():
 
 def test_declared_geography_keeps_empty_units_and_avoids_the_disclosure():
     df = seed_data(300, seed=2)
-    units = pd.DataFrame({"REGION": ["N", "N", "N", "N", "S", "S"], "STATE": ["N1", "N2", "N3", "N4", "S1", "S2"]})
-    schema = Schema((Attribute("AGE", bins=(0, 50, 116)), Attribute("SEX", values=(1, 2))), ("REGION", "STATE"))
+    units = pd.DataFrame(
+        {"REGION": ["N", "N", "N", "N", "S", "S"], "STATE": ["N1", "N2", "N3", "N4", "S1", "S2"]}
+    )
+    schema = Schema(
+        (Attribute("AGE", bins=(0, 50, 116)), Attribute("SEX", values=(1, 2))), ("REGION", "STATE")
+    )
     rel = release(df, schema, Strategy.from_budgets([1, 1, 1]), seed=3, geography=units)
-    assert list(rel.tree.levels[2].labels) == ["N1", "N2", "N3", "N4", "S1", "S2"]  # N4 has no record
+    assert list(rel.tree.levels[2].labels) == [
+        "N1",
+        "N2",
+        "N3",
+        "N4",
+        "S1",
+        "S2",
+    ]  # N4 has no record
     assert rel.ledger.disclosures == ()
     assert rel.check_correctness().ok
-    with pytest.raises(HierarchyError, match=r"record\(s\) in units the geography does not list: \['S2'\]"):
-        release(df, schema, Strategy.from_budgets([1, 1, 1]), seed=3, geography=units[units.STATE != "S2"])
+    with pytest.raises(
+        HierarchyError, match=r"record\(s\) in units the geography does not list: \['S2'\]"
+    ):
+        release(
+            df,
+            schema,
+            Strategy.from_budgets([1, 1, 1]),
+            seed=3,
+            geography=units[units.STATE != "S2"],
+        )
 
 
 def test_detailed_only_families_take_the_closed_form_and_agree_with_a_qp_solver():
@@ -326,14 +383,19 @@ def test_detailed_only_families_take_the_closed_form_and_agree_with_a_qp_solver(
     from topdown.family import FamilyResult, FamilyTask, _l2
 
     df = seed_data(800, seed=12)
-    schema = Schema((Attribute("AGE", bins=(0, 18, 65, 116)), Attribute("SEX", values=(1, 2))), ("REGION", "STATE"))
+    schema = Schema(
+        (Attribute("AGE", bins=(0, 18, 65, 116)), Attribute("SEX", values=(1, 2))),
+        ("REGION", "STATE"),
+    )
     strategy = Strategy.from_budgets(["1/2"] * 3)
     fast = release(df, schema, strategy, seed=9)
-    assert all(set(s.solvers) <= {"closed_form", "highs", "none (copied)"} for s in fast.stats), [s.solvers for s in fast.stats]
+    assert all(set(s.solvers) <= {"closed_form", "highs", "none (copied)"} for s in fast.stats), [
+        s.solvers for s in fast.stats
+    ]
     assert "closed_form" in fast.stats[1].solvers
     general = release(df, schema, strategy, seed=9, solver="highs")
     assert set(general.stats[1].solvers) == {"highs"} and general.check_correctness().ok
-    for a, b in zip(fast.counts, general.counts):
+    for a, b in zip(fast.counts, general.counts, strict=True):
         assert np.abs(a - b).max() <= 1
 
     rng = np.random.default_rng(5)
@@ -341,9 +403,15 @@ def test_detailed_only_families_take_the_closed_form_and_agree_with_a_qp_solver(
     parent = np.maximum(noisy.sum(axis=0) + rng.integers(-6, 7, size=6), 1).astype(float)
     answers = {}
     for solver in ("closed_form", "highs", "cvxpy:CLARABEL"):
-        task = FamilyTask(level=1, parent_label="p", child_labels=tuple("abcd"), parent_values=parent,
-                          measurements=((sp.identity(6, format="csr"), noisy, np.ones((4, 6))),),
-                          support=np.arange(6), solver=solver)
+        task = FamilyTask(
+            level=1,
+            parent_label="p",
+            child_labels=tuple("abcd"),
+            parent_values=parent,
+            measurements=((sp.identity(6, format="csr"), noisy, np.ones((4, 6))),),
+            support=np.arange(6),
+            solver=solver,
+        )
         result = FamilyResult(np.empty(0))
         answers[solver] = _l2(task, parent, result)
         assert result.solvers_used == (solver,)
@@ -355,7 +423,9 @@ def test_detailed_only_families_take_the_closed_form_and_agree_with_a_qp_solver(
 
 def test_infer_domain_flag():
     df = seed_data(60)
-    with pytest.raises(DataError, match=r"domain \(None\) must be declared when infer_domain=False"):
+    with pytest.raises(
+        DataError, match=r"domain \(None\) must be declared when infer_domain=False"
+    ):
         TopDown(df, ["REGION", "STATE"], ["AGE", "SEX"], infer_domain=False)
     td = TopDown(df, ["REGION", "STATE"], ["AGE", "SEX"], infer_domain=True, seed=1)
     assert td.schema.domain.values("SEX") == (1, 2)

@@ -98,31 +98,50 @@ def test_numpy_scalars_are_plain_values():
 
 
 def test_unknown_attribute_and_value_errors():
-    with pytest.raises(DomainError, match=r"attribute 'AGES' is not in the domain; its attributes are \['SEX', 'AGE', 'RACE'\]"):
+    with pytest.raises(
+        DomainError,
+        match=r"attribute 'AGES' is not in the domain; its attributes are \['SEX', 'AGE', 'RACE'\]",
+    ):
         GreaterThan("AGES", 2).mask(D)
-    with pytest.raises(DomainError, match=r"value 9 is not in the domain of attribute 'AGE'; its values are \[0, 1, 2, 3, 4\]"):
+    with pytest.raises(
+        DomainError,
+        match=r"value 9 is not in the domain of attribute 'AGE'; its values are \[0, 1, 2, 3, 4\]",
+    ):
         (Equal("SEX", 1) & GreaterThan("AGE", 9)).mask(D)
     with pytest.raises(DomainError, match=r"value 'd' is not in the domain of attribute 'RACE'"):
         In("RACE", ["a", "d"]).mask(D)
 
 
 def test_construction_errors():
-    with pytest.raises(ConstraintError, match=r"GreaterThan: attribute \(''\) must be a non-empty string"):
+    with pytest.raises(
+        ConstraintError, match=r"GreaterThan: attribute \(''\) must be a non-empty string"
+    ):
         GreaterThan("", 1)
-    with pytest.raises(ConstraintError, match=r"Equal\('AGE', \.\.\.\): value \(\[1\]\) must be a single hashable value"):
+    with pytest.raises(
+        ConstraintError,
+        match=r"Equal\('AGE', \.\.\.\): value \(\[1\]\) must be a single hashable value",
+    ):
         Equal("AGE", [1])
-    with pytest.raises(ConstraintError, match=r"In\('RACE', \.\.\.\): values \('ab'\) must be a list of values"):
+    with pytest.raises(
+        ConstraintError, match=r"In\('RACE', \.\.\.\): values \('ab'\) must be a list of values"
+    ):
         In("RACE", "ab")
-    with pytest.raises(ConstraintError, match=r"And: operand 1 \('AGE'\) must be a logical expression"):
+    with pytest.raises(
+        ConstraintError, match=r"And: operand 1 \('AGE'\) must be a logical expression"
+    ):
         And(Equal("SEX", 1), "AGE")  # type: ignore[arg-type]
     with pytest.raises(ConstraintError, match=r"Not: operand \(3\) must be a logical expression"):
         Not(3)  # type: ignore[arg-type]
     with pytest.raises(ConstraintError, match=r"Implies: consequent \(None\) must be a logical"):
         Implies(Equal("SEX", 1), None)  # type: ignore[arg-type]
-    with pytest.raises(ConstraintError, match=r"operand of & \(True\) must be a logical expression"):
+    with pytest.raises(
+        ConstraintError, match=r"operand of & \(True\) must be a logical expression"
+    ):
         Equal("SEX", 1) & True  # type: ignore[operator]
 
 
 def test_no_python_truth_value():
-    with pytest.raises(TypeError, match=r"expression SEX == 1 has no truth value; combine expressions with &"):
+    with pytest.raises(
+        TypeError, match=r"expression SEX == 1 has no truth value; combine expressions with &"
+    ):
         Equal("SEX", 1) and Equal("AGE", 2)  # noqa: B018

@@ -96,8 +96,10 @@ def test_estimator_is_unbiased():
     n, runs, eps = truth.sum(), 30, 1
     rng = make_rng(77)
     estimates = np.array(
-        [estimate_frequencies(randomized_response(values, domain, eps, rng=rng), domain, eps)
-         for _ in range(runs)]
+        [
+            estimate_frequencies(randomized_response(values, domain, eps, rng=rng), domain, eps)
+            for _ in range(runs)
+        ]
     )
     p, q = rr_probabilities(4, eps)
     variance = (truth * p * (1 - p) + (n - truth) * q * (1 - q)) / (p - q) ** 2

@@ -9,29 +9,32 @@ import shutil
 from pathlib import Path
 
 import pytest
-
 from cli_helpers import SEX_AGE, embedded_subset
+
 from topdown.cli import main
 from topdown.report import build_report
 
 ROOT = Path(__file__).resolve().parents[1]
-CONFIG = """
+CONFIG = (
+    """
 seed = 11
 [data]
 path = "data.csv"
 [schema]
 hierarchy = ["STATE"]
-""" + SEX_AGE + """[strategy]
+"""
+    + SEX_AGE
+    + """[strategy]
 budgets = ["1/2", "1/2"]
 queries = {detailed = "3/4", total = "1/4"}
 [metrics]
 truth = true
 """
+)
 
 
 @pytest.fixture(scope="module")
 def release_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    import pandas as pd
 
     base = tmp_path_factory.mktemp("report")
     embedded_subset(("01", "08", "13")).to_csv(base / "data.csv", index=False)
@@ -41,7 +44,10 @@ def release_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _pngs(html: str) -> list[bytes]:
-    return [base64.b64decode(d) for d in re.findall(r'<img[^>]*src="data:image/png;base64,([^"]+)"', html)]
+    return [
+        base64.b64decode(d)
+        for d in re.findall(r'<img[^>]*src="data:image/png;base64,([^"]+)"', html)
+    ]
 
 
 def test_report_embeds_four_valid_pngs(release_dir: Path) -> None:
@@ -49,11 +55,17 @@ def test_report_embeds_four_valid_pngs(release_dir: Path) -> None:
     pngs = _pngs(html)
     assert len(pngs) == 4
     assert all(p.startswith(b"\x89PNG\r\n\x1a\n") and len(p) > 5000 for p in pngs)
-    for heading in ("Privacy ledger", "Budget allocation", "Error by level", "Bias by node size", "Solver time"):
+    for heading in (
+        "Privacy ledger",
+        "Budget allocation",
+        "Error by level",
+        "Bias by node size",
+        "Solver time",
+    ):
         assert heading in html
     assert "<th>total rho</th><td>1 (1.0)</td>" in html  # 1/2 + 1/2
     assert "seed 11: reproducible, NOT for production" in html
-    assert "src=\"http" not in html and "<script" not in html  # self-contained
+    assert 'src="http' not in html and "<script" not in html  # self-contained
 
 
 def test_report_without_metrics_says_so(release_dir: Path, tmp_path: Path) -> None:
@@ -65,9 +77,13 @@ def test_report_without_metrics_says_so(release_dir: Path, tmp_path: Path) -> No
     assert len(_pngs(html)) == 2 and "No truth was given" in html
 
 
-@pytest.mark.skipif(not Path("/usr/bin/chromium").is_file(), reason="/usr/bin/chromium is not installed (optional)")
+@pytest.mark.skipif(
+    not Path("/usr/bin/chromium").is_file(), reason="/usr/bin/chromium is not installed (optional)"
+)
 def test_report_renders_in_chromium(release_dir: Path, tmp_path: Path) -> None:
-    spec = importlib.util.spec_from_file_location("check_report_render", ROOT / "benchmarks" / "check_report_render.py")
+    spec = importlib.util.spec_from_file_location(
+        "check_report_render", ROOT / "benchmarks" / "check_report_render.py"
+    )
     checker = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(checker)  # type: ignore[union-attr]
     shot = tmp_path / "shot.png"

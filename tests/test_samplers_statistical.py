@@ -11,8 +11,8 @@ Power: the same procedure must reject samples drawn at 0.7x and 1.3x the true sc
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from fractions import Fraction
-from typing import Callable
 
 import numpy as np
 import pytest

@@ -31,7 +31,9 @@ def _frequencies(draw, k: int, n: int) -> np.ndarray:
     return np.bincount([draw() for _ in range(n)], minlength=k)
 
 
-def _assert_matches(counts: np.ndarray, probs: np.ndarray, wrong: tuple[np.ndarray, ...] = ()) -> None:
+def _assert_matches(
+    counts: np.ndarray, probs: np.ndarray, wrong: tuple[np.ndarray, ...] = ()
+) -> None:
     """Chi-square at ALPHA against ``probs``; power: each plausible bug in ``wrong`` (another
     mechanism's distribution, the other sensitivity factor) must be rejected by the same test."""
     assert chisquare(counts, probs * counts.sum()).pvalue > ALPHA
@@ -110,8 +112,12 @@ def test_permute_and_flip_probabilities_two_candidates():
     ],
 )
 def test_bad_scores_refused(scores, message):
-    for function in (exponential_probabilities, exponential_mechanism, permute_and_flip,
-                     report_noisy_max):
+    for function in (
+        exponential_probabilities,
+        exponential_mechanism,
+        permute_and_flip,
+        report_noisy_max,
+    ):
         with pytest.raises(MechanismError, match=message):
             function(scores, 1)
 
@@ -137,14 +143,19 @@ def test_exponential_mechanism_frequencies():
     scores = [0, 1, 2, Fraction(7, 2)]
     rng = make_rng(2024)
     counts = _frequencies(lambda: exponential_mechanism(scores, 1, rng=rng), 4, 6000)
-    _assert_matches(counts, exponential_probabilities(scores, 1),
-                    wrong=(exponential_probabilities(scores, 1, monotonic=True),))
+    _assert_matches(
+        counts,
+        exponential_probabilities(scores, 1),
+        wrong=(exponential_probabilities(scores, 1, monotonic=True),),
+    )
 
 
 def test_exponential_mechanism_monotonic_frequencies():
     scores = [0, 1, 2]
     rng = make_rng(7)
-    counts = _frequencies(lambda: exponential_mechanism(scores, 1, monotonic=True, rng=rng), 3, 6000)
+    counts = _frequencies(
+        lambda: exponential_mechanism(scores, 1, monotonic=True, rng=rng), 3, 6000
+    )
     probs = exponential_probabilities(scores, 1, monotonic=True)
     _assert_matches(counts, probs)
     # power: the general factor (eps / 2) would give a clearly different distribution.
@@ -156,21 +167,34 @@ def test_permute_and_flip_two_candidates_frequencies():
     rng = make_rng(31)
     counts = _frequencies(lambda: permute_and_flip([0, 1], 2, rng=rng), 2, 6000)
     p0 = math.exp(-1)
-    _assert_matches(counts, np.array([p0 / 2, 1 - p0 / 2]), wrong=(exponential_probabilities([0, 1], 2),))
+    _assert_matches(
+        counts, np.array([p0 / 2, 1 - p0 / 2]), wrong=(exponential_probabilities([0, 1], 2),)
+    )
 
 
 def test_permute_and_flip_three_candidates_frequencies():
     scores = [0, 1, 3]
     rng = make_rng(32)
     counts = _frequencies(lambda: permute_and_flip(scores, 1, rng=rng), 3, 6000)
-    _assert_matches(counts, permute_and_flip_probabilities(scores, 1),
-                    wrong=(exponential_probabilities(scores, 1), permute_and_flip_probabilities(scores, 2)))
+    _assert_matches(
+        counts,
+        permute_and_flip_probabilities(scores, 1),
+        wrong=(exponential_probabilities(scores, 1), permute_and_flip_probabilities(scores, 2)),
+    )
 
 
 def test_report_noisy_max_distributions():
     scores = [0, 1, 2]
     rng = make_rng(33)
     gumbel = _frequencies(lambda: report_noisy_max(scores, 2, rng=rng), 3, 6000)
-    _assert_matches(gumbel, exponential_probabilities(scores, 2), wrong=(permute_and_flip_probabilities(scores, 2),))
+    _assert_matches(
+        gumbel,
+        exponential_probabilities(scores, 2),
+        wrong=(permute_and_flip_probabilities(scores, 2),),
+    )
     expo = _frequencies(lambda: report_noisy_max(scores, 2, noise="exponential", rng=rng), 3, 6000)
-    _assert_matches(expo, permute_and_flip_probabilities(scores, 2), wrong=(exponential_probabilities(scores, 2),))
+    _assert_matches(
+        expo,
+        permute_and_flip_probabilities(scores, 2),
+        wrong=(exponential_probabilities(scores, 2),),
+    )

@@ -12,15 +12,16 @@ from solvers import children_l2_problem, rounding_problem, rounding_solution
 K, N = 2, 3
 PARENT = np.array([4.0, 1.0, 3.0])
 Y_DETAILED = np.array([[3.0, 0.5, 1.0], [2.0, 0.0, 2.5]])
-W_DETAILED = np.array([1.0, 2.0])            # per child
+W_DETAILED = np.array([1.0, 2.0])  # per child
 TOTAL = sp.csr_matrix(np.ones((1, N)))
 Y_TOTAL = np.array([[5.0], [4.0]])
-W_TOTAL = np.array([[0.5], [0.25]])           # per child and answer
+W_TOTAL = np.array([[0.5], [0.25]])  # per child and answer
 
 
 def _detailed_only(parent=PARENT) -> solvers.Problem:
-    return children_l2_problem(parent, [(sp.identity(N, format="csr"), Y_DETAILED, W_DETAILED)],
-                               k=K, n=N, name="hand")
+    return children_l2_problem(
+        parent, [(sp.identity(N, format="csr"), Y_DETAILED, W_DETAILED)], k=K, n=N, name="hand"
+    )
 
 
 def test_detailed_only_matrices() -> None:
@@ -29,7 +30,9 @@ def test_detailed_only_matrices() -> None:
     np.testing.assert_allclose(problem.P.toarray(), np.diag([2, 2, 2, 4, 4, 4]))
     np.testing.assert_allclose(problem.c, [-6, -1, -2, -8, 0, -10])
     assert problem.offset == pytest.approx(1 * (9 + 0.25 + 1) + 2 * (4 + 0 + 6.25))
-    np.testing.assert_allclose(problem.A.toarray(), [[1, 0, 0, 1, 0, 0], [0, 1, 0, 0, 1, 0], [0, 0, 1, 0, 0, 1]])
+    np.testing.assert_allclose(
+        problem.A.toarray(), [[1, 0, 0, 1, 0, 0], [0, 1, 0, 0, 1, 0], [0, 0, 1, 0, 0, 1]]
+    )
     np.testing.assert_array_equal(problem.row_lb, PARENT)
     np.testing.assert_array_equal(problem.row_ub, PARENT)
     np.testing.assert_array_equal(problem.lb, 0.0)
@@ -39,8 +42,12 @@ def test_detailed_only_matrices() -> None:
 
 def test_objective_is_hand_weighted_sum_of_squares() -> None:
     x = np.array([[2.0, 1.0, 0.0], [2.0, 0.0, 3.0]])
-    problem = children_l2_problem(PARENT, [(sp.identity(N, format="csr"), Y_DETAILED, W_DETAILED),
-                                           (TOTAL, Y_TOTAL, W_TOTAL)], k=K, n=N)
+    problem = children_l2_problem(
+        PARENT,
+        [(sp.identity(N, format="csr"), Y_DETAILED, W_DETAILED), (TOTAL, Y_TOTAL, W_TOTAL)],
+        k=K,
+        n=N,
+    )
     # detailed: child 0: 1*((2-3)^2 + (1-.5)^2 + (0-1)^2) = 2.25; child 1: 2*(0 + 0 + .25) = 0.5
     # total: child 0: 0.5*(3-5)^2 = 2; child 1: 0.25*(5-4)^2 = 0.25
     assert problem.objective_value(x.reshape(-1)) == pytest.approx(2.25 + 0.5 + 2.0 + 0.25)
@@ -59,8 +66,15 @@ def test_detailed_only_solution_by_hand() -> None:
 
 def test_root_and_extra_rows_and_upper_bounds() -> None:
     extra = sp.kron(sp.identity(K), TOTAL, format="csr")
-    problem = children_l2_problem(None, [(sp.identity(N, format="csr"), Y_DETAILED, W_DETAILED)], k=K, n=N,
-                                  extra_A=extra, extra_ub=[4.0, 4.0], ub=np.full((K, N), 3.0))
+    problem = children_l2_problem(
+        None,
+        [(sp.identity(N, format="csr"), Y_DETAILED, W_DETAILED)],
+        k=K,
+        n=N,
+        extra_A=extra,
+        extra_ub=[4.0, 4.0],
+        ub=np.full((K, N), 3.0),
+    )
     assert problem.m == 2 and np.isneginf(problem.row_lb).all()
     np.testing.assert_array_equal(problem.row_ub, [4.0, 4.0])
     np.testing.assert_array_equal(problem.ub, 3.0)
@@ -83,7 +97,7 @@ def test_rounding_problem_width_one() -> None:
 
 def test_rounding_problem_extra_rows_are_shifted() -> None:
     x_tilde = np.array([[1.2, 0.7, 0.0], [2.8, 0.3, 3.0]])
-    cap = sp.csr_matrix(np.array([[0, 0, 0, 1, 0, 0]], dtype=float))   # child 1, cell 0 <= 2
+    cap = sp.csr_matrix(np.array([[0, 0, 0, 1, 0, 0]], dtype=float))  # child 1, cell 0 <= 2
     problem, floor = rounding_problem(x_tilde, PARENT, extra_A=cap, extra_ub=[2.0])
     assert problem.row_ub[-1] == pytest.approx(0.0)
     counts = rounding_solution(solvers.solve(problem).x, floor).reshape(K, N)
@@ -100,7 +114,10 @@ def test_rounding_problem_rejects_bad_inputs() -> None:
 
 
 def test_lifted_form_has_same_optimum() -> None:
-    measurements = [(sp.identity(N, format="csr"), Y_DETAILED, W_DETAILED), (TOTAL, Y_TOTAL, W_TOTAL)]
+    measurements = [
+        (sp.identity(N, format="csr"), Y_DETAILED, W_DETAILED),
+        (TOTAL, Y_TOTAL, W_TOTAL),
+    ]
     plain = children_l2_problem(PARENT, measurements, k=K, n=N)
     lifted = children_l2_problem(PARENT, measurements, k=K, n=N, lifted=True)
     # the detailed (identity) query stays on x; only the total is lifted, one answer per child
@@ -119,10 +136,14 @@ def test_a_square_marginal_is_not_mistaken_for_the_detailed_query() -> None:
     Q = sp.csr_matrix(np.array([[1.0, 1.0], [0.0, 0.0]]))
     assert not is_identity(Q) and is_identity(sp.identity(2, format="csr"))
     assert not is_identity(sp.csr_matrix(np.array([[0.0, 1.0], [1.0, 0.0]])))
-    measurements = [(sp.identity(2, format="csr"), np.array([[1.0, 2.0], [0.5, 0.5]]), np.ones((2, 2))),
-                    (Q, np.array([[4.0, 0.0], [1.0, 0.0]]), np.ones((2, 2)))]
+    measurements = [
+        (sp.identity(2, format="csr"), np.array([[1.0, 2.0], [0.5, 0.5]]), np.ones((2, 2))),
+        (Q, np.array([[4.0, 0.0], [1.0, 0.0]]), np.ones((2, 2))),
+    ]
     parent = np.array([3.0, 2.0])
     plain = solvers.solve(children_l2_problem(parent, measurements, k=2, n=2), "highs")
-    lifted = solvers.solve(children_l2_problem(parent, measurements, k=2, n=2, lifted=True), "highs")
+    lifted = solvers.solve(
+        children_l2_problem(parent, measurements, k=2, n=2, lifted=True), "highs"
+    )
     np.testing.assert_allclose(lifted.x[:4], plain.x, atol=1e-6)
     assert lifted.objective == pytest.approx(plain.objective, rel=1e-7)

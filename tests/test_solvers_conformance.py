@@ -19,8 +19,8 @@ from solvers import (
     InfeasibleError,
     NumericalError,
     Problem,
-    SolveResult,
     SolverError,
+    SolveResult,
     SolverLimitError,
     SolveStatus,
     UnboundedError,
@@ -28,8 +28,19 @@ from solvers import (
     UnsupportedProblemError,
 )
 
-KNOWN = ["closed_form", "highs", "cvxpy:CLARABEL", "cvxpy:OSQP", "cvxpy:HIGHS", "cvxpy:SCS",
-         "cvxpy:SCIPY", "cvxpy:ECOS", "cvxpy:GLPK_MI", "cvxpy:GUROBI", "scipy"]
+KNOWN = [
+    "closed_form",
+    "highs",
+    "cvxpy:CLARABEL",
+    "cvxpy:OSQP",
+    "cvxpy:HIGHS",
+    "cvxpy:SCS",
+    "cvxpy:SCIPY",
+    "cvxpy:ECOS",
+    "cvxpy:GLPK_MI",
+    "cvxpy:GUROBI",
+    "scipy",
+]
 ALL_NAMES = list(dict.fromkeys(KNOWN + solvers.registered()))
 FIRST_ORDER = ("cvxpy:OSQP", "cvxpy:SCS")
 
@@ -48,77 +59,190 @@ def _rows(dense: list[list[float]]) -> sp.csr_matrix:
 def _knapsack() -> Fixture:
     values = np.array([10.0, 13.0, 7.0, 8.0, 4.0])
     weights = np.array([5.0, 6.0, 4.0, 3.0, 2.0])
-    best = min((-(values @ np.array(z)), z) for z in itertools.product((0, 1), repeat=5)
-               if weights @ np.array(z) <= 10)
-    problem = Problem(c=-values, lb=np.zeros(5), ub=np.ones(5), A=sp.csr_matrix(weights[None, :]),
-                      row_lb=np.array([-np.inf]), row_ub=np.array([10.0]),
-                      integrality=np.ones(5, dtype=bool), name="milp knapsack")
+    best = min(
+        (-(values @ np.array(z)), z)
+        for z in itertools.product((0, 1), repeat=5)
+        if weights @ np.array(z) <= 10
+    )
+    problem = Problem(
+        c=-values,
+        lb=np.zeros(5),
+        ub=np.ones(5),
+        A=sp.csr_matrix(weights[None, :]),
+        row_lb=np.array([-np.inf]),
+        row_ub=np.array([10.0]),
+        integrality=np.ones(5, dtype=bool),
+        name="milp knapsack",
+    )
     return Fixture(problem, None, float(best[0]))
 
 
 FIXTURES = {
     # min -x - 2y - 3z = -(x+y+z) - (y+z) - z with x+y+z <= 4, y+z <= 3, z <= 2: all three
     # tight at (1, 1, 2), objective -9, plus offset 0.5.
-    "lp3": Fixture(Problem(c=np.array([-1.0, -2.0, -3.0]), lb=np.zeros(3), ub=np.array([np.inf, np.inf, 2.0]),
-                           A=_rows([[1, 1, 1], [0, 1, 1]]), row_lb=np.array([-np.inf, -np.inf]),
-                           row_ub=np.array([4.0, 3.0]), offset=0.5, name="lp 3 variables"),
-                   np.array([1.0, 1.0, 2.0]), -8.5),
+    "lp3": Fixture(
+        Problem(
+            c=np.array([-1.0, -2.0, -3.0]),
+            lb=np.zeros(3),
+            ub=np.array([np.inf, np.inf, 2.0]),
+            A=_rows([[1, 1, 1], [0, 1, 1]]),
+            row_lb=np.array([-np.inf, -np.inf]),
+            row_ub=np.array([4.0, 3.0]),
+            offset=0.5,
+            name="lp 3 variables",
+        ),
+        np.array([1.0, 1.0, 2.0]),
+        -8.5,
+    ),
     # min x + y, x + y >= 1, x - y == 0, x free: x = y = 1/2.
-    "lp_free": Fixture(Problem(c=np.array([1.0, 1.0]), lb=np.array([-np.inf, 0.0]), ub=np.full(2, np.inf),
-                               A=_rows([[1, 1], [1, -1]]), row_lb=np.array([1.0, 0.0]),
-                               row_ub=np.array([np.inf, 0.0]), name="lp free variable"),
-                       np.array([0.5, 0.5]), 1.0),
+    "lp_free": Fixture(
+        Problem(
+            c=np.array([1.0, 1.0]),
+            lb=np.array([-np.inf, 0.0]),
+            ub=np.full(2, np.inf),
+            A=_rows([[1, 1], [1, -1]]),
+            row_lb=np.array([1.0, 0.0]),
+            row_ub=np.array([np.inf, 0.0]),
+            name="lp free variable",
+        ),
+        np.array([0.5, 0.5]),
+        1.0,
+    ),
     # P = [[2,1],[1,2]], c = (2,-4): unconstrained optimum has x < 0; with x >= 0 the bound is
     # active, y minimises y^2 - 4y: (0, 2), objective -4.
-    "qp_bound": Fixture(Problem(c=np.array([2.0, -4.0]), lb=np.zeros(2), ub=np.full(2, np.inf),
-                                P=sp.csc_matrix([[2.0, 1.0], [1.0, 2.0]]), name="qp active bound"),
-                        np.array([0.0, 2.0]), -4.0),
+    "qp_bound": Fixture(
+        Problem(
+            c=np.array([2.0, -4.0]),
+            lb=np.zeros(2),
+            ub=np.full(2, np.inf),
+            P=sp.csc_matrix([[2.0, 1.0], [1.0, 2.0]]),
+            name="qp active bound",
+        ),
+        np.array([0.0, 2.0]),
+        -4.0,
+    ),
     # Same with x + y == 3: on the line f = y^2 - 9y + 15 has y = 4.5 (x < 0), so x = 0, y = 3.
-    "qp_row": Fixture(Problem(c=np.array([2.0, -4.0]), lb=np.zeros(2), ub=np.full(2, np.inf),
-                              P=sp.csc_matrix([[2.0, 1.0], [1.0, 2.0]]), A=_rows([[1, 1]]),
-                              row_lb=np.array([3.0]), row_ub=np.array([3.0]), name="qp with row"),
-                      np.array([0.0, 3.0]), -3.0),
+    "qp_row": Fixture(
+        Problem(
+            c=np.array([2.0, -4.0]),
+            lb=np.zeros(2),
+            ub=np.full(2, np.inf),
+            P=sp.csc_matrix([[2.0, 1.0], [1.0, 2.0]]),
+            A=_rows([[1, 1]]),
+            row_lb=np.array([3.0]),
+            row_ub=np.array([3.0]),
+            name="qp with row",
+        ),
+        np.array([0.0, 3.0]),
+        -3.0,
+    ),
     # Weighted simplex projection: w = (2, 2, 4), y = (1, 3, -1), sum x = 3. Threshold
     # lam = 1 keeps x1, x2: x = (0.5, 2.5, 0), objective sum w/2 (x-y)^2 = 2.5.
-    "qp_simplex": Fixture(Problem(c=-np.array([2.0, 6.0, -4.0]), lb=np.zeros(3), ub=np.full(3, np.inf),
-                                  P=sp.diags([2.0, 2.0, 4.0], format="csc"), A=_rows([[1, 1, 1]]),
-                                  row_lb=np.array([3.0]), row_ub=np.array([3.0]), offset=12.0,
-                                  name="qp simplex projection"),
-                          np.array([0.5, 2.5, 0.0]), 2.5),
+    "qp_simplex": Fixture(
+        Problem(
+            c=-np.array([2.0, 6.0, -4.0]),
+            lb=np.zeros(3),
+            ub=np.full(3, np.inf),
+            P=sp.diags([2.0, 2.0, 4.0], format="csc"),
+            A=_rows([[1, 1, 1]]),
+            row_lb=np.array([3.0]),
+            row_ub=np.array([3.0]),
+            offset=12.0,
+            name="qp simplex projection",
+        ),
+        np.array([0.5, 2.5, 0.0]),
+        2.5,
+    ),
     # Partition rounding: groups {0,1} and {2,3}, one unit each: the cheaper of each pair.
-    "milp_partition": Fixture(Problem(c=np.array([0.2, -0.4, 0.1, -0.3]), lb=np.zeros(4), ub=np.ones(4),
-                                      A=_rows([[1, 1, 0, 0], [0, 0, 1, 1]]), row_lb=np.ones(2),
-                                      row_ub=np.ones(2), integrality=np.ones(4, dtype=bool),
-                                      name="milp partition rounding"),
-                              np.array([0.0, 1.0, 0.0, 1.0]), -0.7),
+    "milp_partition": Fixture(
+        Problem(
+            c=np.array([0.2, -0.4, 0.1, -0.3]),
+            lb=np.zeros(4),
+            ub=np.ones(4),
+            A=_rows([[1, 1, 0, 0], [0, 0, 1, 1]]),
+            row_lb=np.ones(2),
+            row_ub=np.ones(2),
+            integrality=np.ones(4, dtype=bool),
+            name="milp partition rounding",
+        ),
+        np.array([0.0, 1.0, 0.0, 1.0]),
+        -0.7,
+    ),
     "milp_knapsack": _knapsack(),
     # Mixed integer: x integer, y continuous in [0, 0.7], max x + y with x + y <= 2.5:
     # x = 2, y = 0.5 (x = 1 leaves at most 1.7).
-    "milp_mixed": Fixture(Problem(c=np.array([-1.0, -1.0]), lb=np.zeros(2), ub=np.array([10.0, 0.7]),
-                                  A=_rows([[1, 1]]), row_lb=np.array([-np.inf]), row_ub=np.array([2.5]),
-                                  integrality=np.array([True, False]), name="milp mixed integer"),
-                          np.array([2.0, 0.5]), -2.5),
+    "milp_mixed": Fixture(
+        Problem(
+            c=np.array([-1.0, -1.0]),
+            lb=np.zeros(2),
+            ub=np.array([10.0, 0.7]),
+            A=_rows([[1, 1]]),
+            row_lb=np.array([-np.inf]),
+            row_ub=np.array([2.5]),
+            integrality=np.array([True, False]),
+            name="milp mixed integer",
+        ),
+        np.array([2.0, 0.5]),
+        -2.5,
+    ),
     # A free variable with zero cost: bounded (objective 0), whatever x0 is.
-    "lp_zero_cost_free": Fixture(Problem(c=np.array([0.0, 1.0]), lb=np.array([-np.inf, 0.0]),
-                                         ub=np.array([np.inf, 1.0]), name="lp zero-cost free variable"),
-                                 None, 0.0),
+    "lp_zero_cost_free": Fixture(
+        Problem(
+            c=np.array([0.0, 1.0]),
+            lb=np.array([-np.inf, 0.0]),
+            ub=np.array([np.inf, 1.0]),
+            name="lp zero-cost free variable",
+        ),
+        None,
+        0.0,
+    ),
 }
 
 INFEASIBLE = {
-    "lp": Problem(c=np.ones(2), lb=np.zeros(2), ub=np.full(2, np.inf), A=_rows([[1, 1], [1, 1]]),
-                  row_lb=np.array([-np.inf, 2.0]), row_ub=np.array([1.0, np.inf]), name="infeasible lp"),
-    "qp_partition": Problem(c=np.zeros(2), lb=np.zeros(2), ub=np.full(2, np.inf), P=sp.identity(2, format="csc"),
-                            A=_rows([[1, 1]]), row_lb=np.array([-1.0]), row_ub=np.array([-1.0]),
-                            name="infeasible partition qp"),
-    "milp_partition": Problem(c=np.zeros(2), lb=np.zeros(2), ub=np.ones(2), A=_rows([[1, 1]]),
-                              row_lb=np.array([3.0]), row_ub=np.array([3.0]),
-                              integrality=np.ones(2, dtype=bool), name="infeasible partition milp"),
+    "lp": Problem(
+        c=np.ones(2),
+        lb=np.zeros(2),
+        ub=np.full(2, np.inf),
+        A=_rows([[1, 1], [1, 1]]),
+        row_lb=np.array([-np.inf, 2.0]),
+        row_ub=np.array([1.0, np.inf]),
+        name="infeasible lp",
+    ),
+    "qp_partition": Problem(
+        c=np.zeros(2),
+        lb=np.zeros(2),
+        ub=np.full(2, np.inf),
+        P=sp.identity(2, format="csc"),
+        A=_rows([[1, 1]]),
+        row_lb=np.array([-1.0]),
+        row_ub=np.array([-1.0]),
+        name="infeasible partition qp",
+    ),
+    "milp_partition": Problem(
+        c=np.zeros(2),
+        lb=np.zeros(2),
+        ub=np.ones(2),
+        A=_rows([[1, 1]]),
+        row_lb=np.array([3.0]),
+        row_ub=np.array([3.0]),
+        integrality=np.ones(2, dtype=bool),
+        name="infeasible partition milp",
+    ),
 }
 
 UNBOUNDED = {
-    "lp_rows": Problem(c=np.array([-1.0, 0.0]), lb=np.zeros(2), ub=np.full(2, np.inf), A=_rows([[1, -1]]),
-                       row_lb=np.array([-np.inf]), row_ub=np.array([1.0]), name="unbounded lp"),
-    "lp_bounds": Problem(c=np.array([-1.0, 1.0]), lb=np.zeros(2), ub=np.full(2, np.inf), name="unbounded box lp"),
+    "lp_rows": Problem(
+        c=np.array([-1.0, 0.0]),
+        lb=np.zeros(2),
+        ub=np.full(2, np.inf),
+        A=_rows([[1, -1]]),
+        row_lb=np.array([-np.inf]),
+        row_ub=np.array([1.0]),
+        name="unbounded lp",
+    ),
+    "lp_bounds": Problem(
+        c=np.array([-1.0, 1.0]), lb=np.zeros(2), ub=np.full(2, np.inf), name="unbounded box lp"
+    ),
 }
 
 
@@ -211,8 +335,16 @@ def _market_split(seed: int = 1, m: int = 4, n: int = 30) -> Problem:
     """Market-split MILP (Cornuejols-Dawande): tiny, yet far beyond a millisecond budget."""
     a = np.random.default_rng(seed).integers(0, 100, (m, n)).astype(float)
     b = np.floor(a.sum(axis=1) / 2)
-    return Problem(c=np.zeros(n), lb=np.zeros(n), ub=np.ones(n), A=sp.csr_matrix(a), row_lb=b,
-                   row_ub=b, integrality=np.ones(n, dtype=bool), name="market split")
+    return Problem(
+        c=np.zeros(n),
+        lb=np.zeros(n),
+        ub=np.ones(n),
+        A=sp.csr_matrix(a),
+        row_lb=b,
+        row_ub=b,
+        integrality=np.ones(n, dtype=bool),
+        name="market split",
+    )
 
 
 @pytest.mark.parametrize("name", ["highs", "scipy", "cvxpy:HIGHS"])
@@ -238,16 +370,21 @@ class _FixedStatus:
         return problem.kind == "LP" or "LP only"
 
     def solve(self, problem: Problem, **options) -> SolveResult:
-        return SolveResult(self.status, self.x, problem.objective_value(self.x), 0.0, self.name, problem.name)
+        return SolveResult(
+            self.status, self.x, problem.objective_value(self.x), 0.0, self.name, problem.name
+        )
 
 
-@pytest.mark.parametrize("status,error", [
-    (SolveStatus.OPTIMAL_INACCURATE, NumericalError),
-    (SolveStatus.TIME_LIMIT, SolverLimitError),
-    (SolveStatus.ITERATION_LIMIT, SolverLimitError),
-    (SolveStatus.NUMERICAL_ERROR, NumericalError),
-    (SolveStatus.UNKNOWN, SolverError),
-])
+@pytest.mark.parametrize(
+    "status,error",
+    [
+        (SolveStatus.OPTIMAL_INACCURATE, NumericalError),
+        (SolveStatus.TIME_LIMIT, SolverLimitError),
+        (SolveStatus.ITERATION_LIMIT, SolverLimitError),
+        (SolveStatus.NUMERICAL_ERROR, NumericalError),
+        (SolveStatus.UNKNOWN, SolverError),
+    ],
+)
 def test_registered_user_backend_status_mapping(status: SolveStatus, error: type) -> None:
     problem = FIXTURES["lp_free"].problem
     solvers.register(_FixedStatus(status, "test:fixed"), prefer=True)
@@ -287,7 +424,10 @@ def test_auto_moves_on_from_a_false_optimum_or_an_unknown_failure(status: SolveS
 
 
 def test_unknown_solver_names_the_problem() -> None:
-    with pytest.raises(solvers.UnknownSolverError, match=r"'nope' is not a registered solver \(problem 'lp free variable'\)"):
+    with pytest.raises(
+        solvers.UnknownSolverError,
+        match=r"'nope' is not a registered solver \(problem 'lp free variable'\)",
+    ):
         solvers.solve(FIXTURES["lp_free"].problem, "nope")
 
 
@@ -296,20 +436,65 @@ def test_register_rejects_incomplete_backend() -> None:
         solvers.register(object(), name="test:broken")
 
 
-@pytest.mark.parametrize("kwargs,match", [
-    ({"c": [1.0, 2.0], "lb": [0.0], "ub": [1.0, 1.0]}, r"lb has shape \(1,\)"),
-    ({"c": [1.0, np.nan], "lb": [0.0, 0.0], "ub": [1.0, 1.0]}, "c contains NaN"),
-    ({"c": [1.0, 2.0], "lb": [0.0, 2.0], "ub": [1.0, 1.0]}, r"lb\[1\] \(2.0\) must be <= ub\[1\]"),
-    ({"c": [1.0, 2.0], "lb": [0.0, 0.0], "ub": [1.0, 1.0], "P": sp.csc_matrix([[1.0, 1.0], [0.0, 1.0]])},
-     "symmetric"),
-    ({"c": [1.0, 2.0], "lb": [0.0, 0.0], "ub": [1.0, 1.0], "P": sp.identity(3, format="csc")}, "P has shape"),
-    ({"c": [1.0, 2.0], "lb": [0.0, 0.0], "ub": [1.0, 1.0], "P": sp.identity(2, format="csc"),
-      "integrality": [True, False]}, "MIQP"),
-    ({"c": [1.0, 2.0], "lb": [0.0, 0.0], "ub": [1.0, 1.0], "A": sp.csr_matrix([[1.0, 1.0]]),
-      "row_lb": [2.0], "row_ub": [1.0]}, r"row_lb\[0\] \(2.0\) must be <= row_ub\[0\]"),
-    ({"c": [1.0, 2.0], "lb": [0.0, 0.0], "ub": [1.0, 1.0], "A": sp.csr_matrix([[1.0, 1.0, 1.0]])},
-     "A has shape"),
-])
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        ({"c": [1.0, 2.0], "lb": [0.0], "ub": [1.0, 1.0]}, r"lb has shape \(1,\)"),
+        ({"c": [1.0, np.nan], "lb": [0.0, 0.0], "ub": [1.0, 1.0]}, "c contains NaN"),
+        (
+            {"c": [1.0, 2.0], "lb": [0.0, 2.0], "ub": [1.0, 1.0]},
+            r"lb\[1\] \(2.0\) must be <= ub\[1\]",
+        ),
+        (
+            {
+                "c": [1.0, 2.0],
+                "lb": [0.0, 0.0],
+                "ub": [1.0, 1.0],
+                "P": sp.csc_matrix([[1.0, 1.0], [0.0, 1.0]]),
+            },
+            "symmetric",
+        ),
+        (
+            {
+                "c": [1.0, 2.0],
+                "lb": [0.0, 0.0],
+                "ub": [1.0, 1.0],
+                "P": sp.identity(3, format="csc"),
+            },
+            "P has shape",
+        ),
+        (
+            {
+                "c": [1.0, 2.0],
+                "lb": [0.0, 0.0],
+                "ub": [1.0, 1.0],
+                "P": sp.identity(2, format="csc"),
+                "integrality": [True, False],
+            },
+            "MIQP",
+        ),
+        (
+            {
+                "c": [1.0, 2.0],
+                "lb": [0.0, 0.0],
+                "ub": [1.0, 1.0],
+                "A": sp.csr_matrix([[1.0, 1.0]]),
+                "row_lb": [2.0],
+                "row_ub": [1.0],
+            },
+            r"row_lb\[0\] \(2.0\) must be <= row_ub\[0\]",
+        ),
+        (
+            {
+                "c": [1.0, 2.0],
+                "lb": [0.0, 0.0],
+                "ub": [1.0, 1.0],
+                "A": sp.csr_matrix([[1.0, 1.0, 1.0]]),
+            },
+            "A has shape",
+        ),
+    ],
+)
 def test_problem_validation(kwargs: dict, match: str) -> None:
     with pytest.raises(ValueError, match=match) as info:
         Problem(**kwargs, name="bad")
@@ -327,15 +512,27 @@ def test_problem_kind_and_immutability() -> None:
 
 
 def test_closed_form_infeasible_message_names_the_row() -> None:
-    problem = Problem(c=np.zeros(3), lb=np.zeros(3), ub=np.full(3, np.inf), P=sp.identity(3, format="csc"),
-                      A=sp.csr_matrix((np.ones(2), ([0, 0], [0, 1])), shape=(2, 3)), row_lb=np.array([1.0, 2.0]),
-                      row_ub=np.array([1.0, 2.0]), row_names=("cell a", "cell b"), name="empty row")
-    with pytest.raises(InfeasibleError, match=r"closed_form on problem 'empty row': infeasible \(cell b"):
+    problem = Problem(
+        c=np.zeros(3),
+        lb=np.zeros(3),
+        ub=np.full(3, np.inf),
+        P=sp.identity(3, format="csc"),
+        A=sp.csr_matrix((np.ones(2), ([0, 0], [0, 1])), shape=(2, 3)),
+        row_lb=np.array([1.0, 2.0]),
+        row_ub=np.array([1.0, 2.0]),
+        row_names=("cell a", "cell b"),
+        name="empty row",
+    )
+    with pytest.raises(
+        InfeasibleError, match=r"closed_form on problem 'empty row': infeasible \(cell b"
+    ):
         solvers.solve(problem, "closed_form")
 
 
 def test_closed_form_declines_with_reasons() -> None:
-    base = dict(c=np.zeros(2), lb=np.zeros(2), ub=np.full(2, np.inf), P=sp.identity(2, format="csc"))
+    base = dict(
+        c=np.zeros(2), lb=np.zeros(2), ub=np.full(2, np.inf), P=sp.identity(2, format="csc")
+    )
     cases = {
         "coefficient": dict(A=_rows([[2, 1]]), row_lb=np.ones(1), row_ub=np.ones(1)),
         "equality": dict(A=_rows([[1, 1]]), row_lb=np.zeros(1), row_ub=np.ones(1)),
@@ -344,9 +541,22 @@ def test_closed_form_declines_with_reasons() -> None:
     for expected, rows in cases.items():
         verdict = solvers.get("closed_form").accepts(Problem(**base, **rows))
         assert isinstance(verdict, str) and expected in verdict
-    bounded = Problem(c=np.zeros(2), lb=np.zeros(2), ub=np.ones(2), P=sp.identity(2, format="csc"),
-                      A=_rows([[1, 1]]), row_lb=np.ones(1), row_ub=np.ones(1))
+    bounded = Problem(
+        c=np.zeros(2),
+        lb=np.zeros(2),
+        ub=np.ones(2),
+        P=sp.identity(2, format="csc"),
+        A=_rows([[1, 1]]),
+        row_lb=np.ones(1),
+        row_ub=np.ones(1),
+    )
     assert "ub = +inf" in solvers.get("closed_form").accepts(bounded)
-    fractional = Problem(c=np.zeros(2), lb=np.zeros(2), ub=np.ones(2), A=_rows([[1, 1]]),
-                         row_lb=np.full(1, 0.5), row_ub=np.full(1, 0.5))
+    fractional = Problem(
+        c=np.zeros(2),
+        lb=np.zeros(2),
+        ub=np.ones(2),
+        A=_rows([[1, 1]]),
+        row_lb=np.full(1, 0.5),
+        row_ub=np.full(1, 0.5),
+    )
     assert "integer" in solvers.get("closed_form").accepts(fractional)

@@ -41,8 +41,9 @@ def _qp_reference() -> list[str]:
 @given(separable())
 def test_closed_form_projection_matches_qp_solvers(case) -> None:
     k, n, parent, noisy, weights = case
-    problem = children_l2_problem(parent, [(sp.identity(n, format="csr"), noisy, weights)], k=k, n=n,
-                                  name="prop projection")
+    problem = children_l2_problem(
+        parent, [(sp.identity(n, format="csr"), noisy, weights)], k=k, n=n, name="prop projection"
+    )
     assert solvers.get("closed_form").accepts(problem) is True
     fast = solvers.solve(problem, "closed_form")
     assert problem.max_violation(fast.x) <= 1e-9 * (1 + parent.max())
@@ -77,8 +78,15 @@ def test_rounding_is_integral_consistent_and_l1_optimal(case) -> None:
     distance = np.abs(counts - x_tilde).sum()
     assert result.objective == pytest.approx(distance, abs=1e-9)
     if "highs" in solvers.available():
-        relaxed = solvers.Problem(c=problem.c, lb=problem.lb, ub=problem.ub, A=problem.A,
-                                  row_lb=problem.row_lb, row_ub=problem.row_ub, offset=problem.offset)
+        relaxed = solvers.Problem(
+            c=problem.c,
+            lb=problem.lb,
+            ub=problem.ub,
+            A=problem.A,
+            row_lb=problem.row_lb,
+            row_ub=problem.row_ub,
+            offset=problem.offset,
+        )
         lp = solvers.solve(relaxed, "highs")
         assert distance == pytest.approx(lp.objective, abs=1e-6)
 
@@ -102,15 +110,21 @@ def test_wide_rounding_matches_width_one_without_pressure(case, width) -> None:
 def test_closed_form_declines_coupled_problems(case) -> None:
     k, n, parent, noisy, weights = case
     total = sp.csr_matrix(np.ones((1, n)))
-    measurements = [(sp.identity(n, format="csr"), noisy, weights),
-                    (total, noisy.sum(axis=1, keepdims=True), weights)]
+    measurements = [
+        (sp.identity(n, format="csr"), noisy, weights),
+        (total, noisy.sum(axis=1, keepdims=True), weights),
+    ]
     problem = children_l2_problem(parent, measurements, k=k, n=n, name="coupled")
     if n > 1:
         verdict = solvers.get("closed_form").accepts(problem)
         assert isinstance(verdict, str) and "diagonal" in verdict
         assert solvers.auto_candidates(problem)[0] != "closed_form"
-    capped, _ = rounding_problem(np.abs(noisy), parent, extra_A=sp.kron(sp.identity(k), total, format="csr"),
-                                 extra_ub=np.full(k, 1e9))
+    capped, _ = rounding_problem(
+        np.abs(noisy),
+        parent,
+        extra_A=sp.kron(sp.identity(k), total, format="csr"),
+        extra_ub=np.full(k, 1e9),
+    )
     assert isinstance(solvers.get("closed_form").accepts(capped), str)
 
 
@@ -120,7 +134,7 @@ def ragged(draw):
     n = draw(st.integers(2, 25))
     seed = draw(st.integers(0, 2**32 - 1))
     rng = np.random.default_rng(seed)
-    groups = rng.integers(-1, max(1, n // 3), n)          # -1: in no row
+    groups = rng.integers(-1, max(1, n // 3), n)  # -1: in no row
     m = int(groups.max()) + 1
     used = np.flatnonzero(groups >= 0)
     A = sp.csr_matrix((np.ones(used.size), (groups[used], used)), shape=(m, n))
@@ -133,13 +147,25 @@ def test_closed_form_ragged_projection_matches_qp_solver(case) -> None:
     n, m, groups, A, rng = case
     w = rng.uniform(0.2, 5.0, n)
     y = rng.normal(1.0, 2.0, n)
-    b = np.array([max(0.0, y[groups == g].sum() + rng.normal()) if (groups == g).any() else 0.0
-                  for g in range(m)])
+    b = np.array(
+        [
+            max(0.0, y[groups == g].sum() + rng.normal()) if (groups == g).any() else 0.0
+            for g in range(m)
+        ]
+    )
     free = groups < 0
     lb = np.where(free, -1.0, 0.0)
     ub = np.where(free, 1.5, np.inf)
-    problem = solvers.Problem(c=-w * y, lb=lb, ub=ub, P=sp.diags(w, format="csc"), A=A, row_lb=b, row_ub=b,
-                              name="ragged projection")
+    problem = solvers.Problem(
+        c=-w * y,
+        lb=lb,
+        ub=ub,
+        P=sp.diags(w, format="csc"),
+        A=A,
+        row_lb=b,
+        row_ub=b,
+        name="ragged projection",
+    )
     assert solvers.get("closed_form").accepts(problem) is True
     fast = solvers.solve(problem, "closed_form")
     for name in _qp_reference():
@@ -151,11 +177,19 @@ def test_closed_form_ragged_projection_matches_qp_solver(case) -> None:
 @given(ragged())
 def test_closed_form_ragged_rounding_matches_milp(case) -> None:
     n, m, groups, A, rng = case
-    c = np.round(rng.normal(0.0, 1.0, n), 1)                # ties are likely: optimum value must agree
+    c = np.round(rng.normal(0.0, 1.0, n), 1)  # ties are likely: optimum value must agree
     sizes = np.bincount(groups[groups >= 0], minlength=m)
     b = np.array([rng.integers(0, s + 1) for s in sizes], dtype=float)
-    problem = solvers.Problem(c=c, lb=np.zeros(n), ub=np.ones(n), A=A, row_lb=b, row_ub=b,
-                              integrality=np.ones(n, dtype=bool), name="ragged rounding")
+    problem = solvers.Problem(
+        c=c,
+        lb=np.zeros(n),
+        ub=np.ones(n),
+        A=A,
+        row_lb=b,
+        row_ub=b,
+        integrality=np.ones(n, dtype=bool),
+        name="ragged rounding",
+    )
     fast = solvers.solve(problem, "closed_form")
     assert problem.max_violation(fast.x) == 0.0
     if "highs" in solvers.available():

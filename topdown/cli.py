@@ -1,4 +1,4 @@
-"""The ``topdown`` command line: run a release, check a release folder, rebuild its report, benchmark.
+"""The ``topdown`` command line: run a release, check a folder, rebuild its report, benchmark.
 
 Commands (``topdown COMMAND --help`` for each)::
 
@@ -25,9 +25,9 @@ import logging
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import Sequence
 
 import pandas as pd
 
@@ -58,34 +58,62 @@ class _UsageError(Exception):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="topdown", description="Differentially private TopDown releases of hierarchical data.")
+    parser = _Parser(
+        prog="topdown", description="Differentially private TopDown releases of hierarchical data."
+    )
     verbosity = parser.add_mutually_exclusive_group()
-    verbosity.add_argument("-q", "--quiet", action="store_true", help="warnings and errors only, no progress")
-    verbosity.add_argument("-v", "--verbose", action="store_true", help="debug logs; tracebacks on errors")
+    verbosity.add_argument(
+        "-q", "--quiet", action="store_true", help="warnings and errors only, no progress"
+    )
+    verbosity.add_argument(
+        "-v", "--verbose", action="store_true", help="debug logs; tracebacks on errors"
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
 
-    run = sub.add_parser("run", help="run a release and write a release folder",
-                         description="Run a TopDown release from a TOML config (default: the embedded ACS "
-                                     "excerpt and topdown/data/default.toml) and write a release folder.")
-    run.add_argument("config", nargs="?", type=Path, help="config file (TOML); default: the embedded default")
-    run.add_argument("--out", type=Path, help="release folder to create (default: ./release-YYYYmmdd-HHMMSS)")
-    run.add_argument("--overwrite", action="store_true", help="replace the output folder if it exists")
-    run.add_argument("--seed", type=int, help="reproducible noise (tests, experiments; NOT for production)")
+    run = sub.add_parser(
+        "run",
+        help="run a release and write a release folder",
+        description="Run a TopDown release from a TOML config (default: the embedded ACS "
+        "excerpt and topdown/data/default.toml) and write a release folder.",
+    )
+    run.add_argument(
+        "config", nargs="?", type=Path, help="config file (TOML); default: the embedded default"
+    )
+    run.add_argument(
+        "--out", type=Path, help="release folder to create (default: ./release-YYYYmmdd-HHMMSS)"
+    )
+    run.add_argument(
+        "--overwrite", action="store_true", help="replace the output folder if it exists"
+    )
+    run.add_argument(
+        "--seed", type=int, help="reproducible noise (tests, experiments; NOT for production)"
+    )
     run.add_argument("--solver", help="solver name (see solvers.available()) or auto")
     run.add_argument("--executor", help="serial, processes or dask")
 
-    check = sub.add_parser("check", help="re-verify a release folder",
-                           description="Verify a release folder without the original data: files vs manifest, "
-                                       "non-negative integers, children sum to parents, constraints, ledger.")
+    check = sub.add_parser(
+        "check",
+        help="re-verify a release folder",
+        description="Verify a release folder without the original data: files vs manifest, "
+        "non-negative integers, children sum to parents, constraints, ledger.",
+    )
     check.add_argument("release", type=Path, help="release folder")
 
-    report = sub.add_parser("report", help="(re)build a release folder's report.html",
-                            description="Rebuild report.html; with --truth, recompute the accuracy metrics first.")
+    report = sub.add_parser(
+        "report",
+        help="(re)build a release folder's report.html",
+        description="Rebuild report.html; with --truth, recompute the accuracy metrics first.",
+    )
     report.add_argument("release", type=Path, help="release folder")
-    report.add_argument("--truth", type=Path, help="the confidential data the release was made from")
+    report.add_argument(
+        "--truth", type=Path, help="the confidential data the release was made from"
+    )
 
-    bench = sub.add_parser("bench", help="run a benchmark script of the repository",
-                           description="Run benchmarks/ scripts (needs a checkout of the repository).")
+    bench = sub.add_parser(
+        "bench",
+        help="run a benchmark script of the repository",
+        description="Run benchmarks/ scripts (needs a checkout of the repository).",
+    )
     bench.add_argument("name", choices=sorted(_BENCHES), help="which benchmark")
     bench.add_argument("args", nargs=argparse.REMAINDER, help="arguments passed to the benchmark")
     return parser
@@ -105,14 +133,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         parser.print_help(sys.stderr)
         return EXIT_USAGE
-    command = {"run": _cmd_run, "check": _cmd_check, "report": _cmd_report, "bench": _cmd_bench}[args.command]
+    command = {"run": _cmd_run, "check": _cmd_check, "report": _cmd_report, "bench": _cmd_bench}[
+        args.command
+    ]
     try:
         return command(args)
     except KeyboardInterrupt:
         print("topdown: interrupted; nothing was written", file=sys.stderr)
         return EXIT_INTERRUPTED
     except Exception as err:  # the edge: one message, a code, a traceback only when asked
-        code = EXIT_USAGE if isinstance(err, _INPUT_ERRORS) and isinstance(err, ValueError) else EXIT_FAILURE
+        code = (
+            EXIT_USAGE
+            if isinstance(err, _INPUT_ERRORS) and isinstance(err, ValueError)
+            else EXIT_FAILURE
+        )
         if args.verbose:
             log.exception("traceback")
         print(f"topdown: error: {err}", file=sys.stderr)
@@ -126,7 +160,11 @@ def _setup_logging(quiet: bool, verbose: bool) -> None:
             root.removeHandler(h)
     handler = logging.StreamHandler(sys.stderr)
     handler._topdown_cli = True  # type: ignore[attr-defined]
-    fmt = "%(asctime)s %(levelname)s %(name)s: %(message)s" if verbose else "%(levelname)s: %(message)s"
+    fmt = (
+        "%(asctime)s %(levelname)s %(name)s: %(message)s"
+        if verbose
+        else "%(levelname)s: %(message)s"
+    )
     handler.setFormatter(logging.Formatter(fmt, "%H:%M:%S"))
     root.addHandler(handler)
     root.setLevel(logging.DEBUG if verbose else logging.WARNING if quiet else logging.INFO)
@@ -143,11 +181,16 @@ def load_data(cfg: RunConfig, path: Path | None = None) -> pd.DataFrame:
     path = path or cfg.data.path
     text_cols = set(cfg.schema.hierarchy) | {d.source for d in cfg.data.derive.values()}
     try:
-        data = read_data(path, sep=cfg.data.separator, fmt=cfg.data.format, dtype={c: str for c in text_cols})
+        data = read_data(
+            path, sep=cfg.data.separator, fmt=cfg.data.format, dtype={c: str for c in text_cols}
+        )
         for col, d in cfg.data.derive.items():
             if d.source not in data.columns:
-                raise DataError(f"column {d.source!r} (the source of derived column {col!r}) is not in the data; "
-                                f"its columns are {list(data.columns)}")
+                raise DataError(
+                    f"column {d.source!r} (the source of derived column {col!r}) is not in the "
+                    "data; "
+                    f"its columns are {list(data.columns)}"
+                )
             src = data[d.source]
             derived = src.astype(str).str.slice(d.start, d.stop)
             data[col] = derived.where(src.notna())
@@ -156,12 +199,16 @@ def load_data(cfg: RunConfig, path: Path | None = None) -> pd.DataFrame:
             try:
                 _check_attribute(attr, data)
             except (DataError, DomainError) as err:
-                raise DataError(f"{err} (domain declared in {cfg.file} at schema.attributes[{i}])") from None
+                raise DataError(
+                    f"{err} (domain declared in {cfg.file} at schema.attributes[{i}])"
+                ) from None
         for col in cfg.schema.hierarchy:
             missing = data[col].isna() | (data[col].astype(str).str.strip() == "")
             if missing.any():
-                raise DataError(f"hierarchy column {col!r} has {int(missing.sum())} empty value(s), first at "
-                                f"row(s) {list(missing.to_numpy().nonzero()[0][:5])}; every record needs a unit")
+                raise DataError(
+                    f"hierarchy column {col!r} has {int(missing.sum())} empty value(s), first at "
+                    f"row(s) {list(missing.to_numpy().nonzero()[0][:5])}; every record needs a unit"
+                )
     except DataError as err:
         if str(path) in str(err):
             raise
@@ -174,8 +221,10 @@ def _check_attribute(attr, data: pd.DataFrame) -> None:
     col = data[attr.source]
     nan = col.isna().to_numpy()
     if nan.any():
-        raise DataError(f"column {attr.source!r} has {int(nan.sum())} missing (NaN) value(s), first at row(s) "
-                        f"{nan.nonzero()[0][:5].tolist()}; query attributes must be complete")
+        raise DataError(
+            f"column {attr.source!r} has {int(nan.sum())} missing (NaN) value(s), first at row(s) "
+            f"{nan.nonzero()[0][:5].tolist()}; query attributes must be complete"
+        )
     attr.encode(col)
 
 
@@ -198,9 +247,18 @@ def _cmd_run(args: argparse.Namespace) -> int:
     t = time.perf_counter()
     try:
         rel = release(
-            data, cfg.schema, cfg.strategy, constraints=cfg.constraints, seed=cfg.seed, solver=cfg.solver,
-            solver_options=cfg.solver_options, executor=cfg.executor, workers=cfg.workers, address=cfg.address,
-            failsafe=cfg.failsafe, progress=Progress(enabled=not args.quiet),
+            data,
+            cfg.schema,
+            cfg.strategy,
+            constraints=cfg.constraints,
+            seed=cfg.seed,
+            solver=cfg.solver,
+            solver_options=cfg.solver_options,
+            executor=cfg.executor,
+            workers=cfg.workers,
+            address=cfg.address,
+            failsafe=cfg.failsafe,
+            progress=Progress(enabled=not args.quiet),
         )
     except DataError as err:
         raise DataError(f"data file {str(cfg.data.path)!r}: {err}") from None
@@ -219,8 +277,15 @@ def _cmd_run(args: argparse.Namespace) -> int:
         metrics = rel.metrics(truth)
         record_metrics_disclosure(rel)
         timings["metrics"] = time.perf_counter() - t
-    write_release_folder(rel, cfg, out, overwrite=args.overwrite, metrics=metrics, timings=timings,
-                         report=lambda folder: build_report(folder, name=out.name))
+    write_release_folder(
+        rel,
+        cfg,
+        out,
+        overwrite=args.overwrite,
+        metrics=metrics,
+        timings=timings,
+        report=lambda folder: build_report(folder, name=out.name),
+    )
     print(out)
     return EXIT_OK
 
@@ -260,9 +325,15 @@ def _cmd_check(args: argparse.Namespace) -> int:
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    from topdown.release_folder import (REBUILT_BY_REPORT, load_release, manifest_failures,
-                                        record_metrics_disclosure, refresh_manifest, write_ledger,
-                                        write_metrics)
+    from topdown.release_folder import (
+        REBUILT_BY_REPORT,
+        load_release,
+        manifest_failures,
+        record_metrics_disclosure,
+        refresh_manifest,
+        write_ledger,
+        write_metrics,
+    )
     from topdown.report import build_report
 
     folder = _existing_release(args.release)
@@ -270,8 +341,10 @@ def _cmd_report(args: argparse.Namespace) -> int:
     # changed a table would hide the change from ``topdown check``
     tampered = manifest_failures(folder, ignore=REBUILT_BY_REPORT)
     if tampered:
-        raise ReleaseError(f"release folder {str(folder)!r} was modified after release, refusing to "
-                           "rebuild its report: " + "; ".join(tampered[:5]))
+        raise ReleaseError(
+            f"release folder {str(folder)!r} was modified after release, refusing to "
+            "rebuild its report: " + "; ".join(tampered[:5])
+        )
     if args.truth is not None:
         rel, cfg = load_release(folder)
         write_metrics(folder, rel.metrics(load_data(cfg, args.truth)))
@@ -292,13 +365,22 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     root = _repo_root()
     bench_dir = root / "benchmarks"
     if not bench_dir.is_dir():
-        raise ConfigError("command line", "bench", f"the benchmarks folder is not there ({bench_dir}): "
-                          "benchmarks need a checkout of the repository, not an installed package")
+        raise ConfigError(
+            "command line",
+            "bench",
+            f"the benchmarks folder is not there ({bench_dir}): "
+            "benchmarks need a checkout of the repository, not an installed package",
+        )
     target = bench_dir / _BENCHES[args.name]
     if not target.exists():
-        raise ConfigError("command line", f"bench {args.name}", f"benchmark {str(target)!r} does not exist (yet)")
-    cmd = ([sys.executable, "-m", f"benchmarks.{target.name}"] if target.is_dir()
-           else [sys.executable, str(target)]) + list(args.args)
+        raise ConfigError(
+            "command line", f"bench {args.name}", f"benchmark {str(target)!r} does not exist (yet)"
+        )
+    cmd = (
+        [sys.executable, "-m", f"benchmarks.{target.name}"]
+        if target.is_dir()
+        else [sys.executable, str(target)]
+    ) + list(args.args)
     log.info("running %s", " ".join(cmd))
     return subprocess.call(cmd, cwd=root)
 

@@ -4,7 +4,8 @@ Layout (see ``topdown/data/default.toml`` for a commented example)::
 
     seed = "none"                      # or an integer: reproducible, NOT for production
     [data]       path, format (csv | parquet), separator, dictionary, [data.derive]
-    [schema]     hierarchy = [...], [[schema.attributes]] name, column, values | range | bins, labels
+    [schema]     hierarchy = [...],
+                 [[schema.attributes]] name, column, values | range | bins, labels
     [strategy]   mechanism, neighbouring, budgets + queries + first_pass, or [[strategy.levels]]
     [[constraints]]                    # see topdown.config_constraints
     [solver]     name, options, failsafe
@@ -23,10 +24,11 @@ from __future__ import annotations
 import json
 import math
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from pathlib import Path
-from typing import Any, Mapping, NoReturn
+from typing import Any, NoReturn
 
 from constraints import ConstraintSet
 from topdown.config_constraints import parse_constraints
@@ -40,10 +42,28 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-__all__ = ["ConfigError", "RunConfig", "DataSpec", "Derive", "load_config", "parse_config", "DEFAULT_CONFIG"]
+__all__ = [
+    "ConfigError",
+    "RunConfig",
+    "DataSpec",
+    "Derive",
+    "load_config",
+    "parse_config",
+    "DEFAULT_CONFIG",
+]
 
 DEFAULT_CONFIG = Path(__file__).parent / "data" / "default.toml"
-_TOP = {"seed", "data", "schema", "strategy", "constraints", "solver", "executor", "output", "metrics"}
+_TOP = {
+    "seed",
+    "data",
+    "schema",
+    "strategy",
+    "constraints",
+    "solver",
+    "executor",
+    "output",
+    "metrics",
+}
 
 
 class ConfigError(TopDownError, ValueError):
@@ -91,17 +111,27 @@ class RunConfig:
     output_format: str = "csv"
     truth: bool | Path = False
 
-    def with_overrides(self, *, seed: int | None = None, solver: str | None = None,
-                       executor: str | None = None) -> "RunConfig":
+    def with_overrides(
+        self, *, seed: int | None = None, solver: str | None = None, executor: str | None = None
+    ) -> RunConfig:
         """Command-line overrides, validated like the file's values (key = the option)."""
         out = self
         if seed is not None:
             out = replace(out, seed=seed)
         if solver is not None:
-            out = replace(out, solver=_check_solver(solver, lambda k, r: ConfigError("command line", "--solver", r), "--solver"))
+            out = replace(
+                out,
+                solver=_check_solver(
+                    solver, lambda k, r: ConfigError("command line", "--solver", r), "--solver"
+                ),
+            )
         if executor is not None:
             if executor not in EXECUTORS:
-                raise ConfigError("command line", "--executor", f"{executor!r} is unknown; executors are {list(EXECUTORS)}")
+                raise ConfigError(
+                    "command line",
+                    "--executor",
+                    f"{executor!r} is unknown; executors are {list(EXECUTORS)}",
+                )
             out = replace(out, executor=executor)
         return out
 
@@ -118,24 +148,44 @@ class RunConfig:
                 entry["values"] = list(a.values or ())
             attrs.append(entry)
         levels = [
-            {"budget": str(ls.budget), "queries": {q.name: str(s) for q, s in ls.queries},
-             "first_pass": list(ls.first_pass)}
+            {
+                "budget": str(ls.budget),
+                "queries": {q.name: str(s) for q, s in ls.queries},
+                "first_pass": list(ls.first_pass),
+            }
             for ls in self.strategy.levels
         ]
         return {
             "seed": "none" if self.seed is None else self.seed,
             "data": {
-                "path": str(self.data.path), "format": self.data.format or "",
+                "path": str(self.data.path),
+                "format": self.data.format or "",
                 "separator": self.data.separator or "",
-                "derive": {k: {"from": d.source, "slice": [d.start, d.stop] if d.stop is not None else [d.start]}
-                           for k, d in self.data.derive.items()},
+                "derive": {
+                    k: {
+                        "from": d.source,
+                        "slice": [d.start, d.stop] if d.stop is not None else [d.start],
+                    }
+                    for k, d in self.data.derive.items()
+                },
             },
             "schema": {"hierarchy": list(self.schema.hierarchy), "attributes": attrs},
-            "strategy": {"mechanism": self.strategy.mechanism, "neighbouring": self.strategy.neighbouring,
-                         "levels": levels},
+            "strategy": {
+                "mechanism": self.strategy.mechanism,
+                "neighbouring": self.strategy.neighbouring,
+                "levels": levels,
+            },
             "constraints": list(self.constraint_specs),
-            "solver": {"name": self.solver, "options": dict(self.solver_options), "failsafe": self.failsafe},
-            "executor": {"name": self.executor, "workers": self.workers or 0, "address": self.address or ""},
+            "solver": {
+                "name": self.solver,
+                "options": dict(self.solver_options),
+                "failsafe": self.failsafe,
+            },
+            "executor": {
+                "name": self.executor,
+                "workers": self.workers or 0,
+                "address": self.address or "",
+            },
             "output": {"format": self.output_format},
             "metrics": {"truth": str(self.truth) if isinstance(self.truth, Path) else self.truth},
         }
@@ -146,12 +196,16 @@ def load_config(path: str | Path) -> RunConfig:
     path = Path(path)
     name = str(path)
     if not path.is_file():
-        raise ConfigError(name, "", "config file does not exist" if not path.exists() else "is not a file")
+        raise ConfigError(
+            name, "", "config file does not exist" if not path.exists() else "is not a file"
+        )
     try:
         text = path.read_text(encoding="utf-8")
         raw = json.loads(text) if path.suffix.lower() == ".json" else tomllib.loads(text)
     except (tomllib.TOMLDecodeError, json.JSONDecodeError) as err:
-        raise ConfigError(name, "", f"is not valid {'JSON' if path.suffix.lower() == '.json' else 'TOML'}: {err}") from None
+        raise ConfigError(
+            name, "", f"is not valid {'JSON' if path.suffix.lower() == '.json' else 'TOML'}: {err}"
+        ) from None
     except (OSError, UnicodeDecodeError) as err:
         raise ConfigError(name, "", f"cannot be read: {err}") from None
     return parse_config(raw, name, base=path.resolve().parent)
@@ -159,6 +213,7 @@ def load_config(path: str | Path) -> RunConfig:
 
 def parse_config(raw: Mapping[str, Any], file: str, *, base: Path) -> RunConfig:
     """Validate a parsed config table; relative paths resolve against ``base``."""
+
     def fail(key: str, rule: str) -> ConfigError:
         return ConfigError(file, key, rule)
 
@@ -172,7 +227,7 @@ def parse_config(raw: Mapping[str, Any], file: str, *, base: Path) -> RunConfig:
         bad("data.path", "is required: the path of the confidential CSV or Parquet file")
     fmt = data.get("format") or None
     if fmt not in (None, "csv", "parquet"):
-        bad("data.format", f"{fmt!r} is unknown; it must be \"csv\" or \"parquet\"")
+        bad("data.format", f'{fmt!r} is unknown; it must be "csv" or "parquet"')
     sep = data.get("separator") or None
     if sep is not None and (not isinstance(sep, str) or len(sep) != 1):
         bad("data.separator", f"must be one character; got {sep!r}")
@@ -180,10 +235,13 @@ def parse_config(raw: Mapping[str, Any], file: str, *, base: Path) -> RunConfig:
     for col, spec in _table(data, "derive", bad, "data.").items():
         key = f"data.derive.{col}"
         if not isinstance(spec, Mapping) or set(spec) != {"from", "slice"}:
-            bad(key, f"must be a table {{from = \"COLUMN\", slice = [start, stop]}}; got {spec!r}")
+            bad(key, f'must be a table {{from = "COLUMN", slice = [start, stop]}}; got {spec!r}')
         sl = spec["slice"]
-        if (not isinstance(sl, list) or not 1 <= len(sl) <= 2
-                or not all(isinstance(v, int) and not isinstance(v, bool) for v in sl)):
+        if (
+            not isinstance(sl, list)
+            or not 1 <= len(sl) <= 2
+            or not all(isinstance(v, int) and not isinstance(v, bool) for v in sl)
+        ):
             bad(f"{key}.slice", f"must be [start] or [start, stop] integers; got {sl!r}")
         derive[col] = Derive(str(spec["from"]), sl[0], sl[1] if len(sl) == 2 else None)
     dictionary = data.get("dictionary")
@@ -198,7 +256,7 @@ def parse_config(raw: Mapping[str, Any], file: str, *, base: Path) -> RunConfig:
     if seed == "none":
         seed = None
     elif isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-        bad("seed", f"must be \"none\" (secure noise) or a non-negative integer; got {seed!r}")
+        bad("seed", f'must be "none" (secure noise) or a non-negative integer; got {seed!r}')
     solver = _table(raw, "solver", bad)
     _known(solver, {"name", "options", "failsafe"}, "solver", bad)
     solver_name = _check_solver(solver.get("name", "auto"), fail, "solver.name")
@@ -213,12 +271,14 @@ def parse_config(raw: Mapping[str, Any], file: str, *, base: Path) -> RunConfig:
         bad("executor.name", f"{ex_name!r} is unknown; executors are {list(EXECUTORS)}")
     workers = executor.get("workers", 0)
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 0:
-        bad("executor.workers", f"must be a non-negative integer (0 = one per CPU); got {workers!r}")
+        bad(
+            "executor.workers", f"must be a non-negative integer (0 = one per CPU); got {workers!r}"
+        )
     output = _table(raw, "output", bad)
     _known(output, {"format"}, "output", bad)
     out_fmt = output.get("format", "csv")
     if out_fmt not in ("csv", "parquet"):
-        bad("output.format", f"{out_fmt!r} is unknown; it must be \"csv\" or \"parquet\"")
+        bad("output.format", f'{out_fmt!r} is unknown; it must be "csv" or "parquet"')
     metrics = _table(raw, "metrics", bad)
     _known(metrics, {"truth"}, "metrics", bad)
     truth = metrics.get("truth", False)
@@ -227,10 +287,21 @@ def parse_config(raw: Mapping[str, Any], file: str, *, base: Path) -> RunConfig:
     elif not isinstance(truth, bool):
         bad("metrics.truth", f"must be true (the input data), false, or a data path; got {truth!r}")
     return RunConfig(
-        file=file, data=data_spec, schema=schema, strategy=strategy, constraints=constraints,
-        constraint_specs=tuple(specs), seed=seed, solver=solver_name, solver_options=dict(options),
-        failsafe=failsafe, executor=ex_name, workers=workers or None,
-        address=executor.get("address") or None, output_format=out_fmt, truth=truth,
+        file=file,
+        data=data_spec,
+        schema=schema,
+        strategy=strategy,
+        constraints=constraints,
+        constraint_specs=tuple(specs),
+        seed=seed,
+        solver=solver_name,
+        solver_options=dict(options),
+        failsafe=failsafe,
+        executor=ex_name,
+        workers=workers or None,
+        address=executor.get("address") or None,
+        output_format=out_fmt,
+        truth=truth,
     )
 
 
@@ -238,7 +309,10 @@ def _schema(spec: Mapping, dictionary: Any, base: Path, fail, bad) -> Schema:
     _known(spec, {"hierarchy", "attributes"}, "schema", bad)
     hierarchy = spec.get("hierarchy")
     if not isinstance(hierarchy, list) or not all(isinstance(h, str) and h for h in hierarchy):
-        bad("schema.hierarchy", f"must be a list of column names, top level first; got {hierarchy!r}")
+        bad(
+            "schema.hierarchy",
+            f"must be a list of column names, top level first; got {hierarchy!r}",
+        )
     attrs_spec = spec.get("attributes")
     if not isinstance(attrs_spec, list) or not attrs_spec:
         bad("schema.attributes", "must list the query attributes ([[schema.attributes]] tables)")
@@ -254,22 +328,39 @@ def _schema(spec: Mapping, dictionary: Any, base: Path, fail, bad) -> Schema:
         column = a.get("column") or None
         kinds = [k for k in ("values", "range", "bins") if k in a]
         if len(kinds) != 1:
-            bad(key, f"attribute {name!r} needs exactly one of values, range, bins; got {kinds or 'none'}")
+            bad(
+                key,
+                f"attribute {name!r} needs exactly one of values, range, bins; got "
+                f"{kinds or 'none'}",
+            )
         kind = kinds[0]
         try:
             if kind == "values" and a["values"] == "dictionary":
                 path = a.get("dictionary", dictionary)
                 if not isinstance(path, str):
-                    bad(f"{key}.values", "\"dictionary\" needs data.dictionary (or the attribute's dictionary) = \"path\"")
-                values = attributes_from_dictionary(_path(path, base), [column or name])[column or name]
+                    bad(
+                        f"{key}.values",
+                        '"dictionary" needs data.dictionary (or the attribute\'s dictionary) = '
+                        '"path"',
+                    )
+                values = attributes_from_dictionary(_path(path, base), [column or name])[
+                    column or name
+                ]
                 attrs.append(Attribute(name, values=values, column=column))
             elif kind == "values":
                 if not isinstance(a["values"], list):
-                    bad(f"{key}.values", f"must be a list of values or \"dictionary\"; got {a['values']!r}")
+                    bad(
+                        f"{key}.values",
+                        f'must be a list of values or "dictionary"; got {a["values"]!r}',
+                    )
                 attrs.append(Attribute(name, values=tuple(a["values"]), column=column))
             elif kind == "range":
                 r = a["range"]
-                if not (isinstance(r, list) and len(r) == 2 and all(isinstance(v, int) and not isinstance(v, bool) for v in r)):
+                if not (
+                    isinstance(r, list)
+                    and len(r) == 2
+                    and all(isinstance(v, int) and not isinstance(v, bool) for v in r)
+                ):
                     bad(f"{key}.range", f"must be [low, high] integers (inclusive); got {r!r}")
                 attrs.append(Attribute.integer_range(name, r[0], r[1], column=column))
             else:
@@ -277,8 +368,14 @@ def _schema(spec: Mapping, dictionary: Any, base: Path, fail, bad) -> Schema:
                 bins = a["bins"]
                 if isinstance(bins, list):
                     bins = tuple(math.inf if b == "inf" else b for b in bins)
-                attrs.append(Attribute(name, bins=bins,
-                                       labels=tuple(labels) if labels is not None else None, column=column))
+                attrs.append(
+                    Attribute(
+                        name,
+                        bins=bins,
+                        labels=tuple(labels) if labels is not None else None,
+                        column=column,
+                    )
+                )
         except ConfigError:
             raise
         except (ValueError, TypeError, OSError) as err:
@@ -290,19 +387,34 @@ def _schema(spec: Mapping, dictionary: Any, base: Path, fail, bad) -> Schema:
 
 
 def _strategy(spec: Mapping, schema: Schema, fail, bad) -> Strategy:
-    _known(spec, {"mechanism", "neighbouring", "budgets", "queries", "first_pass", "levels"}, "strategy", bad)
+    _known(
+        spec,
+        {"mechanism", "neighbouring", "budgets", "queries", "first_pass", "levels"},
+        "strategy",
+        bad,
+    )
     mechanism = spec.get("mechanism", "discrete_gaussian")
     if mechanism not in MECHANISMS:
         bad("strategy.mechanism", f"{mechanism!r} is unknown; mechanisms are {list(MECHANISMS)}")
     neighbouring = spec.get("neighbouring", "add_remove")
     if neighbouring not in NEIGHBOURING:
-        bad("strategy.neighbouring", f"{neighbouring!r} is unknown; it must be one of {list(NEIGHBOURING)}")
+        bad(
+            "strategy.neighbouring",
+            f"{neighbouring!r} is unknown; it must be one of {list(NEIGHBOURING)}",
+        )
     n = schema.n_levels
     if ("levels" in spec) == ("budgets" in spec):
-        bad("strategy", "give either budgets = [...] (one per level, same queries everywhere) or [[strategy.levels]]")
+        bad(
+            "strategy",
+            "give either budgets = [...] (one per level, same queries everywhere) or "
+            "[[strategy.levels]]",
+        )
     if "levels" in spec:
         if "queries" in spec or "first_pass" in spec:
-            bad("strategy.queries", "with [[strategy.levels]], give queries and first_pass per level")
+            bad(
+                "strategy.queries",
+                "with [[strategy.levels]], give queries and first_pass per level",
+            )
         raw_levels = spec["levels"]
         if not isinstance(raw_levels, list):
             bad("strategy.levels", f"must be a list of tables; got {raw_levels!r}")
@@ -313,16 +425,27 @@ def _strategy(spec: Mapping, schema: Schema, fail, bad) -> Strategy:
             _known(lv, {"budget", "queries", "first_pass"}, f"strategy.levels[{i}]", bad)
             if "budget" not in lv:
                 bad(f"strategy.levels[{i}].budget", "is required")
-            levels.append((f"strategy.levels[{i}]", lv["budget"], lv.get("queries"), lv.get("first_pass", [])))
+            levels.append(
+                (f"strategy.levels[{i}]", lv["budget"], lv.get("queries"), lv.get("first_pass", []))
+            )
     else:
         budgets = spec["budgets"]
         if not isinstance(budgets, list):
-            bad("strategy.budgets", f"must be a list, one budget per level, root first; got {budgets!r}")
-        levels = [(f"strategy.budgets[{i}]", b, spec.get("queries"), spec.get("first_pass", []))
-                  for i, b in enumerate(budgets)]
+            bad(
+                "strategy.budgets",
+                f"must be a list, one budget per level, root first; got {budgets!r}",
+            )
+        levels = [
+            (f"strategy.budgets[{i}]", b, spec.get("queries"), spec.get("first_pass", []))
+            for i, b in enumerate(budgets)
+        ]
     if len(levels) != n:
         key = "strategy.levels" if "levels" in spec else "strategy.budgets"
-        bad(key, f"gives {len(levels)} level(s) but the hierarchy has {n} (the root + {list(schema.hierarchy)}): one per level, root first")
+        bad(
+            key,
+            f"gives {len(levels)} level(s) but the hierarchy has {n} (the root + "
+            f"{list(schema.hierarchy)}): one per level, root first",
+        )
     out = []
     for key, budget, queries, first_pass in levels:
         bkey = key if key.startswith("strategy.budgets") else f"{key}.budget"
@@ -335,7 +458,10 @@ def _strategy(spec: Mapping, schema: Schema, fail, bad) -> Strategy:
         try:
             out.append(LevelStrategy(b, qs, tuple(first_pass)))
         except ValueError as err:
-            raise fail(qkey if "first_pass" not in str(err) else qkey.replace("queries", "first_pass"), str(err)) from None
+            raise fail(
+                qkey if "first_pass" not in str(err) else qkey.replace("queries", "first_pass"),
+                str(err),
+            ) from None
     return Strategy(tuple(out), mechanism, neighbouring)
 
 
@@ -347,7 +473,11 @@ def _queries(spec: Any, schema: Schema, key: str, fail, bad) -> tuple[tuple[Quer
     elif isinstance(spec, list) and all(isinstance(q, Mapping) and "query" in q for q in spec):
         items = [(q["query"], q.get("share", 1)) for q in spec]
     else:
-        bad(key, f"must be a table {{query = share}} (e.g. {{detailed = \"3/4\", total = \"1/4\"}}); got {spec!r}")
+        bad(
+            key,
+            f'must be a table {{query = share}} (e.g. {{detailed = "3/4", total = "1/4"}}); got '
+            f"{spec!r}",
+        )
     out = []
     for name, share in items:
         qkey = f"{key}.{name!r}" if " " in str(name) else f"{key}.{name}"
@@ -371,8 +501,11 @@ def _check_solver(name: Any, fail, key: str) -> str:
     available = solvers.available()
     if name in available:
         return name
-    rule = (f"{name!r} is registered but not installed" if isinstance(name, str) and name in solvers.registered()
-            else f"{name!r} is unknown")
+    rule = (
+        f"{name!r} is registered but not installed"
+        if isinstance(name, str) and name in solvers.registered()
+        else f"{name!r} is unknown"
+    )
     raise fail(key, f"{rule}; installed solvers are {['auto'] + available}")
 
 

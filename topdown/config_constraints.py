@@ -5,7 +5,8 @@ A constraint is a table with exactly one kind key and an optional scope::
     {sum_equal = {expr = {greater_than = ["AGE", "75+"]}, value = 0}, level = "all"}
     {structural_zero = {expr = {and = [{equal = ["HOUSING", 2]}, {less_than = ["AGE", "18-24"]}]}}}
     {sum_equal_real_total = {expr = {true = {}}}, level = 0}
-    {sum_less_equal = {expr = {in = ["RAC1P", [3, 4, 5]]}, value = 100}, level = 2, nodes = ["01-01301"]}
+    {sum_less_equal = {expr = {in = ["RAC1P", [3, 4, 5]]}, value = 100},
+     level = 2, nodes = ["01-01301"]}
 
 Kinds: ``sum_equal``, ``sum_less_equal``, ``sum_greater_equal`` (need ``value``),
 ``structural_zero`` and ``sum_equal_real_total`` (an invariant: published exactly). Each takes
@@ -24,7 +25,8 @@ for contradictions, so a typo is reported with its key instead of failing mid-re
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from constraints import (
     And,
@@ -78,8 +80,11 @@ Fail = Callable[[str, str], Exception]
 def parse_expression(spec: Any, domain: Domain, key: str, fail: Fail) -> Expression:
     """One expression table (see the module docstring), checked against ``domain``."""
     if not isinstance(spec, Mapping) or len(spec) != 1:
-        raise fail(key, f"an expression must be a table with exactly one of {list(EXPRESSIONS)}; got {spec!r}")
-    (op, arg), = spec.items()
+        raise fail(
+            key,
+            f"an expression must be a table with exactly one of {list(EXPRESSIONS)}; got {spec!r}",
+        )
+    ((op, arg),) = spec.items()
     sub = f"{key}.{op}"
     if op in _COMPARISONS or op == "in":
         if not isinstance(arg, Sequence) or isinstance(arg, str) or len(arg) != 2:
@@ -105,8 +110,10 @@ def parse_expression(spec: Any, domain: Domain, key: str, fail: Fail) -> Express
     if op == "implies":
         if isinstance(arg, Mapping) or not isinstance(arg, Sequence) or len(arg) != 2:
             raise fail(sub, f"must be a two-element list [premise, conclusion]; got {arg!r}")
-        return Implies(parse_expression(arg[0], domain, f"{sub}[0]", fail),
-                       parse_expression(arg[1], domain, f"{sub}[1]", fail))
+        return Implies(
+            parse_expression(arg[0], domain, f"{sub}[0]", fail),
+            parse_expression(arg[1], domain, f"{sub}[1]", fail),
+        )
     if op in ("true", "false"):
         if arg not in ({}, True):
             raise fail(sub, f"takes an empty table ({op} = {{}}); got {arg!r}")
@@ -137,7 +144,10 @@ def _parse_one(
     kinds = [k for k in spec if k in KINDS]
     unknown = [k for k in spec if k not in KINDS and k not in ("level", "nodes")]
     if unknown:
-        raise fail(f"{key}.{unknown[0]}", f"unknown key; a constraint has one of {list(KINDS)} and optional level, nodes")
+        raise fail(
+            f"{key}.{unknown[0]}",
+            f"unknown key; a constraint has one of {list(KINDS)} and optional level, nodes",
+        )
     if len(kinds) != 1:
         raise fail(key, f"a constraint needs exactly one of {list(KINDS)}; got {sorted(spec)}")
     kind = kinds[0]
@@ -158,7 +168,9 @@ def _parse_one(
     try:
         if kind in _AGGREGATES:
             if "value" not in body:
-                raise fail(f"{bkey}.value", "is required: the number the selected cells are compared with")
+                raise fail(
+                    f"{bkey}.value", "is required: the number the selected cells are compared with"
+                )
             value = body["value"]
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 raise fail(f"{bkey}.value", f"must be a number; got {value!r}")
@@ -173,12 +185,17 @@ def _parse_one(
     return constraint, level, nodes
 
 
-def _scope(spec: Mapping, n_levels: int, key: str, fail: Fail) -> tuple[int | None, list[str] | None]:
+def _scope(
+    spec: Mapping, n_levels: int, key: str, fail: Fail
+) -> tuple[int | None, list[str] | None]:
     level = spec.get("level", "all")
     if level == "all":
         level = None
     elif isinstance(level, bool) or not isinstance(level, int) or not 0 <= level < n_levels:
-        raise fail(f"{key}.level", f"must be \"all\" or a level number 0..{n_levels - 1} (0 = root); got {level!r}")
+        raise fail(
+            f"{key}.level",
+            f'must be "all" or a level number 0..{n_levels - 1} (0 = root); got {level!r}',
+        )
     nodes = spec.get("nodes")
     if nodes is not None:
         if level is None:
@@ -206,7 +223,9 @@ def _check_value(attribute: str, value: Any, domain: Domain, key: str, fail: Fai
         raise fail(key, str(err)) from None
 
 
-def _check_contradictions(cs: ConstraintSet, domain: Domain, n_levels: int, key: str, fail: Fail) -> None:
+def _check_contradictions(
+    cs: ConstraintSet, domain: Domain, n_levels: int, key: str, fail: Fail
+) -> None:
     """Constraints that no node of a level could satisfy together (invariants are unknown yet)."""
     for level in range(n_levels):
         general = [c for c in cs.for_level(level) if not c.is_invariant]

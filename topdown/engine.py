@@ -12,15 +12,16 @@ and is recorded in the ledger).
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 import pandas as pd
 
 from constraints.attach import ConstraintSet
 from constraints.constraint import Constraint
 from constraints.contextual_constraints import ContextualConstraint
-from mechanisms.accounting import Ledger
+from mechanisms.ledger import Ledger
 from mechanisms.rng import new_release_key
 from topdown.errors import DataError, StrategyError
 from topdown.estimate import EstimateOptions, estimate
@@ -83,7 +84,8 @@ def release(
     if domain_inferred:
         ledger.record_disclosure(
             "domain inferred from data",
-            f"the values of {[a.name for a in schema.attributes]} were read from the confidential data",
+            f"the values of {[a.name for a in schema.attributes]} were read from the confidential "
+            "data",
         )
     needs_records = constraints is not None and any(
         isinstance(a.constraint, ContextualConstraint) for a in constraints.invariants()
@@ -96,20 +98,42 @@ def release(
             "geography= (the published list of units) to avoid this",
         )
     measurements, invariants = measure(
-        tree, truth, schema.domain, strategy,
-        release_key=new_release_key(seed), ledger=ledger, constraints=constraints, progress=progress,
+        tree,
+        truth,
+        schema.domain,
+        strategy,
+        release_key=new_release_key(seed),
+        ledger=ledger,
+        constraints=constraints,
+        progress=progress,
     )
     del truth  # nothing after measurement reads the confidential histograms
-    options = EstimateOptions(solver=solver, solver_options=dict(solver_options or {}), failsafe=failsafe)
+    options = EstimateOptions(
+        solver=solver, solver_options=dict(solver_options or {}), failsafe=failsafe
+    )
     first_pass = {i: ls.first_pass for i, ls in enumerate(strategy.levels)}
     with make_executor(executor, workers=workers, address=address) as ex:
         counts, stats = estimate(
-            tree, schema.domain, measurements, first_pass=first_pass, constraints=constraints,
-            invariants=invariants, options=options, executor=ex, progress=progress,
+            tree,
+            schema.domain,
+            measurements,
+            first_pass=first_pass,
+            constraints=constraints,
+            invariants=invariants,
+            options=options,
+            executor=ex,
+            progress=progress,
         )
     return Release(
-        schema=schema, tree=tree, strategy=strategy, counts=counts, measurements=measurements,
-        ledger=ledger, stats=stats, constraints=constraints, invariants=invariants,
+        schema=schema,
+        tree=tree,
+        strategy=strategy,
+        counts=counts,
+        measurements=measurements,
+        ledger=ledger,
+        stats=stats,
+        constraints=constraints,
+        invariants=invariants,
     )
 
 
@@ -213,14 +237,22 @@ class TopDown:
         self.release: Release | None = None
 
     def set_privacy_parameters(self, budgets: Iterable[Any]) -> None:
-        """One budget per level, root first: epsilon (discrete Laplace) or rho (discrete Gaussian)."""
+        """One budget per level, root first.
+
+        Budgets are epsilon for the discrete Laplace, rho for the discrete Gaussian.
+        """
         self._budgets = list(budgets)
         self._strategy = None
 
     def set_mechanism(self, name: str) -> None:
-        """``discrete_laplace`` (pure DP, budgets are epsilon) or ``discrete_gaussian`` (zCDP, rho)."""
+        """The noise: ``discrete_laplace`` or ``discrete_gaussian``.
+
+        The Laplace gives pure DP (budgets are epsilon), the Gaussian zCDP (budgets are rho).
+        """
         if name not in MECHANISMS:
-            raise StrategyError(f"mechanism ({name!r}) is unknown; known mechanisms are {list(MECHANISMS)}")
+            raise StrategyError(
+                f"mechanism ({name!r}) is unknown; known mechanisms are {list(MECHANISMS)}"
+            )
         self._mechanism = name
 
     def set_constraint_to_tree(self, constraint: Constraint) -> None:
@@ -231,7 +263,9 @@ class TopDown:
         """Attach to every node of level ``level`` only (0 = root)."""
         self.constraints.add(constraint, level=level)
 
-    def set_constraint_to_nodes(self, level: int, nodes: Iterable[Any], constraint: Constraint) -> None:
+    def set_constraint_to_nodes(
+        self, level: int, nodes: Iterable[Any], constraint: Constraint
+    ) -> None:
         """Attach to some nodes of one level."""
         self.constraints.add(constraint, level=level, nodes=nodes)
 
@@ -244,14 +278,23 @@ class TopDown:
                 "no privacy parameters: call set_privacy_parameters([...]) with one budget per "
                 f"level, root first ({self.schema.n_levels} levels)"
             )
-        return Strategy.from_budgets(self._budgets, mechanism=self._mechanism, neighbouring=self.neighbouring)
+        return Strategy.from_budgets(
+            self._budgets, mechanism=self._mechanism, neighbouring=self.neighbouring
+        )
 
     def run(self) -> pd.DataFrame:
         """Measure, estimate, and return the private microdata (also written to ``out_path``)."""
         self.release = release(
-            self.data, self.schema, self.strategy, constraints=self.constraints, seed=self.seed,
-            solver=self.solver, executor=self.executor, failsafe=self.failsafe,
-            domain_inferred=self._inferred, geography=self.geography,
+            self.data,
+            self.schema,
+            self.strategy,
+            constraints=self.constraints,
+            seed=self.seed,
+            solver=self.solver,
+            executor=self.executor,
+            failsafe=self.failsafe,
+            domain_inferred=self._inferred,
+            geography=self.geography,
         )
         micro = self.release.microdata
         if self.out_path is not None:

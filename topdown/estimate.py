@@ -9,8 +9,9 @@ already bound to their published values by ``topdown.measure``.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
@@ -113,34 +114,57 @@ def estimate(
             families = lv.children_of(tree.levels[level - 1].size)
             parents = list(range(tree.levels[level - 1].size))
         tasks = []
-        for parent, children in zip(parents, families):
+        for parent, children in zip(parents, families, strict=True):
             tasks.append(
                 _family_task(
-                    level, lv.labels, parent, children, counts[-1][parent] if parent is not None else None,
+                    level,
+                    lv.labels,
+                    parent,
+                    children,
+                    counts[-1][parent] if parent is not None else None,
                     tree.levels[level - 1].labels[parent] if parent is not None else None,
-                    qms, matrices, fp, book, domain, options,
+                    qms,
+                    matrices,
+                    fp,
+                    book,
+                    domain,
+                    options,
                 )
             )
         results = executor.map(solve_family, tasks, progress, f"estimate level {level}")
         level_counts = np.zeros((lv.size, domain.size), dtype=np.int64)
         level_stats = LevelStats(level)
-        for task, children, res in zip(tasks, families, results):
+        for task, children, res in zip(tasks, families, results, strict=True):
             level_counts[np.ix_(children, task.support)] = res.counts
             level_stats.add(res)
         counts.append(level_counts)
         stats.append(level_stats)
         log.info(
             "estimated level %d: %d famil%s, %d problem(s), L2 %.2f s, rounding %.2f s, solvers %s",
-            level, level_stats.families, "y" if level_stats.families == 1 else "ies",
-            level_stats.problems, level_stats.l2_time, level_stats.round_time,
+            level,
+            level_stats.families,
+            "y" if level_stats.families == 1 else "ies",
+            level_stats.problems,
+            level_stats.l2_time,
+            level_stats.round_time,
             list(level_stats.solvers),
         )
     return counts, stats
 
 
 def _family_task(
-    level, labels, parent, children, parent_counts, parent_label, qms, matrices, fp,
-    book: NodeConstraints, domain: Domain, options: EstimateOptions,
+    level,
+    labels,
+    parent,
+    children,
+    parent_counts,
+    parent_label,
+    qms,
+    matrices,
+    fp,
+    book: NodeConstraints,
+    domain: Domain,
+    options: EstimateOptions,
 ) -> FamilyTask:
     all_cells = np.arange(domain.size)
     per_child = [book.of(level, int(c), labels[c]) for c in children]
@@ -157,12 +181,15 @@ def _family_task(
     # diagnostics before any solver: contradictions are reported with names and numbers.
     # Within a node they always raise; against the parent's values they raise unless the
     # failsafe is on, which then relaxes consistency and reports it.
-    for label, cs in zip(child_labels, per_child):
+    for label, cs in zip(child_labels, per_child, strict=True):
         if cs:
             check_node(list(cs), domain, node=label)
     if parent_counts is not None and not options.failsafe and any(per_child):
         check_children(
-            [list(cs) for cs in per_child], domain, parent_counts, child_labels,
+            [list(cs) for cs in per_child],
+            domain,
+            parent_counts,
+            child_labels,
             parent=str(parent_label),
         )
     ub = None
@@ -171,13 +198,13 @@ def _family_task(
         for c, cs in enumerate(per_child):
             z = book.zeros(cs)
             if z is not None:
-                ub[c * n:(c + 1) * n][z[support]] = 0.0
+                ub[c * n : (c + 1) * n][z[support]] = 0.0
     rows = [book.rows(cs, support) for cs in per_child]
     joint = None
     names: tuple[str, ...] = ()
     if any(r is not None for r in rows):
         blocks, lbs, ubs = [], [], []
-        for label, r in zip(child_labels, rows):
+        for label, r in zip(child_labels, rows, strict=True):
             if r is None:
                 blocks.append(sp.csr_matrix((0, n)))
                 continue
@@ -187,7 +214,7 @@ def _family_task(
             names += tuple(f"{label}: {nm}" for nm in r[3])
         joint = (sp.block_diag(blocks, format="csr"), np.concatenate(lbs), np.concatenate(ubs))
     meas = []
-    for m, Q, w in zip(qms, matrices, relative_weights([m.variance for m in qms])):
+    for m, Q, w in zip(qms, matrices, relative_weights([m.variance for m in qms]), strict=True):
         if m.query.attributes is None:
             # the detailed query on the support is the identity; the answers of cells known to
             # be zero only add a constant to the objective

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
-from typing import Callable, Iterable, Sequence, TypeVar
+from typing import TypeVar
 
 from topdown.errors import TopDownError
 
@@ -32,14 +33,20 @@ class Executor:
 
     name = "serial"
 
-    def map(self, fn: Callable[[T], R], tasks: Sequence[T], progress: Callable | None = None, desc: str = "") -> list[R]:
+    def map(
+        self,
+        fn: Callable[[T], R],
+        tasks: Sequence[T],
+        progress: Callable | None = None,
+        desc: str = "",
+    ) -> list[R]:
         wrap = progress or (lambda it, total, d: it)
         return [fn(t) for t in wrap(tasks, len(tasks), desc)]
 
     def close(self) -> None:
         """Release workers (nothing to do for the serial executor)."""
 
-    def __enter__(self) -> "Executor":
+    def __enter__(self) -> Executor:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -84,7 +91,9 @@ class DaskExecutor(Executor):
             self.client = Client(address)
         else:
             self._cluster = LocalCluster(
-                n_workers=workers or os.cpu_count() or 1, threads_per_worker=1, processes=True,
+                n_workers=workers or os.cpu_count() or 1,
+                threads_per_worker=1,
+                processes=True,
                 dashboard_address=None,
             )
             self.client = Client(self._cluster)
@@ -105,7 +114,9 @@ class DaskExecutor(Executor):
             self._cluster.close()
 
 
-def make_executor(name: str = "serial", *, workers: int | None = None, address: str | None = None) -> Executor:
+def make_executor(
+    name: str = "serial", *, workers: int | None = None, address: str | None = None
+) -> Executor:
     """An executor by name: ``serial``, ``processes`` or ``dask``."""
     if name == "serial":
         return Executor()

@@ -157,15 +157,31 @@ def _l2(task: FamilyTask, parent: np.ndarray | None, result: FamilyResult) -> np
     if task.first_pass:
         first = [task.measurements[i] for i in task.first_pass]
         problem = children_l2_problem(
-            parent, first, k=task.k, n=task.n, extra_A=extra_A, extra_lb=extra_lb,
-            extra_ub=extra_ub, ub=task.ub, name=f"{task.where} / L2 pass 1", lifted=_coupled(first),
+            parent,
+            first,
+            k=task.k,
+            n=task.n,
+            extra_A=extra_A,
+            extra_lb=extra_lb,
+            extra_ub=extra_ub,
+            ub=task.ub,
+            name=f"{task.where} / L2 pass 1",
+            lifted=_coupled(first),
         )
         x1 = _solve(problem, task, result)[: task.k * task.n].reshape(task.k, task.n)
         keep_A, keep_lb, keep_ub = _keep_rows(first, x1, task.k, task.n, task.tolerance)
-        extra_A, extra_lb, extra_ub = _stack_rows((extra_A, extra_lb, extra_ub), (keep_A, keep_lb, keep_ub))
+        extra_A, extra_lb, extra_ub = _stack_rows(
+            (extra_A, extra_lb, extra_ub), (keep_A, keep_lb, keep_ub)
+        )
     problem = children_l2_problem(
-        parent, list(task.measurements), k=task.k, n=task.n, extra_A=extra_A,
-        extra_lb=extra_lb, extra_ub=extra_ub, ub=task.ub,
+        parent,
+        list(task.measurements),
+        k=task.k,
+        n=task.n,
+        extra_A=extra_A,
+        extra_lb=extra_lb,
+        extra_ub=extra_ub,
+        ub=task.ub,
         name=f"{task.where} / L2 pass{' 2' if task.first_pass else ''}",
         lifted=_coupled(task.measurements),
     )
@@ -175,7 +191,9 @@ def _l2(task: FamilyTask, parent: np.ndarray | None, result: FamilyResult) -> np
     return np.maximum(x, 0.0)
 
 
-def _round(task: FamilyTask, x_tilde: np.ndarray, parent: np.ndarray | None, result: FamilyResult) -> np.ndarray:
+def _round(
+    task: FamilyTask, x_tilde: np.ndarray, parent: np.ndarray | None, result: FamilyResult
+) -> np.ndarray:
     start = time.perf_counter()
     if task.ub is not None:
         x_tilde = np.minimum(x_tilde, task.ub.reshape(task.k, task.n))
@@ -186,8 +204,13 @@ def _round(task: FamilyTask, x_tilde: np.ndarray, parent: np.ndarray | None, res
     last: InfeasibleError | None = None
     for width in (1, 2):
         problem, floor = rounding_problem(
-            x_tilde, parent, extra_A=extra_A, extra_lb=extra_lb, extra_ub=extra_ub,
-            width=width, name=f"{task.where} / rounding pass (width {width})",
+            x_tilde,
+            parent,
+            extra_A=extra_A,
+            extra_lb=extra_lb,
+            extra_ub=extra_ub,
+            width=width,
+            name=f"{task.where} / rounding pass (width {width})",
         )
         try:
             solution = _solve_integral(problem, task, result)
@@ -202,8 +225,11 @@ def _round(task: FamilyTask, x_tilde: np.ndarray, parent: np.ndarray | None, res
         return counts
     if last is None:
         raise InfeasibleError(
-            f"{task.where}: no rounding within two units of the L2 answer keeps the structural zeros",
-            status=SolveStatus.INFEASIBLE, solver="rounding", problem=f"{task.where} / rounding pass",
+            f"{task.where}: no rounding within two units of the L2 answer keeps the structural "
+            "zeros",
+            status=SolveStatus.INFEASIBLE,
+            solver="rounding",
+            problem=f"{task.where} / rounding pass",
         )
     raise last
 
@@ -253,7 +279,11 @@ def _keep_rows(first, x1: np.ndarray, k: int, n: int, tol: float):
 def _stack_rows(a, b):
     if a is None or a[0] is None:
         return b
-    return sp.vstack([a[0], b[0]], format="csr"), np.concatenate([a[1], b[1]]), np.concatenate([a[2], b[2]])
+    return (
+        sp.vstack([a[0], b[0]], format="csr"),
+        np.concatenate([a[1], b[1]]),
+        np.concatenate([a[2], b[2]]),
+    )
 
 
 def _failsafe_parent(task: FamilyTask, result: FamilyResult) -> np.ndarray:
@@ -289,7 +319,7 @@ def _failsafe_parent(task: FamilyTask, result: FamilyResult) -> np.ndarray:
         name=f"{task.where} / failsafe slack LP",
     )
     sol = _solve(problem, task, result)
-    s_plus, s_minus = sol[k * n: k * n + n], sol[k * n + n:]
+    s_plus, s_minus = sol[k * n : k * n + n], sol[k * n + n :]
     relaxed = np.rint(parent - s_plus + s_minus).astype(np.int64)
     relaxed = np.maximum(relaxed, 0)
     slack = float(np.abs(relaxed - parent).sum())
@@ -301,4 +331,3 @@ def _failsafe_parent(task: FamilyTask, result: FamilyResult) -> np.ndarray:
     )
     log.warning("failsafe: %s", result.failsafe_note)
     return relaxed
-

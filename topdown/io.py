@@ -7,8 +7,9 @@ unreadable one gets a message with the path and the reason, never a pandas trace
 from __future__ import annotations
 
 import csv
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import pandas as pd
 
@@ -18,7 +19,10 @@ __all__ = ["read_data"]
 
 
 def read_data(
-    source: str | Path | pd.DataFrame, *, sep: str | None = None, fmt: str | None = None,
+    source: str | Path | pd.DataFrame,
+    *,
+    sep: str | None = None,
+    fmt: str | None = None,
     dtype: Mapping[str, Any] | None = None,
 ) -> pd.DataFrame:
     """A DataFrame from a DataFrame, a CSV file (separator given or sniffed) or a Parquet file.
@@ -46,7 +50,9 @@ def read_data(
                 path, sep=sep or _sniff(path), keep_default_na=False, na_values=[""], dtype=dtype
             )
         else:
-            raise DataError(f"format ({fmt!r}) of {str(path)!r} is unknown; it must be 'csv' or 'parquet'")
+            raise DataError(
+                f"format ({fmt!r}) of {str(path)!r} is unknown; it must be 'csv' or 'parquet'"
+            )
     except DataError:
         raise
     except pd.errors.EmptyDataError:

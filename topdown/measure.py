@@ -15,9 +15,10 @@ post-processing and costs no privacy.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any, Callable, Iterable
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -25,8 +26,9 @@ import pandas as pd
 from constraints.attach import ConstraintSet
 from constraints.contextual_constraints import SumEqualRealTotal
 from constraints.domain import Domain
-from mechanisms.accounting import Ledger, PureDP, ZCDP
+from mechanisms.accounting import ZCDP, PureDP
 from mechanisms.discrete import DiscreteGaussianMechanism, DiscreteLaplaceMechanism, sensitivity
+from mechanisms.ledger import Ledger
 from mechanisms.rng import child_rng
 from topdown.strategy import Query, Strategy
 from topdown.tree import ConfidentialHistograms, Tree
@@ -96,9 +98,7 @@ class Measurements:
         return pd.concat(frames, ignore_index=True)
 
 
-def make_level_mechanisms(
-    strategy: Strategy, level: int
-) -> list[tuple[Query, Fraction, Any]]:
+def make_level_mechanisms(strategy: Strategy, level: int) -> list[tuple[Query, Fraction, Any]]:
     """The mechanism of each query of a level, calibrated to its share of the budget."""
     l1, l2_squared = sensitivity(strategy.neighbouring)
     out = []
@@ -154,7 +154,7 @@ def measure(
                 noisy[j][i] = mech.release(answers[j][i], rng=rng)
         row = []
         l1, l2_squared = sensitivity(strategy.neighbouring)
-        for (query, share, mech), values in zip(mechanisms, noisy):
+        for (query, share, mech), values in zip(mechanisms, noisy, strict=True):
             ledger.record(
                 query.name,
                 level,
@@ -163,10 +163,16 @@ def measure(
                 sensitivity=l1 if strategy.mechanism == "discrete_laplace" else l2_squared,
                 nodes=len(labels),
                 note=f"{strategy.neighbouring} neighbours; share {share} of the level's budget; "
-                + ("L1 sensitivity" if strategy.mechanism == "discrete_laplace" else "L2 sensitivity squared"),
+                + (
+                    "L1 sensitivity"
+                    if strategy.mechanism == "discrete_laplace"
+                    else "L2 sensitivity squared"
+                ),
             )
             row.append(
-                QueryMeasurement(level, query, share, mech.name, mech.budget, float(mech.variance), values)
+                QueryMeasurement(
+                    level, query, share, mech.name, mech.budget, float(mech.variance), values
+                )
             )
         levels.append(tuple(row))
         log.info(
@@ -231,17 +237,20 @@ def _evaluate_invariants(
         for c in extra:
             source = min(lv for cc, lv in implied[level] if cc == c)
             ledger.record_invariant(
-                c.name, level,
+                c.name,
+                level,
                 description=f"implied by the same invariant on level {source} (sum of its values)",
             )
     return bound
 
 
-def _records_by_node(truth: ConfidentialHistograms, level: int) -> Callable[[int], pd.DataFrame | None]:
+def _records_by_node(
+    truth: ConfidentialHistograms, level: int
+) -> Callable[[int], pd.DataFrame | None]:
     """A lookup node -> its records, grouped once per level (not a scan per node)."""
     if truth.records is None or not truth.node_of_record:
         return lambda node: None
     codes = truth.node_of_record[level]
     order = np.argsort(codes, kind="stable")
     bounds = np.searchsorted(codes[order], np.arange(codes.max() + 2))
-    return lambda node: truth.records.iloc[order[bounds[node]:bounds[node + 1]]]
+    return lambda node: truth.records.iloc[order[bounds[node] : bounds[node + 1]]]

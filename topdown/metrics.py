@@ -16,8 +16,8 @@ These figures read the truth: they are for evaluation, and are not differentiall
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 import pandas as pd
@@ -41,7 +41,9 @@ class Metrics:
     def summary(self) -> pd.DataFrame:
         """Release vs noisy side by side for the total and the detailed cells."""
         t = self.table[self.table["query"].isin(["total", "detailed"])]
-        return t.pivot_table(index=["level", "query"], columns="estimator", values=["mae", "rmse"]).round(3)
+        return t.pivot_table(
+            index=["level", "query"], columns="estimator", values=["mae", "rmse"]
+        ).round(3)
 
 
 def compute_metrics(
@@ -53,7 +55,7 @@ def compute_metrics(
 ) -> Metrics:
     """Compare released and noisy answers with the truth, level by level."""
     rows, bias_rows = [], []
-    for level, (released, truth) in enumerate(zip(release_counts, true_counts)):
+    for level, (released, truth) in enumerate(zip(release_counts, true_counts, strict=True)):
         queries = _queries_of_level(measurements, level, extra_queries)
         noisy_detailed = measurements.get(level, "detailed")
         for query in queries:
@@ -67,7 +69,10 @@ def compute_metrics(
         rel_total = released.sum(axis=1).astype(float)
         noisy_total = _noisy_answers(measurements, level, Query(()), noisy_detailed, domain)
         bins = pd.cut(true_total, bins=list(SIZE_BINS), right=False)
-        for estimator, est in (("release", rel_total), ("noisy", None if noisy_total is None else noisy_total[:, 0])):
+        for estimator, est in (
+            ("release", rel_total),
+            ("noisy", None if noisy_total is None else noisy_total[:, 0]),
+        ):
             if est is None:
                 continue
             err = pd.Series(est - true_total)
@@ -86,7 +91,9 @@ def compute_metrics(
     return Metrics(pd.DataFrame(rows), pd.DataFrame(bias_rows))
 
 
-def _queries_of_level(measurements: Measurements, level: int, extra: Sequence[Query]) -> list[Query]:
+def _queries_of_level(
+    measurements: Measurements, level: int, extra: Sequence[Query]
+) -> list[Query]:
     seen: dict[str, Query] = {"total": Query(()), "detailed": Query(None)}
     for m in measurements.at(level):
         seen.setdefault(m.query.name, m.query)

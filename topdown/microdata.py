@@ -38,7 +38,7 @@ def expand_microdata(tree: Tree, schema: Schema, leaf_counts: np.ndarray) -> pd.
             ancestors[lv][node], categories=pd.Index(labels.astype(str))
         ).astype(str)
     codes = schema.domain.unravel(cell)
-    for attr, code in zip(schema.attributes, codes):
+    for attr, code in zip(schema.attributes, codes, strict=True):
         values = np.asarray(attr.domain_values, dtype=object)
         columns[attr.name] = values[code]
     frame = pd.DataFrame(columns)
@@ -48,7 +48,9 @@ def expand_microdata(tree: Tree, schema: Schema, leaf_counts: np.ndarray) -> pd.
     return frame
 
 
-def write_table(frame: pd.DataFrame, path: str | Path, *, fmt: str | None = None, index: bool = False) -> Path:
+def write_table(
+    frame: pd.DataFrame, path: str | Path, *, fmt: str | None = None, index: bool = False
+) -> Path:
     """Write CSV or Parquet (by ``fmt`` or the suffix) atomically: temp file, then rename."""
     path = Path(path)
     fmt = (fmt or path.suffix.lstrip(".") or "csv").lower()

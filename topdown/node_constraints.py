@@ -55,7 +55,9 @@ class NodeConstraints:
                 }
                 self._levels[level] = (general, specific)
         general, specific = self._levels[level]
-        return general + specific.get(str(label), ()) + self.invariants.get(level, {}).get(index, ())
+        return (
+            general + specific.get(str(label), ()) + self.invariants.get(level, {}).get(index, ())
+        )
 
     def rows(self, constraints: tuple, cells: np.ndarray | None = None):
         """(A over ``cells`` (all cells if None), lb, ub, names), or None without rows."""

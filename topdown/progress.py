@@ -10,7 +10,8 @@ from __future__ import annotations
 import logging
 import sys
 import time
-from typing import Iterable, Iterator, TypeVar
+from collections.abc import Iterable, Iterator
+from typing import TypeVar
 
 __all__ = ["Progress"]
 
@@ -43,7 +44,14 @@ class Progress:
             now = time.perf_counter()
             if now - last >= self.every:
                 last = now
-                log.info("%s: %d/%d nodes, %.1f s, %.0f nodes/s", desc, done, total, now - start, done / (now - start))
+                log.info(
+                    "%s: %d/%d nodes, %.1f s, %.0f nodes/s",
+                    desc,
+                    done,
+                    total,
+                    now - start,
+                    done / (now - start),
+                )
         elapsed = time.perf_counter() - start
         if total:
             log.info("%s: %d/%d nodes in %.2f s", desc, done, total, elapsed)

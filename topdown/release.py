@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from constraints.attach import ConstraintSet
-from mechanisms.accounting import Ledger
+from mechanisms.ledger import Ledger
 from topdown.errors import ReleaseError
 from topdown.estimate import LevelStats
 from topdown.measure import Measurements
@@ -77,9 +77,15 @@ class Release:
     def tables(self) -> dict[int, pd.DataFrame]:
         """Per level, a wide table: one row per node (index = node label), one column per
         cell (MultiIndex of attribute values, in cell order), integer counts."""
-        columns = pd.MultiIndex.from_tuples(self.schema.domain.cell_labels(), names=self.schema.domain.names)
+        columns = pd.MultiIndex.from_tuples(
+            self.schema.domain.cell_labels(), names=self.schema.domain.names
+        )
         return {
-            lv.number: pd.DataFrame(self.counts[lv.number], index=pd.Index(lv.labels.astype(str), name="node"), columns=columns)
+            lv.number: pd.DataFrame(
+                self.counts[lv.number],
+                index=pd.Index(lv.labels.astype(str), name="node"),
+                columns=columns,
+            )
             for lv in self.tree.levels
         }
 
@@ -88,7 +94,9 @@ class Release:
         counts = self.counts[level]
         node, cell = np.nonzero(counts)
         frame = {"node": self.tree.levels[level].labels.astype(str)[node]}
-        for attr, code in zip(self.schema.attributes, self.schema.domain.unravel(cell)):
+        for attr, code in zip(
+            self.schema.attributes, self.schema.domain.unravel(cell), strict=True
+        ):
             frame[attr.name] = np.asarray(attr.domain_values, dtype=object)[code]
         frame["count"] = counts[node, cell]
         return pd.DataFrame(frame)
@@ -108,10 +116,14 @@ class Release:
             if len(problems) > 20:
                 failures.append(f"... and {len(problems) - 20} more failure(s) of {name}")
 
-        check("non-negative integers", [
-            f"level {i}: {int((c < 0).sum())} negative cell(s)"
-            for i, c in enumerate(self.counts) if not np.issubdtype(c.dtype, np.integer) or (c < 0).any()
-        ])
+        check(
+            "non-negative integers",
+            [
+                f"level {i}: {int((c < 0).sum())} negative cell(s)"
+                for i, c in enumerate(self.counts)
+                if not np.issubdtype(c.dtype, np.integer) or (c < 0).any()
+            ],
+        )
         check("children sum to parent", self._consistency_failures())
         check("constraints and invariants hold", self._constraint_failures())
         check("ledger total equals the strategy's budget", self._ledger_failures())
@@ -149,7 +161,10 @@ class Release:
                 x = self.counts[level][i]
                 zeros = book.zeros(cs)
                 if zeros is not None and x[zeros].any():
-                    out.append(f"level {level}, node {label!r}: {int(x[zeros].sum())} count(s) in structural zeros")
+                    out.append(
+                        f"level {level}, node {label!r}: {int(x[zeros].sum())} count(s) in "
+                        "structural zeros"
+                    )
                 rows = book.rows(cs)
                 if rows is None:
                     continue
@@ -166,7 +181,9 @@ class Release:
         total = self.ledger.total()
         spent = total.epsilon if self.strategy.mechanism == "discrete_laplace" else total.rho
         if spent != self.strategy.total():
-            return [f"ledger total {spent} differs from the strategy's total {self.strategy.total()}"]
+            return [
+                f"ledger total {spent} differs from the strategy's total {self.strategy.total()}"
+            ]
         return []
 
     # -- evaluation --------------------------------------------------------------------
@@ -176,11 +193,13 @@ class Release:
         Reads confidential data: for evaluation, not for publication.
         """
         tree, truth = build_tree(true_data, self.schema)
-        for mine, theirs in zip(self.tree.levels, tree.levels):
+        for mine, theirs in zip(self.tree.levels, tree.levels, strict=True):
             if not np.array_equal(mine.labels.astype(str), theirs.labels.astype(str)):
                 raise ReleaseError(
                     f"true_data's level {mine.number} ({mine.column}) has different units than the "
                     "release; pass the data the release was made from"
                 )
         extra = [q for ls in self.strategy.levels for q, _ in ls.queries]
-        return compute_metrics(self.schema.domain, self.counts, truth.counts, self.measurements, extra)
+        return compute_metrics(
+            self.schema.domain, self.counts, truth.counts, self.measurements, extra
+        )

@@ -5,7 +5,8 @@ Contents (``manifest.json`` lists them with sizes and SHA-256)::
     microdata.csv | microdata.parquet     synthetic records of the leaf level
     tables/level_<k>_<column>.csv         per level, long format: node, attributes, count
     hierarchy.csv                         level, column, node, parent: the public tree
-    measurements.csv                      the noisy measurements (level, node, query, answer, noisy, variance)
+    measurements.csv                      the noisy measurements (level, node, query, answer,
+                                          noisy, variance)
     ledger.json                           privacy ledger, total, (epsilon, delta) equivalent
     invariants.json                       values published exactly (bound invariants) per node
     config.json                           the resolved configuration (schema, strategy, constraints)
@@ -37,7 +38,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from mechanisms.accounting import Ledger
+from mechanisms.ledger import Ledger
 from topdown.config import RunConfig, load_config
 from topdown.errors import ReleaseError, TopDownError
 from topdown.estimate import LevelStats
@@ -48,7 +49,14 @@ from topdown.schema import Schema
 from topdown.strategy import Query
 from topdown.tree import ROOT_LABEL, Level, Tree
 
-__all__ = ["OutputExistsError", "check_output", "write_release_folder", "load_release", "table_name", "DELTA"]
+__all__ = [
+    "OutputExistsError",
+    "check_output",
+    "write_release_folder",
+    "load_release",
+    "table_name",
+    "DELTA",
+]
 
 log = logging.getLogger(__name__)
 DELTA = 1e-10
@@ -62,11 +70,15 @@ class OutputExistsError(TopDownError, ValueError):
 def check_output(out: Path, overwrite: bool) -> None:
     """Fail early (before any work) if ``out`` cannot be written."""
     if out.exists() and not overwrite:
-        raise OutputExistsError(f"output folder {str(out)!r} already exists; pass --overwrite to replace it")
+        raise OutputExistsError(
+            f"output folder {str(out)!r} already exists; pass --overwrite to replace it"
+        )
     if out.exists() and not out.is_dir():
         raise OutputExistsError(f"output path {str(out)!r} exists and is not a folder")
     if not out.parent.exists():
-        raise OutputExistsError(f"the parent folder of the output {str(out.parent)!r} does not exist")
+        raise OutputExistsError(
+            f"the parent folder of the output {str(out.parent)!r} does not exist"
+        )
 
 
 def table_name(level: int, column: str | None) -> str:
@@ -167,17 +179,35 @@ def _write_contents(rel: Release, cfg: RunConfig, folder: Path, metrics: Any) ->
         write_table(rel.long_table(lv.number), folder / table_name(lv.number, lv.column))
     rows = []
     for lv in rel.tree.levels:
-        parents = rel.tree.levels[lv.number - 1].labels.astype(str)[lv.parent] if lv.number else [""] * lv.size
-        rows.append(pd.DataFrame({"level": lv.number, "column": lv.column or ROOT_LABEL,
-                                  "node": lv.labels.astype(str), "parent": parents}))
+        parents = (
+            rel.tree.levels[lv.number - 1].labels.astype(str)[lv.parent]
+            if lv.number
+            else [""] * lv.size
+        )
+        rows.append(
+            pd.DataFrame(
+                {
+                    "level": lv.number,
+                    "column": lv.column or ROOT_LABEL,
+                    "node": lv.labels.astype(str),
+                    "parent": parents,
+                }
+            )
+        )
     write_table(pd.concat(rows, ignore_index=True), folder / "hierarchy.csv")
     write_table(rel.measurements.to_frame(rel.tree), folder / "measurements.csv")
     write_table(rel.solver_stats(), folder / "solver_stats.csv")
     write_ledger(folder, rel)
     invariants = [
-        {"level": level, "node": str(rel.tree.levels[level].labels[i]), "name": c.name, "value": c.value}
+        {
+            "level": level,
+            "node": str(rel.tree.levels[level].labels[i]),
+            "name": c.name,
+            "value": c.value,
+        }
         for level, per_node in sorted(rel.invariants.items())
-        for i, cs in sorted(per_node.items()) for c in cs
+        for i, cs in sorted(per_node.items())
+        for c in cs
     ]
     _write_json(folder / "invariants.json", invariants)
     _write_json(folder / "config.json", cfg.resolved())
@@ -187,11 +217,17 @@ def _write_contents(rel: Release, cfg: RunConfig, folder: Path, metrics: Any) ->
 
 def _write_manifest(folder: Path, cfg: RunConfig, timings: dict[str, float]) -> None:
     import numpy
+
     import topdown
 
-    files = {p.relative_to(folder).as_posix(): _file_entry(p) for p in sorted(folder.rglob("*")) if p.is_file()}
+    files = {
+        p.relative_to(folder).as_posix(): _file_entry(p)
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
     try:
         from importlib.metadata import version
+
         pkg = version("topdown-dp")
     except Exception:  # not installed as a distribution (running from a checkout)
         pkg = getattr(topdown, "__version__", "unknown")
@@ -199,10 +235,16 @@ def _write_manifest(folder: Path, cfg: RunConfig, timings: dict[str, float]) -> 
         "format": FORMAT,
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "config_file": cfg.file,
-        "noise": "secure random source" if cfg.seed is None else f"seed {cfg.seed}: reproducible, NOT for production",
+        "noise": "secure random source"
+        if cfg.seed is None
+        else f"seed {cfg.seed}: reproducible, NOT for production",
         "files": files,
-        "versions": {"topdown-dp": pkg, "python": platform.python_version(), "numpy": numpy.__version__,
-                     "pandas": pd.__version__},
+        "versions": {
+            "topdown-dp": pkg,
+            "python": platform.python_version(),
+            "numpy": numpy.__version__,
+            "pandas": pd.__version__,
+        },
         "timings_seconds": {k: round(v, 3) for k, v in timings.items()},
     }
     _write_json(folder / "manifest.json", manifest)
@@ -256,7 +298,9 @@ def manifest_failures(folder: Path, *, ignore: tuple[str, ...] = ()) -> list[str
         if not path.is_file():
             out.append(f"{name}: listed in the manifest but missing")
         elif _sha256(path) != meta.get("sha256"):
-            out.append(f"{name}: content differs from the manifest's SHA-256 (modified after release)")
+            out.append(
+                f"{name}: content differs from the manifest's SHA-256 (modified after release)"
+            )
     return out
 
 
@@ -278,8 +322,12 @@ def load_release(folder: Path) -> tuple[Release, RunConfig]:
             index = {lab: i for i, lab in enumerate(levels[-1].labels)}
             parent = np.array([index.get(p, -1) for p in rows["parent"]], dtype=np.int64)
             if (parent < 0).any():
-                raise ReleaseError(f"hierarchy.csv: level {number} names parents missing from level {number - 1}")
-        levels.append(Level(number, schema.hierarchy[number - 1] if number else None, labels, parent))
+                raise ReleaseError(
+                    f"hierarchy.csv: level {number} names parents missing from level {number - 1}"
+                )
+        levels.append(
+            Level(number, schema.hierarchy[number - 1] if number else None, labels, parent)
+        )
     tree = Tree(tuple(levels))
     counts = []
     for lv in tree.levels:
@@ -287,19 +335,32 @@ def load_release(folder: Path) -> tuple[Release, RunConfig]:
         index = {lab: i for i, lab in enumerate(lv.labels)}
         node = table["node"].map(index)
         if node.isna().any():
-            raise ReleaseError(f"{table_name(lv.number, lv.column)}: nodes {sorted(set(table['node'][node.isna()]))[:5]} are not in hierarchy.csv")
+            raise ReleaseError(
+                f"{table_name(lv.number, lv.column)}: nodes "
+                f"{sorted(set(table['node'][node.isna()]))[:5]} are not in hierarchy.csv"
+            )
         cell = _cells(table, schema, table_name(lv.number, lv.column))
         raw = pd.to_numeric(table["count"], errors="coerce").to_numpy(dtype=float)
         is_int = np.isfinite(raw).all() and (raw == np.round(raw)).all()
         arr = np.zeros((lv.size, domain.size), dtype=np.int64 if is_int else float)
-        np.add.at(arr, (node.to_numpy(dtype=np.int64), cell), raw if not is_int else raw.astype(np.int64))
+        np.add.at(
+            arr, (node.to_numpy(dtype=np.int64), cell), raw if not is_int else raw.astype(np.int64)
+        )
         counts.append(arr)
     ledger = Ledger.from_dict(read_json(folder, "ledger.json"))
     measurements = _measurements(folder, tree, cfg, ledger)
     invariants = _invariants(folder, tree, cfg)
-    rel = Release(schema=schema, tree=tree, strategy=cfg.strategy, counts=counts, measurements=measurements,
-                  ledger=ledger, stats=[LevelStats(level=i) for i in range(tree.n_levels)],
-                  constraints=cfg.constraints, invariants=invariants)
+    rel = Release(
+        schema=schema,
+        tree=tree,
+        strategy=cfg.strategy,
+        counts=counts,
+        measurements=measurements,
+        ledger=ledger,
+        stats=[LevelStats(level=i) for i in range(tree.n_levels)],
+        constraints=cfg.constraints,
+        invariants=invariants,
+    )
     return rel, cfg
 
 
@@ -332,12 +393,27 @@ def _measurements(folder: Path, tree: Tree, cfg: RunConfig, ledger: Ledger) -> M
             n_nodes = tree.levels[number].size
             noisy = rows["noisy"].astype(np.int64).to_numpy()
             if n_nodes == 0 or noisy.size == 0 or noisy.size % n_nodes:
-                raise ReleaseError(f"measurements.csv: level {number} query {q.name!r} has {noisy.size} answers for {n_nodes} nodes")
+                raise ReleaseError(
+                    f"measurements.csv: level {number} query {q.name!r} has {noisy.size} answers "
+                    f"for {n_nodes} nodes"
+                )
             if (number, q.name) not in budgets:
-                raise ReleaseError(f"ledger.json: no entry for level {number} query {q.name!r}, which measurements.csv holds")
+                raise ReleaseError(
+                    f"ledger.json: no entry for level {number} query {q.name!r}, which "
+                    "measurements.csv holds"
+                )
             variance = float(rows["variance"].iloc[0]) if len(rows) else float("nan")
-            ms.append(QueryMeasurement(number, Query.parse(q.name), share, cfg.strategy.mechanism,
-                                       budgets[(number, q.name)], variance, noisy.reshape(n_nodes, -1)))
+            ms.append(
+                QueryMeasurement(
+                    number,
+                    Query.parse(q.name),
+                    share,
+                    cfg.strategy.mechanism,
+                    budgets[(number, q.name)],
+                    variance,
+                    noisy.reshape(n_nodes, -1),
+                )
+            )
         per_level.append(tuple(ms))
     return Measurements(tuple(per_level))
 
@@ -353,7 +429,10 @@ def _invariants(folder: Path, tree: Tree, cfg: RunConfig) -> dict[int, dict[int,
         index = {str(lab): i for i, lab in enumerate(tree.levels[level].labels)}
         c = by_name.get(item["name"])
         if c is None or item["node"] not in index:
-            raise ReleaseError(f"invariants.json: {item['name']!r} at {item['node']!r} matches no configured invariant or node")
+            raise ReleaseError(
+                f"invariants.json: {item['name']!r} at {item['node']!r} matches no configured "
+                "invariant or node"
+            )
         out.setdefault(level, {}).setdefault(index[item["node"]], []).append(c.bind(item["value"]))
     return {lv: {i: tuple(cs) for i, cs in nodes.items()} for lv, nodes in out.items()}
 
@@ -381,10 +460,14 @@ def verify_release_folder(folder: Path) -> tuple[dict[str, bool], list[str]]:
     failures.extend(report.failures)
     written = read_json(folder, "ledger.json")
     expected = dict(rel.ledger.to_dict(), summary=ledger_summary(rel))
-    check("ledger.json totals match its entries", [
-        f"{key} is {written.get(key)!r}, its entries give {expected[key]!r}"
-        for key in ("total", "summary") if written.get(key) != expected[key]
-    ])
+    check(
+        "ledger.json totals match its entries",
+        [
+            f"{key} is {written.get(key)!r}, its entries give {expected[key]!r}"
+            for key in ("total", "summary")
+            if written.get(key) != expected[key]
+        ],
+    )
     check("microdata matches the leaf table", _microdata_failures(folder, rel, cfg))
     return checks, failures
 
@@ -393,7 +476,11 @@ def _microdata_failures(folder: Path, rel: Release, cfg: RunConfig) -> list[str]
     path = folder / f"microdata.{cfg.output_format}"
     if not path.is_file():
         return [f"{path.name} is missing"]
-    micro = pd.read_parquet(path) if cfg.output_format == "parquet" else pd.read_csv(path, dtype=str, keep_default_na=False)
+    micro = (
+        pd.read_parquet(path)
+        if cfg.output_format == "parquet"
+        else pd.read_csv(path, dtype=str, keep_default_na=False)
+    )
     leaf = rel.tree.levels[-1]
     index = {str(lab): i for i, lab in enumerate(leaf.labels)}
     node = micro[leaf.column].astype(str).map(index)
@@ -406,7 +493,9 @@ def _microdata_failures(folder: Path, rel: Release, cfg: RunConfig) -> list[str]
     got = np.zeros_like(rel.counts[-1], dtype=np.int64)
     np.add.at(got, (node.to_numpy(dtype=np.int64), cell), 1)
     diff = np.flatnonzero((got != rel.counts[-1]).any(axis=1))
-    return [f"unit {leaf.labels[i]!r}: microdata records differ from its table counts" for i in diff]
+    return [
+        f"unit {leaf.labels[i]!r}: microdata records differ from its table counts" for i in diff
+    ]
 
 
 REBUILT_BY_REPORT = ("report.html", "metrics.csv", "bias_by_size.csv", "ledger.json")

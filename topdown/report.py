@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import base64
 import html
-from fractions import Fraction
 import io
 import json
 import logging
 import os
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -54,15 +54,33 @@ def build_report(folder: str | Path, *, name: str | None = None) -> Path:
         ("Budget allocation by level and query", _img(_budget_plot(ledger), "budget allocation")),
     ]
     if metrics is not None and not metrics.empty:
-        sections.append(("Error by level: release vs raw noisy measurements", _img(_error_plot(metrics), "error by level")
-                         + _table_html(_error_table(metrics)) + _INVARIANT_NOTE))
+        sections.append(
+            (
+                "Error by level: release vs raw noisy measurements",
+                _img(_error_plot(metrics), "error by level")
+                + _table_html(_error_table(metrics))
+                + _INVARIANT_NOTE,
+            )
+        )
     else:
-        sections.append(("Error by level", "<p class=note>No truth was given, so no accuracy figures: run "
-                         "<code>topdown report RELEASE --truth DATA</code> to add them.</p>"))
+        sections.append(
+            (
+                "Error by level",
+                "<p class=note>No truth was given, so no accuracy figures: run "
+                "<code>topdown report RELEASE --truth DATA</code> to add them.</p>",
+            )
+        )
     if bias is not None and not bias.empty:
-        sections.append(("Bias by node size", _img(_bias_plot(bias), "bias by node size") + _table_html(bias)))
+        sections.append(
+            ("Bias by node size", _img(_bias_plot(bias), "bias by node size") + _table_html(bias))
+        )
     if stats is not None and not stats.empty:
-        sections.append(("Solver time by level", _img(_solver_plot(stats), "solver time by level") + _table_html(stats)))
+        sections.append(
+            (
+                "Solver time by level",
+                _img(_solver_plot(stats), "solver time by level") + _table_html(stats),
+            )
+        )
     body = "\n".join(f"<section><h2>{html.escape(t)}</h2>\n{c}</section>" for t, c in sections)
     page = _PAGE.format(title=html.escape(f"TopDown release: {name or folder.name}"), body=body)
     path = folder / REPORT_NAME
@@ -94,10 +112,18 @@ def _budget_plot(ledger: dict[str, Any]) -> str:
     if entries.empty:
         ax.text(0.5, 0.5, "no measurements", ha="center")
         return _png(fig)
-    table = entries.pivot_table(index="level", columns="query", values="budget_float", aggfunc="sum", fill_value=0)
+    table = entries.pivot_table(
+        index="level", columns="query", values="budget_float", aggfunc="sum", fill_value=0
+    )
     bottom = pd.Series(0.0, index=table.index)
     for i, query in enumerate(table.columns):
-        ax.bar(table.index.astype(str), table[query], bottom=bottom, label=query, color=_COLOURS[i % len(_COLOURS)])
+        ax.bar(
+            table.index.astype(str),
+            table[query],
+            bottom=bottom,
+            label=query,
+            color=_COLOURS[i % len(_COLOURS)],
+        )
         bottom += table[query]
     kind = entries["kind"].iloc[0]
     ax.set_xlabel("level (0 = root)")
@@ -109,18 +135,31 @@ def _budget_plot(ledger: dict[str, Any]) -> str:
 
 def _error_table(metrics: pd.DataFrame) -> pd.DataFrame:
     t = metrics[metrics["query"].isin(["total", "detailed"])]
-    out = t.pivot_table(index=["level", "query"], columns="estimator", values="mae").round(3).reset_index()
-    return out.rename_axis(columns=None).rename(columns={"release": "MAE release", "noisy": "MAE noisy"})
+    out = (
+        t.pivot_table(index=["level", "query"], columns="estimator", values="mae")
+        .round(3)
+        .reset_index()
+    )
+    return out.rename_axis(columns=None).rename(
+        columns={"release": "MAE release", "noisy": "MAE noisy"}
+    )
 
 
 def _error_plot(metrics: pd.DataFrame) -> str:
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-    for ax, query in zip(axes, ("total", "detailed")):
-        t = metrics[metrics["query"] == query].pivot_table(index="level", columns="estimator", values="mae")
+    for ax, query in zip(axes, ("total", "detailed"), strict=True):
+        t = metrics[metrics["query"] == query].pivot_table(
+            index="level", columns="estimator", values="mae"
+        )
         width = 0.8 / max(len(t.columns), 1)
         for i, est in enumerate(sorted(t.columns, reverse=True)):
-            ax.bar(t.index + (i - (len(t.columns) - 1) / 2) * width, t[est], width, label=est,
-                   color=_COLOURS[i % len(_COLOURS)])
+            ax.bar(
+                t.index + (i - (len(t.columns) - 1) / 2) * width,
+                t[est],
+                width,
+                label=est,
+                color=_COLOURS[i % len(_COLOURS)],
+            )
         ax.set_xticks(list(t.index))
         ax.set_xlabel("level (0 = root)")
         ax.set_ylabel("mean absolute error")
@@ -132,14 +171,21 @@ def _error_plot(metrics: pd.DataFrame) -> str:
 
 def _bias_plot(bias: pd.DataFrame) -> str:
     fig, ax = plt.subplots(figsize=(11, 4))
-    groups = bias.assign(group=bias["level"].map(lambda v: f"L{v}") + " " + bias["size_bin"].astype(str))
+    groups = bias.assign(
+        group=bias["level"].map(lambda v: f"L{v}") + " " + bias["size_bin"].astype(str)
+    )
     order = list(dict.fromkeys(groups["group"]))
     t = groups.pivot_table(index="group", columns="estimator", values="mean_error").reindex(order)
     width = 0.8 / max(len(t.columns), 1)
     xs = range(len(order))
     for i, est in enumerate(sorted(t.columns, reverse=True)):
-        ax.bar([x + (i - (len(t.columns) - 1) / 2) * width for x in xs], t[est], width, label=est,
-               color=_COLOURS[i % len(_COLOURS)])
+        ax.bar(
+            [x + (i - (len(t.columns) - 1) / 2) * width for x in xs],
+            t[est],
+            width,
+            label=est,
+            color=_COLOURS[i % len(_COLOURS)],
+        )
     ax.axhline(0, color="black", linewidth=0.8)
     ax.set_xticks(list(xs))
     ax.set_xticklabels(order, rotation=30, ha="right", fontsize=8)
@@ -178,17 +224,35 @@ def _ledger_html(ledger: dict[str, Any], config: dict[str, Any]) -> str:
         ("mechanism", s.get("mechanism", "")),
         ("neighbouring", config.get("strategy", {}).get("neighbouring", "")),
         (f"total {kind}", _total_text(ledger.get("total", {}))),
-        (f"epsilon at delta = {s.get('delta', '')}", f"{s.get('epsilon_at_delta', float('nan')):.4f}"),
+        (
+            f"epsilon at delta = {s.get('delta', '')}",
+            f"{s.get('epsilon_at_delta', float('nan')):.4f}",
+        ),
         ("per level", ", ".join(f"level {k}: {v}" for k, v in s.get("by_level", {}).items())),
-        ("noise", "secure random source" if config.get("seed", "none") == "none"
-         else f"seed {config.get('seed')}: reproducible, NOT for production"),
+        (
+            "noise",
+            "secure random source"
+            if config.get("seed", "none") == "none"
+            else f"seed {config.get('seed')}: reproducible, NOT for production",
+        ),
     ]
     inv = ledger.get("invariants", [])
     dis = ledger.get("disclosures", [])
-    rows.append(("invariants (published exactly, outside DP)",
-                 "; ".join(f"{i['name']} at level {i['level']}" for i in inv) or "none"))
-    rows.append(("disclosures (outside DP)", "; ".join(f"{d['name']}: {d['description']}" for d in dis) or "none"))
-    body = "".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape(str(v))}</td></tr>" for k, v in rows)
+    rows.append(
+        (
+            "invariants (published exactly, outside DP)",
+            "; ".join(f"{i['name']} at level {i['level']}" for i in inv) or "none",
+        )
+    )
+    rows.append(
+        (
+            "disclosures (outside DP)",
+            "; ".join(f"{d['name']}: {d['description']}" for d in dis) or "none",
+        )
+    )
+    body = "".join(
+        f"<tr><th>{html.escape(k)}</th><td>{html.escape(str(v))}</td></tr>" for k, v in rows
+    )
     return f"<table class=kv>{body}</table>"
 
 
@@ -196,14 +260,17 @@ def _table_html(frame: pd.DataFrame) -> str:
     return frame.to_html(index=False, float_format=lambda v: f"{v:.3f}", classes="data", border=0)
 
 
-_INVARIANT_NOTE = ("<p class=note>A release error of 0 where a total is an invariant (published exactly) is "
-                   "expected: that figure carries no noise.</p>")
+_INVARIANT_NOTE = (
+    "<p class=note>A release error of 0 where a total is an invariant (published exactly) is "
+    "expected: that figure carries no noise.</p>"
+)
 
 _PAGE = """<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>{title}</title>
 <style>
 body {{ font-family: sans-serif; max-width: 1200px; margin: 2em auto; color: #222; }}
-h1 {{ font-size: 1.6em; }} h2 {{ font-size: 1.2em; border-bottom: 1px solid #ccc; padding-bottom: .2em; }}
+h1 {{ font-size: 1.6em; }}
+h2 {{ font-size: 1.2em; border-bottom: 1px solid #ccc; padding-bottom: .2em; }}
 img {{ max-width: 100%; display: block; margin: .5em 0; }}
 table {{ border-collapse: collapse; margin: .5em 0; font-size: .9em; }}
 th, td {{ padding: .25em .6em; border: 1px solid #ddd; text-align: left; }}

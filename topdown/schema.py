@@ -16,9 +16,11 @@ from __future__ import annotations
 import json
 import logging
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import pairwise
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -75,9 +77,14 @@ class Attribute:
                 raise DomainError(
                     f"attribute {self.name!r}: bins ({list(edges)}) need at least two edges"
                 )
-            bad = [e for e in edges if not isinstance(e, (int, float)) or isinstance(e, bool)
-                   or (isinstance(e, float) and not math.isfinite(e) and e != math.inf)]
-            if bad or any(b <= a for a, b in zip(edges, edges[1:])):
+            bad = [
+                e
+                for e in edges
+                if not isinstance(e, (int, float))
+                or isinstance(e, bool)
+                or (isinstance(e, float) and not math.isfinite(e) and e != math.inf)
+            ]
+            if bad or any(b <= a for a, b in pairwise(edges)):
                 raise DomainError(
                     f"attribute {self.name!r}: bins ({list(edges)}) must be strictly "
                     "increasing numbers"
@@ -93,7 +100,9 @@ class Attribute:
             object.__setattr__(self, "labels", labels)
 
     @classmethod
-    def integer_range(cls, name: str, low: int, high: int, *, column: str | None = None) -> "Attribute":
+    def integer_range(
+        cls, name: str, low: int, high: int, *, column: str | None = None
+    ) -> Attribute:
         """Integer values ``low..high`` inclusive."""
         if int(high) < int(low):
             raise DomainError(f"attribute {name!r}: range high ({high}) must be >= low ({low})")
@@ -181,9 +190,7 @@ class Schema:
             )
         object.__setattr__(self, "attributes", attrs)
         object.__setattr__(self, "hierarchy", hierarchy)
-        object.__setattr__(
-            self, "domain", Domain({a.name: a.domain_values for a in attrs})
-        )
+        object.__setattr__(self, "domain", Domain({a.name: a.domain_values for a in attrs}))
 
     @property
     def n_levels(self) -> int:
@@ -231,7 +238,7 @@ class Schema:
     @classmethod
     def infer(
         cls, data: pd.DataFrame, attributes: Sequence[str], hierarchy: Sequence[str]
-    ) -> "Schema":
+    ) -> Schema:
         """A schema whose domains are read from the data: NOT private, warns.
 
         The caller must record the disclosure in the release's ledger (the engine does).
@@ -243,9 +250,7 @@ class Schema:
         )
         missing = [c for c in list(attributes) + list(hierarchy) if c not in data.columns]
         if missing:
-            raise DataError(
-                f"data lacks column(s) {missing}; its columns are {list(data.columns)}"
-            )
+            raise DataError(f"data lacks column(s) {missing}; its columns are {list(data.columns)}")
         attrs = []
         for name in attributes:
             col = data[name]
@@ -276,9 +281,7 @@ class Schema:
         return {"attributes": out, "hierarchy": list(self.hierarchy)}
 
 
-def attributes_from_dictionary(
-    path: str | Path, names: Sequence[str]
-) -> dict[str, tuple]:
+def attributes_from_dictionary(path: str | Path, names: Sequence[str]) -> dict[str, tuple]:
     """Declared values of some columns from a data dictionary JSON (NIST CRC format).
 
     The dictionary maps a column to ``{"values": {code: description}}`` or
@@ -300,15 +303,13 @@ def attributes_from_dictionary(
         elif isinstance(values, Mapping):
             out[name] = tuple(int(k) if str(k).lstrip("-").isdigit() else k for k in values)
         else:
-            raise DomainError(
-                f"data dictionary entry {name!r} has no usable 'values' ({values!r})"
-            )
+            raise DomainError(f"data dictionary entry {name!r} has no usable 'values' ({values!r})")
     return out
 
 
 def _bin_labels(edges: Sequence[float]) -> tuple[str, ...]:
     labels = []
-    for lo, hi in zip(edges, edges[1:]):
+    for lo, hi in pairwise(edges):
         if isinstance(lo, int) and isinstance(hi, int):
             labels.append(f"{lo}-{hi - 1}" if hi - lo > 1 else f"{lo}")
         elif hi == math.inf:

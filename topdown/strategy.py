@@ -14,9 +14,10 @@ Fraction for any other value.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
@@ -43,7 +44,7 @@ class Query:
     attributes: tuple[str, ...] | None
 
     @classmethod
-    def parse(cls, spec: "Query | str | Sequence[str]") -> "Query":
+    def parse(cls, spec: Query | str | Sequence[str]) -> Query:
         if isinstance(spec, Query):
             return spec
         if isinstance(spec, str):
@@ -98,7 +99,7 @@ class Query:
         """The query as a sparse (answers x cells) 0/1 matrix: a Kronecker product."""
         keep = set(self.kept(domain))
         mat = sp.identity(1, format="csr", dtype=np.float64)
-        for a, n in zip(domain.names, domain.shape):
+        for a, n in zip(domain.names, domain.shape, strict=True):
             factor = sp.identity(n, format="csr") if a in keep else sp.csr_matrix(np.ones((1, n)))
             mat = sp.kron(mat, factor, format="csr")
         return mat
@@ -130,7 +131,8 @@ class LevelStrategy:
         total = sum((s for _, s in queries), Fraction(0))
         if total != 1:
             raise StrategyError(
-                f"query shares ({', '.join(f'{n}: {s}' for n, (_, s) in zip(names, queries))}) "
+                "query shares "
+                f"({', '.join(f'{n}: {s}' for n, (_, s) in zip(names, queries, strict=True))}) "
                 f"sum to {total}, and must sum to exactly 1"
             )
         unknown = [f for f in self.first_pass if f not in names]
@@ -154,11 +156,13 @@ class Strategy:
     def __post_init__(self) -> None:
         if self.mechanism not in MECHANISMS:
             raise StrategyError(
-                f"mechanism ({self.mechanism!r}) is unknown; known mechanisms are {list(MECHANISMS)}"
+                f"mechanism ({self.mechanism!r}) is unknown; known mechanisms are "
+                f"{list(MECHANISMS)}"
             )
         if self.neighbouring not in NEIGHBOURING:
             raise StrategyError(
-                f"neighbouring ({self.neighbouring!r}) is unknown; it must be one of {list(NEIGHBOURING)}"
+                f"neighbouring ({self.neighbouring!r}) is unknown; it must be one of "
+                f"{list(NEIGHBOURING)}"
             )
         if not self.levels:
             raise StrategyError("levels (empty) must give a budget for at least the root")
@@ -177,7 +181,7 @@ class Strategy:
         neighbouring: str = "add_remove",
         queries: Sequence[tuple[Any, Any]] | None = None,
         first_pass: Sequence[str] = (),
-    ) -> "Strategy":
+    ) -> Strategy:
         """Seed style: one budget per level, root first, the same queries on every level
         (default: all of each level's budget on ``detailed``)."""
         if isinstance(budgets, (str, bytes)) or not isinstance(budgets, Sequence):
@@ -221,7 +225,7 @@ class Strategy:
         }
 
     @classmethod
-    def from_dict(cls, spec: Mapping[str, Any]) -> "Strategy":
+    def from_dict(cls, spec: Mapping[str, Any]) -> Strategy:
         """Inverse of ``to_dict`` (also the TOML ``[strategy]`` table's shape once parsed)."""
         levels = []
         for i, lv in enumerate(spec.get("levels", [])):

@@ -9,6 +9,7 @@ how they nest) is public, as census geography is; the per-node counts are not, s
 from __future__ import annotations
 
 from dataclasses import dataclass
+
 import numpy as np
 import pandas as pd
 
@@ -44,7 +45,7 @@ class Level:
         """For each of the ``n_parents`` nodes of the previous level, its children's indices."""
         order = np.argsort(self.parent, kind="stable")
         bounds = np.searchsorted(self.parent[order], np.arange(n_parents + 1))
-        return [order[bounds[i]:bounds[i + 1]] for i in range(n_parents)]
+        return [order[bounds[i] : bounds[i + 1]] for i in range(n_parents)]
 
 
 @dataclass(frozen=True)
@@ -119,7 +120,7 @@ def build_tree(
         levels, _ = _structure(geography, schema.hierarchy, "geography")
         node_codes = _codes_in_geography(data, levels)
     counts = []
-    for lv, codes in zip(levels, node_codes):
+    for lv, codes in zip(levels, node_codes, strict=True):
         flat = np.bincount(codes * size + cells, minlength=lv.size * size)
         counts.append(flat.reshape(lv.size, size).astype(np.int64, copy=False))
     records = data if keep_records else None
@@ -128,7 +129,9 @@ def build_tree(
     )
 
 
-def _structure(frame: pd.DataFrame, hierarchy: tuple[str, ...], source: str) -> tuple[list[Level], list[np.ndarray]]:
+def _structure(
+    frame: pd.DataFrame, hierarchy: tuple[str, ...], source: str
+) -> tuple[list[Level], list[np.ndarray]]:
     """Levels (sorted labels, parent indices) and each row's node code per level."""
     levels = [Level(0, None, np.array([ROOT_LABEL], dtype=object), np.array([-1], dtype=np.int64))]
     node_codes = [np.zeros(len(frame), dtype=np.int64)]

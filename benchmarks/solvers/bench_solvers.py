@@ -42,14 +42,20 @@ MILP_BACKENDS = ("closed_form", "highs", "cvxpy:HIGHS", "scipy", "cvxpy:SCIPY")
 #: (family prefix, backend) -> largest number of variables attempted, with the reason.
 SKIP: dict[tuple[str, str], tuple[int, str]] = {
     # Runs up to 30 x 2016 on purpose: that row shows the time limit (36 s at 10^4 variables).
-    ("L2 separable", "highs"): (61_000, "HiGHS active-set QP: past the time limit at 6e4 variables"),
+    ("L2 separable", "highs"): (
+        61_000,
+        "HiGHS active-set QP: past the time limit at 6e4 variables",
+    ),
     ("L2 coupled", "highs"): (15_000, "HiGHS active-set QP: 20 s at 6400 variables"),
     ("L2", "cvxpy:HIGHS"): (5_000, "HiGHS active-set QP through CVXPY"),
     ("L2 separable", "cvxpy:SCS"): (70_000, "SCS first-order: 5 s at 6e4 variables already"),
     ("L2 coupled", "cvxpy:SCS"): (25_000, "SCS first-order: slow to 1e-7"),
     ("L2 separable", "cvxpy:CLARABEL"): (1_100_000, "memory"),
     ("L2 separable", "cvxpy:OSQP"): (1_100_000, "memory"),
-    ("L2 coupled", "cvxpy:CLARABEL"): (200_000, "IPM factorisation: 25 s at 1.3e5 lifted variables"),
+    ("L2 coupled", "cvxpy:CLARABEL"): (
+        200_000,
+        "IPM factorisation: 25 s at 1.3e5 lifted variables",
+    ),
     ("L2 coupled", "cvxpy:OSQP"): (200_000, "10 s at 1.3e5 lifted variables"),
     ("round", "cvxpy:HIGHS"): (400_000, "CVXPY modelling overhead"),
     ("round", "cvxpy:SCIPY"): (400_000, "CVXPY modelling overhead"),
@@ -89,7 +95,9 @@ def run_instance(inst: Instance, time_limit: float, notes: list[str]) -> list[Ro
         row = Row(inst.family, inst.k, inst.n, problem.n, problem.m, name, "")
         cap = _limit(inst.family, name)
         if cap is not None and problem.n > cap[0]:
-            notes.append(f"skipped {name} on {problem.name} ({problem.n} vars > {cap[0]}: {cap[1]})")
+            notes.append(
+                f"skipped {name} on {problem.name} ({problem.n} vars > {cap[0]}: {cap[1]})"
+            )
             continue
         logger.info("%s: %s ...", problem.name, name)
         start = time.perf_counter()
@@ -102,7 +110,12 @@ def run_instance(inst: Instance, time_limit: float, notes: list[str]) -> list[Ro
         except MemoryError:
             row.status, row.time = "out of memory", time.perf_counter() - start
         else:
-            row.status, row.time, row.objective, row.x = "optimal", result.time, result.objective, result.x
+            row.status, row.time, row.objective, row.x = (
+                "optimal",
+                result.time,
+                result.objective,
+                result.x,
+            )
             row.violation = problem.max_violation(result.x)
         rows.append(row)
     solved = [r for r in rows if r.x is not None]
@@ -123,23 +136,31 @@ def run_instance(inst: Instance, time_limit: float, notes: list[str]) -> list[Ro
 def instances(quick: bool):
     """Yield instances family by family, smallest first."""
     ks, ns = ((5, 30), (64, 2016)) if quick else ((5, 30, 100), (64, 2016, 10_000))
-    for builder, label, flag in ((children_instance, "coupled", False), (children_instance, "coupled", True),
-                                 (rounding_instance, "capped", False), (rounding_instance, "capped", True)):
+    for builder, label, flag in (
+        (children_instance, "coupled", False),
+        (children_instance, "coupled", True),
+        (rounding_instance, "capped", False),
+        (rounding_instance, "capped", True),
+    ):
         for n in ns:
             for k in ks:
                 yield builder(k, n, **{label: flag})
 
 
 def format_table(rows: list[Row]) -> str:
-    head = f"{'family':<13}{'k':>4}{'n':>7}{'vars':>9}{'rows':>9}  {'backend':<15}{'status':<12}" \
-           f"{'time s':>9}{'objective':>17}{'max|dx|':>10}{'viol':>9}"
+    head = (
+        f"{'family':<13}{'k':>4}{'n':>7}{'vars':>9}{'rows':>9}  {'backend':<15}{'status':<12}"
+        f"{'time s':>9}{'objective':>17}{'max|dx|':>10}{'viol':>9}"
+    )
     lines = [head, "-" * len(head)]
     for r in rows:
         obj = f"{r.objective:17.6f}" if np.isfinite(r.objective) else f"{'-':>17}"
         dis = f"{r.disagreement:10.1e}" if np.isfinite(r.disagreement) else f"{'-':>10}"
         vio = f"{r.violation:9.1e}" if np.isfinite(r.violation) else f"{'-':>9}"
-        lines.append(f"{r.family:<13}{r.k:>4}{r.n:>7}{r.variables:>9}{r.rows:>9}  {r.backend:<15}"
-                     f"{r.status:<12}{r.time:9.3f}{obj}{dis}{vio}")
+        lines.append(
+            f"{r.family:<13}{r.k:>4}{r.n:>7}{r.variables:>9}{r.rows:>9}  {r.backend:<15}"
+            f"{r.status:<12}{r.time:9.3f}{obj}{dis}{vio}"
+        )
     return "\n".join(lines)
 
 
@@ -152,9 +173,13 @@ def plot(rows: list[Row], path: Path, time_limit: float) -> None:
 
     families = list(dict.fromkeys(r.family for r in rows))
     fig, axes = plt.subplots(1, len(families), figsize=(4.2 * len(families), 3.8), squeeze=False)
-    for ax, fam in zip(axes[0], families):
+    for ax, fam in zip(axes[0], families, strict=True):
         for backend in dict.fromkeys(r.backend for r in rows if r.family == fam):
-            pts = sorted((r.variables, r.time, r.status) for r in rows if r.family == fam and r.backend == backend)
+            pts = sorted(
+                (r.variables, r.time, r.status)
+                for r in rows
+                if r.family == fam and r.backend == backend
+            )
             ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=backend)
             lim = [p for p in pts if p[2] != "optimal"]
             ax.scatter([p[0] for p in lim], [p[1] for p in lim], marker="x", color="k", zorder=5)
@@ -170,18 +195,28 @@ def plot(rows: list[Row], path: Path, time_limit: float) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="k in (5, 30), n in (64, 2016)")
-    parser.add_argument("--time-limit", type=float, default=None,
-                        help="seconds per solve (default 60; 10 with --quick)")
-    parser.add_argument("--out", type=Path, default=Path("benchmarks/solvers/results"), help="output folder")
+    parser.add_argument(
+        "--time-limit",
+        type=float,
+        default=None,
+        help="seconds per solve (default 60; 10 with --quick)",
+    )
+    parser.add_argument(
+        "--out", type=Path, default=Path("benchmarks/solvers/results"), help="output folder"
+    )
     args = parser.parse_args(argv)
     if args.time_limit is None:
         args.time_limit = 10.0 if args.quick else 60.0
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stderr)
     args.out.mkdir(parents=True, exist_ok=True)
-    command = "python " + " ".join(shlex.quote(a) for a in [sys.argv[0], *(argv if argv is not None else sys.argv[1:])])
+    command = "python " + " ".join(
+        shlex.quote(a) for a in [sys.argv[0], *(argv if argv is not None else sys.argv[1:])]
+    )
     out = sys.stdout
-    out.write(f"# {command}\n# backends installed: {', '.join(solvers.available())}\n"
-              f"# time limit {args.time_limit:g} s per solve; max|dx| = max |x - x_best| over variables\n")
+    out.write(
+        f"# {command}\n# backends installed: {', '.join(solvers.available())}\n"
+        f"# time limit {args.time_limit:g} s per solve; max|dx| = max |x - x_best| over variables\n"
+    )
     rows: list[Row] = []
     notes: list[str] = []
     total = time.perf_counter()
@@ -193,11 +228,37 @@ def main(argv: list[str] | None = None) -> int:
     out.write(f"# total wall time {time.perf_counter() - total:.1f} s\n")
     with open(args.out / "solver_bench.csv", "w", newline="") as fh:
         writer = csv.writer(fh)
-        writer.writerow(["family", "k", "n", "variables", "rows", "backend", "status", "time", "objective",
-                         "disagreement", "violation"])
+        writer.writerow(
+            [
+                "family",
+                "k",
+                "n",
+                "variables",
+                "rows",
+                "backend",
+                "status",
+                "time",
+                "objective",
+                "disagreement",
+                "violation",
+            ]
+        )
         for r in rows:
-            writer.writerow([r.family, r.k, r.n, r.variables, r.rows, r.backend, r.status, f"{r.time:.4f}",
-                             r.objective, r.disagreement, r.violation])
+            writer.writerow(
+                [
+                    r.family,
+                    r.k,
+                    r.n,
+                    r.variables,
+                    r.rows,
+                    r.backend,
+                    r.status,
+                    f"{r.time:.4f}",
+                    r.objective,
+                    r.disagreement,
+                    r.violation,
+                ]
+            )
     plot(rows, args.out / "solver_bench.png", args.time_limit)
     out.write(f"# wrote {args.out / 'solver_bench.csv'} and {args.out / 'solver_bench.png'}\n")
     return 0

@@ -52,7 +52,9 @@ def _truth(k: int, n: int, rng: np.random.Generator) -> np.ndarray:
 
 
 def _seed(*parts: object) -> int:
-    return int(np.frombuffer(repr(parts).encode(), dtype=np.uint8).astype(np.uint64).sum() * 7919 % 2**31)
+    return int(
+        np.frombuffer(repr(parts).encode(), dtype=np.uint8).astype(np.uint64).sum() * 7919 % 2**31
+    )
 
 
 def children_instance(k: int, n: int, *, coupled: bool, seed: int | None = None) -> Instance:
@@ -69,12 +71,15 @@ def children_instance(k: int, n: int, *, coupled: bool, seed: int | None = None)
         Q = marginal_matrix(dims, keep)
         answers = (Q @ true.T).T
         # Variance per query and, for the detailed query, per child (unequal budgets).
-        sigma = rng.uniform(0.5, 3.0, k) if keep == queries[0] else np.full(k, rng.uniform(0.5, 3.0))
+        sigma = (
+            rng.uniform(0.5, 3.0, k) if keep == queries[0] else np.full(k, rng.uniform(0.5, 3.0))
+        )
         noisy = answers + rng.normal(0.0, 1.0, answers.shape) * sigma[:, None]
         measurements.append((Q, noisy, 1.0 / sigma**2))
     family = "L2 coupled" if coupled else "L2 separable"
-    problem = children_l2_problem(parent, measurements, k=k, n=n, lifted=coupled,
-                                  name=f"{family} k={k} n={n}")
+    problem = children_l2_problem(
+        parent, measurements, k=k, n=n, lifted=coupled, name=f"{family} k={k} n={n}"
+    )
     return Instance(family, k, n, problem)
 
 
@@ -98,6 +103,7 @@ def rounding_instance(k: int, n: int, *, capped: bool, seed: int | None = None) 
         extra_A = sp.kron(sp.identity(k), sp.csr_matrix(cells[None, :]), format="csr")
         extra_ub = np.ceil(x_tilde @ cells - 1e-9)
     family = "round capped" if capped else "round TU"
-    problem, _ = rounding_problem(x_tilde, parent, extra_A=extra_A, extra_ub=extra_ub,
-                                  name=f"{family} k={k} n={n}")
+    problem, _ = rounding_problem(
+        x_tilde, parent, extra_A=extra_A, extra_ub=extra_ub, name=f"{family} k={k} n={n}"
+    )
     return Instance(family, k, n, problem)

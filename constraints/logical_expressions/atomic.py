@@ -10,8 +10,9 @@ values), never an empty selection: a typo must not silently select nothing.
 
 from __future__ import annotations
 
+from collections.abc import Hashable, Iterable
 from dataclasses import dataclass
-from typing import Any, ClassVar, Hashable, Iterable
+from typing import Any, ClassVar
 
 import numpy as np
 

@@ -23,8 +23,7 @@ __all__ = ["And", "Or", "Not", "Implies"]
 def _check(cls_name: str, position: str, op: object) -> Expression:
     if not isinstance(op, Expression):
         raise ConstraintError(
-            f"{cls_name}: {position} ({op!r}) must be a logical expression such as "
-            "Equal('SEX', 1)"
+            f"{cls_name}: {position} ({op!r}) must be a logical expression such as Equal('SEX', 1)"
         )
     return op
 

@@ -10,4 +10,11 @@ from solvers.backends.cvxpy_backend import CvxpyBackend
 from solvers.backends.highs import HighsBackend
 from solvers.backends.scipy_backend import ScipyBackend
 
-__all__ = ["Backend", "BackendProtocol", "ClosedFormBackend", "CvxpyBackend", "HighsBackend", "ScipyBackend"]
+__all__ = [
+    "Backend",
+    "BackendProtocol",
+    "ClosedFormBackend",
+    "CvxpyBackend",
+    "HighsBackend",
+    "ScipyBackend",
+]

@@ -84,8 +84,20 @@ def decline_reason(verdict: bool | str, backend_name: str, problem: Problem) -> 
     return f"{backend_name} declines {problem.kind} problem {problem.name!r}"
 
 
-def failed_result(problem: Problem, status: SolveStatus, solver: str, elapsed: float,
-                  iterations: int | None = None) -> SolveResult:
+def failed_result(
+    problem: Problem,
+    status: SolveStatus,
+    solver: str,
+    elapsed: float,
+    iterations: int | None = None,
+) -> SolveResult:
     """A result carrying a failure status (x is NaN) for the registry to turn into an error."""
-    return SolveResult(status=status, x=np.full(problem.n, np.nan), objective=float("nan"),
-                       time=elapsed, solver=solver, problem=problem.name, iterations=iterations)
+    return SolveResult(
+        status=status,
+        x=np.full(problem.n, np.nan),
+        objective=float("nan"),
+        time=elapsed,
+        solver=solver,
+        problem=problem.name,
+        iterations=iterations,
+    )

@@ -80,7 +80,9 @@ def _analyse(problem: Problem) -> tuple[str, _Partition] | str:
             return "closed_form needs a diagonal Hessian (coupled QP)"
         if not np.all(P.diagonal() > 0):
             return "closed_form needs a positive Hessian diagonal"
-        if in_row.any() and not (np.all(problem.lb[in_row] == 0) and np.all(np.isposinf(problem.ub[in_row]))):
+        if in_row.any() and not (
+            np.all(problem.lb[in_row] == 0) and np.all(np.isposinf(problem.ub[in_row]))
+        ):
             return "closed_form projection needs lb = 0 and ub = +inf for variables in rows"
         return "projection", part
     if in_row.any():
@@ -162,21 +164,39 @@ class ClosedFormBackend(Backend):
         start = time.perf_counter()
         verdict = _analyse(problem)
         if isinstance(verdict, str):
-            return SolveResult(status=SolveStatus.UNSUPPORTED, x=np.full(problem.n, np.nan),
-                               objective=float("nan"), time=time.perf_counter() - start,
-                               solver=self.name, problem=problem.name)
+            return SolveResult(
+                status=SolveStatus.UNSUPPORTED,
+                x=np.full(problem.n, np.nan),
+                objective=float("nan"),
+                time=time.perf_counter() - start,
+                solver=self.name,
+                problem=problem.name,
+            )
         kind, part = verdict
-        x = self._projection(problem, part) if kind == "projection" else self._rounding(problem, part)
-        return SolveResult(status=SolveStatus.OPTIMAL, x=x, objective=problem.objective_value(x),
-                           time=time.perf_counter() - start, solver=self.name,
-                           problem=problem.name, iterations=0)
+        x = (
+            self._projection(problem, part)
+            if kind == "projection"
+            else self._rounding(problem, part)
+        )
+        return SolveResult(
+            status=SolveStatus.OPTIMAL,
+            x=x,
+            objective=problem.objective_value(x),
+            time=time.perf_counter() - start,
+            solver=self.name,
+            problem=problem.name,
+            iterations=0,
+        )
 
     def _infeasible(self, problem: Problem, row: int, value: float, rule: str) -> InfeasibleError:
         label = problem.row_names[row] if problem.row_names else f"row {row}"
         return InfeasibleError(
             f"{self.name} on problem {problem.name!r}: {SolveStatus.INFEASIBLE} "
             f"({label}: right-hand side {value:g} {rule})",
-            status=SolveStatus.INFEASIBLE, solver=self.name, problem=problem.name)
+            status=SolveStatus.INFEASIBLE,
+            solver=self.name,
+            problem=problem.name,
+        )
 
     def _projection(self, problem: Problem, part: _Partition) -> np.ndarray:
         assert problem.P is not None
@@ -186,13 +206,19 @@ class ClosedFormBackend(Backend):
         if part.rhs.size:
             bad = np.flatnonzero(part.rhs < 0)
             if bad.size:
-                raise self._infeasible(problem, int(bad[0]), part.rhs[bad[0]], "is negative, variables are >= 0")
+                raise self._infeasible(
+                    problem, int(bad[0]), part.rhs[bad[0]], "is negative, variables are >= 0"
+                )
             for gids, idx in _buckets(part.group, part.rhs.size):
                 if idx.shape[1] == 0:
                     nonzero = gids[part.rhs[gids] != 0]
                     if nonzero.size:
-                        raise self._infeasible(problem, int(nonzero[0]), part.rhs[nonzero[0]],
-                                               "must be 0 for an empty row")
+                        raise self._infeasible(
+                            problem,
+                            int(nonzero[0]),
+                            part.rhs[nonzero[0]],
+                            "must be 0 for an empty row",
+                        )
                     continue
                 x[idx] = project_groups(y[idx], w[idx], part.rhs[gids])
         return x
@@ -207,7 +233,10 @@ class ClosedFormBackend(Backend):
                 raise InfeasibleError(
                     f"{self.name} on problem {problem.name!r}: {SolveStatus.INFEASIBLE} "
                     f"(integer variable {i} has no integer in [{problem.lb[i]}, {problem.ub[i]}])",
-                    status=SolveStatus.INFEASIBLE, solver=self.name, problem=problem.name)
+                    status=SolveStatus.INFEASIBLE,
+                    solver=self.name,
+                    problem=problem.name,
+                )
         # a free variable goes to the bound its cost favours; at zero cost any point of the
         # box is optimal: take the one nearest 0 (finite even when a bound is infinite)
         x = np.where(problem.c < 0, ub, np.where(problem.c > 0, lb, np.clip(0.0, lb, ub)))
@@ -217,14 +246,19 @@ class ClosedFormBackend(Backend):
             raise UnboundedError(
                 f"{self.name} on problem {problem.name!r}: {SolveStatus.UNBOUNDED} "
                 f"(variable {i} has cost {problem.c[i]:g} and no bound in that direction)",
-                status=SolveStatus.UNBOUNDED, solver=self.name, problem=problem.name)
+                status=SolveStatus.UNBOUNDED,
+                solver=self.name,
+                problem=problem.name,
+            )
         if part.rhs.size:
             b = np.round(part.rhs)
             sizes = np.bincount(part.group[~free], minlength=b.size)
             bad = np.flatnonzero((b < 0) | (b > sizes))
             if bad.size:
                 r = int(bad[0])
-                raise self._infeasible(problem, r, b[r], f"is outside [0, {int(sizes[r])}] (group size)")
+                raise self._infeasible(
+                    problem, r, b[r], f"is outside [0, {int(sizes[r])}] (group size)"
+                )
             for gids, idx in _buckets(part.group, b.size):
                 if idx.shape[1]:
                     x[idx] = round_groups(problem.c[idx], b[gids])

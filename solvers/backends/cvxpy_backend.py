@@ -83,20 +83,35 @@ def _default_options(solver: str, tolerance: float | None, time_limit: float) ->
         # error in x on the children problem from ~1e-2 to ~1e-3 (benchmarks/solvers).
         gap = 1e-10 if tolerance is None else tolerance
         feas = 1e-9 if tolerance is None else tolerance
-        return {"tol_gap_abs": gap, "tol_gap_rel": gap, "tol_feas": feas, "time_limit": time_limit,
-                "max_iter": 500}
+        return {
+            "tol_gap_abs": gap,
+            "tol_gap_rel": gap,
+            "tol_feas": feas,
+            "time_limit": time_limit,
+            "max_iter": 500,
+        }
     if solver == "OSQP":
         tol = 1e-7 if tolerance is None else tolerance
-        return {"eps_abs": tol, "eps_rel": tol, _osqp_polish_key(): True, "max_iter": 200_000,
-                "time_limit": time_limit}
+        return {
+            "eps_abs": tol,
+            "eps_rel": tol,
+            _osqp_polish_key(): True,
+            "max_iter": 200_000,
+            "time_limit": time_limit,
+        }
     if solver == "SCS":
         tol = 1e-7 if tolerance is None else tolerance
         return {"eps_abs": tol, "eps_rel": tol, "max_iters": 200_000, "time_limit_secs": time_limit}
     if solver == "HIGHS":
         tol = 1e-8 if tolerance is None else tolerance
-        return {"time_limit": time_limit, "primal_feasibility_tolerance": tol,
-                "dual_feasibility_tolerance": tol, "threads": 1, "random_seed": 0,
-                "mip_rel_gap": 1e-9}
+        return {
+            "time_limit": time_limit,
+            "primal_feasibility_tolerance": tol,
+            "dual_feasibility_tolerance": tol,
+            "threads": 1,
+            "random_seed": 0,
+            "mip_rel_gap": 1e-9,
+        }
     if solver == "GUROBI":
         return {"TimeLimit": time_limit, "Threads": 1}
     return {}
@@ -120,17 +135,29 @@ class CvxpyBackend(Backend):
         lp, qp, milp = _CAPABILITIES.get(self.solver, (True, False, False))
         self.supports_lp, self.supports_qp, self.supports_milp = lp, qp, milp  # type: ignore[misc]
 
-    def solve(self, problem: Problem, *, time_limit: float = 60.0, tolerance: float | None = None,
-              **options: Any) -> SolveResult:
+    def solve(
+        self,
+        problem: Problem,
+        *,
+        time_limit: float = 60.0,
+        tolerance: float | None = None,
+        **options: Any,
+    ) -> SolveResult:
         """Build the CVXPY model, solve with this backend's solver, map the status."""
         import cvxpy as cp
 
         start = time.perf_counter()
-        ints = np.flatnonzero(problem.integrality) if problem.integrality is not None else np.empty(0, int)
+        ints = (
+            np.flatnonzero(problem.integrality)
+            if problem.integrality is not None
+            else np.empty(0, int)
+        )
         if ints.size == problem.n:
             x = cp.Variable(problem.n, integer=True)
         elif ints.size:
-            x = cp.Variable(problem.n, integer=[(int(i),) for i in ints])  # CVXPY wants index tuples
+            x = cp.Variable(
+                problem.n, integer=[(int(i),) for i in ints]
+            )  # CVXPY wants index tuples
         else:
             x = cp.Variable(problem.n)
         objective = problem.c @ x
@@ -156,12 +183,17 @@ class CvxpyBackend(Backend):
                 model.solve(solver=self.solver, **settings)
         except cp.error.SolverError as exc:
             logger.debug("%s on %r raised %s", self.name, problem.name, exc)
-            return failed_result(problem, SolveStatus.NUMERICAL_ERROR, self.name, time.perf_counter() - start)
+            return failed_result(
+                problem, SolveStatus.NUMERICAL_ERROR, self.name, time.perf_counter() - start
+            )
         elapsed = time.perf_counter() - start
         status = STATUS_MAP.get(str(model.status), SolveStatus.ERROR)
         if status is SolveStatus.TIME_LIMIT and self._hit_iterations(model):
             status = SolveStatus.ITERATION_LIMIT
-        if status in (SolveStatus.OPTIMAL_INACCURATE, SolveStatus.NUMERICAL_ERROR) and elapsed >= 0.98 * time_limit:
+        if (
+            status in (SolveStatus.OPTIMAL_INACCURATE, SolveStatus.NUMERICAL_ERROR)
+            and elapsed >= 0.98 * time_limit
+        ):
             # Clarabel and OSQP report a stop at their time limit as an inaccurate solution.
             status = SolveStatus.TIME_LIMIT
         iterations = getattr(model.solver_stats, "num_iters", None)
@@ -172,9 +204,15 @@ class CvxpyBackend(Backend):
         xv = np.asarray(x.value, dtype=float).reshape(-1)
         if problem.integrality is not None:
             xv = np.where(problem.integrality, np.round(xv), xv)
-        return SolveResult(status=status, x=xv, objective=problem.objective_value(xv), time=elapsed,
-                           solver=self.name, problem=problem.name,
-                           iterations=None if iterations is None else int(iterations))
+        return SolveResult(
+            status=status,
+            x=xv,
+            objective=problem.objective_value(xv),
+            time=elapsed,
+            solver=self.name,
+            problem=problem.name,
+            iterations=None if iterations is None else int(iterations),
+        )
 
     @staticmethod
     def _row_constraints(cp: Any, problem: Problem, x: Any) -> list[Any]:

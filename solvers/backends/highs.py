@@ -63,8 +63,14 @@ class HighsBackend(Backend):
     supports_milp = True
     REQUIRED_MODULES = ("highspy",)
 
-    def solve(self, problem: Problem, *, time_limit: float = 60.0, tolerance: float | None = None,
-              **options: Any) -> SolveResult:
+    def solve(
+        self,
+        problem: Problem,
+        *,
+        time_limit: float = 60.0,
+        tolerance: float | None = None,
+        **options: Any,
+    ) -> SolveResult:
         """Solve with HiGHS; ``options`` are passed to ``Highs.setOptionValue`` verbatim."""
         import highspy
 
@@ -91,17 +97,29 @@ class HighsBackend(Backend):
         model_status = h.getModelStatus()
         status = _status_map(highspy).get(model_status, SolveStatus.ERROR)
         info = h.getInfo()
-        iterations = int(info.simplex_iteration_count + max(info.ipm_iteration_count, 0)
-                         + max(info.qp_iteration_count, 0))
+        iterations = int(
+            info.simplex_iteration_count
+            + max(info.ipm_iteration_count, 0)
+            + max(info.qp_iteration_count, 0)
+        )
         if status is SolveStatus.OPTIMAL and problem.n:
             x = np.asarray(h.getSolution().col_value, dtype=float)
         elif status is SolveStatus.OPTIMAL:
             x = np.zeros(0)
         else:
-            logger.debug("highs on %r: model status %s", problem.name, h.modelStatusToString(model_status))
+            logger.debug(
+                "highs on %r: model status %s", problem.name, h.modelStatusToString(model_status)
+            )
             return failed_result(problem, status, self.name, elapsed, iterations)
-        return SolveResult(status=status, x=x, objective=problem.objective_value(x), time=elapsed,
-                           solver=self.name, problem=problem.name, iterations=iterations)
+        return SolveResult(
+            status=status,
+            x=x,
+            objective=problem.objective_value(x),
+            time=elapsed,
+            solver=self.name,
+            problem=problem.name,
+            iterations=iterations,
+        )
 
     @staticmethod
     def _pass_model(h: Any, problem: Problem) -> None:
@@ -119,17 +137,41 @@ class HighsBackend(Backend):
             a_index = np.zeros(0, dtype=np.int32)
             a_value = np.zeros(0)
             row_lb = row_ub = np.zeros(0)
-        integrality = (np.zeros(n, dtype=np.int32) if problem.integrality is None
-                       else problem.integrality.astype(np.int32))
+        integrality = (
+            np.zeros(n, dtype=np.int32)
+            if problem.integrality is None
+            else problem.integrality.astype(np.int32)
+        )
         # HiGHS wants +-kHighsInf; numpy inf is accepted and mapped to it.
-        common = (np.ascontiguousarray(problem.c), np.ascontiguousarray(problem.lb),
-                  np.ascontiguousarray(problem.ub), np.ascontiguousarray(row_lb),
-                  np.ascontiguousarray(row_ub), a_start, a_index, a_value)
+        common = (
+            np.ascontiguousarray(problem.c),
+            np.ascontiguousarray(problem.lb),
+            np.ascontiguousarray(problem.ub),
+            np.ascontiguousarray(row_lb),
+            np.ascontiguousarray(row_ub),
+            a_start,
+            a_index,
+            a_value,
+        )
         if problem.P is None:
-            h.passModel(n, m, int(a_value.size), _MATRIX_COLWISE, _MINIMIZE, 0.0, *common, integrality)
+            h.passModel(
+                n, m, int(a_value.size), _MATRIX_COLWISE, _MINIMIZE, 0.0, *common, integrality
+            )
             return
         Q = sp.tril(problem.P, format="csc")
         Q.sort_indices()
-        h.passModel(n, m, int(a_value.size), int(Q.nnz), _MATRIX_COLWISE, _HESSIAN_TRIANGULAR,
-                    _MINIMIZE, 0.0, *common, Q.indptr.astype(np.int32), Q.indices.astype(np.int32),
-                    Q.data.astype(float), integrality)
+        h.passModel(
+            n,
+            m,
+            int(a_value.size),
+            int(Q.nnz),
+            _MATRIX_COLWISE,
+            _HESSIAN_TRIANGULAR,
+            _MINIMIZE,
+            0.0,
+            *common,
+            Q.indptr.astype(np.int32),
+            Q.indices.astype(np.int32),
+            Q.data.astype(float),
+            integrality,
+        )

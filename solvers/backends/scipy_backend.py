@@ -28,12 +28,22 @@ MAX_DENSE_QP = 3000
 
 #: ``linprog``/``milp`` status ints -> SolveStatus (0 optimal, 1 limit, 2 infeasible,
 #: 3 unbounded, 4 numerical difficulties).
-_LP_STATUS = {0: SolveStatus.OPTIMAL, 1: SolveStatus.ITERATION_LIMIT, 2: SolveStatus.INFEASIBLE,
-              3: SolveStatus.UNBOUNDED, 4: SolveStatus.NUMERICAL_ERROR}
+_LP_STATUS = {
+    0: SolveStatus.OPTIMAL,
+    1: SolveStatus.ITERATION_LIMIT,
+    2: SolveStatus.INFEASIBLE,
+    3: SolveStatus.UNBOUNDED,
+    4: SolveStatus.NUMERICAL_ERROR,
+}
 
 #: ``lsq_linear`` status ints -> SolveStatus (1-3 converged, 0 iteration limit, -1 failure).
-_LSQ_STATUS = {1: SolveStatus.OPTIMAL, 2: SolveStatus.OPTIMAL, 3: SolveStatus.OPTIMAL,
-               0: SolveStatus.ITERATION_LIMIT, -1: SolveStatus.NUMERICAL_ERROR}
+_LSQ_STATUS = {
+    1: SolveStatus.OPTIMAL,
+    2: SolveStatus.OPTIMAL,
+    3: SolveStatus.OPTIMAL,
+    0: SolveStatus.ITERATION_LIMIT,
+    -1: SolveStatus.NUMERICAL_ERROR,
+}
 
 
 class ScipyBackend(Backend):
@@ -55,8 +65,14 @@ class ScipyBackend(Backend):
             return f"scipy declines QP with {problem.n} variables (> {MAX_DENSE_QP}, dense factor)"
         return True
 
-    def solve(self, problem: Problem, *, time_limit: float = 60.0, tolerance: float | None = None,
-              **options: Any) -> SolveResult:
+    def solve(
+        self,
+        problem: Problem,
+        *,
+        time_limit: float = 60.0,
+        tolerance: float | None = None,
+        **options: Any,
+    ) -> SolveResult:
         """Dispatch by kind and map SciPy's integer status codes."""
         start = time.perf_counter()
         if problem.kind == "QP":
@@ -66,31 +82,50 @@ class ScipyBackend(Backend):
         constraints = []
         if problem.A is not None and problem.m:
             constraints.append(LinearConstraint(problem.A, problem.row_lb, problem.row_ub))
-        integrality = (np.zeros(problem.n) if problem.integrality is None
-                       else problem.integrality.astype(float))
+        integrality = (
+            np.zeros(problem.n)
+            if problem.integrality is None
+            else problem.integrality.astype(float)
+        )
         settings: dict[str, Any] = {"time_limit": float(time_limit), "disp": False}
         if problem.kind == "MILP":
             settings["mip_rel_gap"] = 1e-9
         settings.update(options)
         # milp solves LPs too (all-continuous integrality) and has one status convention.
-        res = milp(problem.c, integrality=integrality, bounds=Bounds(problem.lb, problem.ub),
-                   constraints=constraints, options=settings)
+        res = milp(
+            problem.c,
+            integrality=integrality,
+            bounds=Bounds(problem.lb, problem.ub),
+            constraints=constraints,
+            options=settings,
+        )
         elapsed = time.perf_counter() - start
         status = _LP_STATUS.get(int(res.status), SolveStatus.ERROR)
         if status is SolveStatus.ITERATION_LIMIT and elapsed >= 0.95 * time_limit:
             status = SolveStatus.TIME_LIMIT
         if status is not SolveStatus.OPTIMAL or res.x is None:
             logger.debug("scipy on %r: %s", problem.name, res.message)
-            return failed_result(problem, status if status is not SolveStatus.OPTIMAL
-                                 else SolveStatus.NUMERICAL_ERROR, self.name, elapsed)
+            return failed_result(
+                problem,
+                status if status is not SolveStatus.OPTIMAL else SolveStatus.NUMERICAL_ERROR,
+                self.name,
+                elapsed,
+            )
         x = np.asarray(res.x, dtype=float)
         if problem.integrality is not None:
             x = np.where(problem.integrality, np.round(x), x)
-        return SolveResult(status=status, x=x, objective=problem.objective_value(x), time=elapsed,
-                           solver=self.name, problem=problem.name)
+        return SolveResult(
+            status=status,
+            x=x,
+            objective=problem.objective_value(x),
+            time=elapsed,
+            solver=self.name,
+            problem=problem.name,
+        )
 
-    def _solve_qp(self, problem: Problem, start: float, tolerance: float | None,
-                  options: dict[str, Any]) -> SolveResult:
+    def _solve_qp(
+        self, problem: Problem, start: float, tolerance: float | None, options: dict[str, Any]
+    ) -> SolveResult:
         from scipy.linalg import cholesky, solve_triangular
         from scipy.optimize import lsq_linear
 
@@ -99,7 +134,9 @@ class ScipyBackend(Backend):
         try:
             R = cholesky(dense, lower=False)
         except np.linalg.LinAlgError:
-            return failed_result(problem, SolveStatus.UNSUPPORTED, self.name, time.perf_counter() - start)
+            return failed_result(
+                problem, SolveStatus.UNSUPPORTED, self.name, time.perf_counter() - start
+            )
         rhs = -solve_triangular(R, problem.c, trans="T", lower=False)
         tol = 1e-12 if tolerance is None else tolerance
         settings: dict[str, Any] = {"method": "bvls", "tol": tol, "lsmr_tol": None}
@@ -111,5 +148,12 @@ class ScipyBackend(Backend):
         if status is not SolveStatus.OPTIMAL:
             return failed_result(problem, status, self.name, elapsed, int(res.nit))
         x = np.asarray(res.x, dtype=float)
-        return SolveResult(status=status, x=x, objective=problem.objective_value(x), time=elapsed,
-                           solver=self.name, problem=problem.name, iterations=int(res.nit))
+        return SolveResult(
+            status=status,
+            x=x,
+            objective=problem.objective_value(x),
+            time=elapsed,
+            solver=self.name,
+            problem=problem.name,
+            iterations=int(res.nit),
+        )
