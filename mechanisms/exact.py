@@ -8,8 +8,10 @@ spelling); a string such as ``"0.3"`` is read as the decimal it spells (3/10).
 from __future__ import annotations
 
 import math
+import operator
 from fractions import Fraction
 from numbers import Rational
+from typing import SupportsIndex
 
 from mechanisms.errors import MechanismError
 
@@ -48,8 +50,9 @@ def as_fraction(
         f = float(value)  # numpy floats
         if math.isnan(f) or math.isinf(f):
             raise error(f"{name} ({value!r}) must be a finite number {rule}")
-        if hasattr(value, "dtype") and getattr(value.dtype, "kind", "f") in "iu":
-            frac = Fraction(int(value))
+        integer_dtype = hasattr(value, "dtype") and getattr(value.dtype, "kind", "f") in "iu"
+        if integer_dtype and isinstance(value, SupportsIndex):  # 0-d integer arrays
+            frac = Fraction(operator.index(value))
         else:
             frac = Fraction(f)
     elif isinstance(value, str):

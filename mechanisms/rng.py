@@ -27,6 +27,7 @@ import logging
 import operator
 import secrets
 import threading
+from typing import SupportsIndex
 
 import numpy as np
 import randomgen
@@ -52,10 +53,9 @@ def _encode_int(value: object, name: str) -> bytes:
     """Canonical bytes of an integer (bools refused: ``True`` is not the seed ``1``)."""
     if isinstance(value, (bool, np.bool_)):
         raise TypeError(f"{name} ({value!r}) must be an int, not a bool")
-    try:
-        as_int = operator.index(value)
-    except TypeError:
-        raise TypeError(f"{name} ({value!r}) must be an int") from None
+    if not isinstance(value, SupportsIndex):
+        raise TypeError(f"{name} ({value!r}) must be an int")
+    as_int = operator.index(value)
     text = str(as_int).encode("ascii")
     return len(text).to_bytes(4, "big") + text
 

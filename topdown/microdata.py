@@ -33,8 +33,9 @@ def expand_microdata(tree: Tree, schema: Schema, leaf_counts: np.ndarray) -> pd.
     columns: dict[str, object] = {}
     ancestors = tree.ancestors(leaf)
     for lv in range(1, tree.n_levels):
-        labels = tree.levels[lv].labels
-        columns[tree.levels[lv].column] = pd.Categorical.from_codes(  # type: ignore[index]
+        labels, column = tree.levels[lv].labels, tree.levels[lv].column
+        assert column is not None  # only the root (level 0) has no column
+        columns[column] = pd.Categorical.from_codes(
             ancestors[lv][node], categories=pd.Index(labels.astype(str))
         ).astype(str)
     codes = schema.domain.unravel(cell)
