@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from topdown._optional import require
 from topdown.errors import ReleaseError
 from topdown.schema import Schema
 from topdown.tree import Tree
@@ -57,6 +58,8 @@ def write_table(
     fmt = (fmt or path.suffix.lstrip(".") or "csv").lower()
     if fmt not in ("csv", "parquet"):
         raise ReleaseError(f"format ({fmt!r}) is unknown; it must be 'csv' or 'parquet'")
+    if fmt == "parquet":
+        require("parquet", "writing Parquet output")
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     os.close(fd)
