@@ -215,6 +215,12 @@ def split(budget: Budget, shares: Sequence[object]) -> tuple[Budget, ...]:
 
     Raises:
         BudgetError: a share <= 0 or not a number, no shares, or shares not summing to 1.
+
+    Example:
+        >>> split(ZCDP(1), ["1/3", "2/3"])
+        (ZCDP(rho=Fraction(1, 3)), ZCDP(rho=Fraction(2, 3)))
+        >>> sum(split(PureDP("1/2"), [Fraction(1, 3)] * 3)) == PureDP("1/2")  # exactly
+        True
     """
     _check_budget(budget)
     fractions_ = [as_fraction(s, f"shares[{i}]", error=BudgetError) for i, s in enumerate(shares)]

@@ -38,6 +38,15 @@ def as_fraction(
 
     Raises:
         error: naming ``name``, showing the value and stating the rule.
+
+    Example: a decimal string is the number it reads as; a float is the binary number it holds.
+
+        >>> as_fraction("0.1", "epsilon"), as_fraction(0.1, "epsilon")
+        (Fraction(1, 10), Fraction(3602879701896397, 36028797018963968))
+        >>> as_fraction(-1, "epsilon")
+        Traceback (most recent call last):
+        ...
+        mechanisms.errors.MechanismError: epsilon (-1) must be > 0
     """
     rule = ">= 0" if allow_zero else "> 0"
     if isinstance(value, bool):
