@@ -20,7 +20,7 @@ import math
 from dataclasses import dataclass, field
 from fractions import Fraction
 from numbers import Real
-from typing import ClassVar
+from typing import ClassVar, Final
 
 import numpy as np
 import scipy.sparse as sp
@@ -70,9 +70,18 @@ def _check_expr(owner: str, expr: object) -> None:
         )
 
 
-def _check_name(owner: str, name: object) -> None:
-    if name is not None and (not isinstance(name, str) or not name):
+#: Default of every constraint's ``name``: ``__post_init__`` replaces it (or ``name=None``) by a
+#: readable name built from the arguments. A str, so the field is typed as what it always holds.
+AUTO_NAME: Final = "<auto>"
+
+
+def _check_name(owner: str, name: object) -> bool:
+    """Validate a ``name`` argument; True when a readable default name must replace it."""
+    if name is None or name == AUTO_NAME:
+        return True
+    if not isinstance(name, str) or not name:
         raise ConstraintError(f"{owner}: name ({name!r}) must be a non-empty string or None")
+    return False
 
 
 @dataclass(frozen=True)
@@ -87,15 +96,14 @@ class AggregateConstraint(Constraint):
 
     expr: Expression
     value: int | float
-    name: str = field(default=None, kw_only=True)  # type: ignore[assignment]
+    name: str = field(default=AUTO_NAME, kw_only=True)
     sense: ClassVar[str] = "=="
 
     def __post_init__(self) -> None:
         owner = type(self).__name__
         _check_expr(owner, self.expr)
         object.__setattr__(self, "value", check_number(f"{owner}({self.expr})", self.value))
-        _check_name(owner, self.name)
-        if self.name is None:
+        if _check_name(owner, self.name):
             object.__setattr__(self, "name", f"{owner}({self.expr}, {format_number(self.value)})")
 
     @property
@@ -159,12 +167,11 @@ class StructuralZero(Constraint):
     """
 
     expr: Expression
-    name: str = field(default=None, kw_only=True)  # type: ignore[assignment]
+    name: str = field(default=AUTO_NAME, kw_only=True)
 
     def __post_init__(self) -> None:
         _check_expr("StructuralZero", self.expr)
-        _check_name("StructuralZero", self.name)
-        if self.name is None:
+        if _check_name("StructuralZero", self.name):
             object.__setattr__(self, "name", f"StructuralZero({self.expr})")
 
     def rows(self, domain: Domain, cells: np.ndarray | None = None) -> None:

@@ -36,6 +36,30 @@ def _check_level(level: object, what: str = "level") -> int:
     return level
 
 
+def _node_labels(nodes: object, level: int | None, name: str) -> frozenset | None:
+    """``nodes`` as a frozenset of labels (None stays None), checked against ``level``."""
+    if nodes is None:
+        return None
+    if level is None:
+        shown = _preview(nodes) if isinstance(nodes, Iterable) else repr(nodes)
+        raise ConstraintError(
+            f"nodes ({shown}) given for {name} without a "
+            "level: node labels are only unique within a level, pass level= too"
+        )
+    if isinstance(nodes, (str, bytes)) or not isinstance(nodes, Iterable):
+        raise ConstraintError(
+            f"nodes ({nodes!r}) for {name} must be a list of node "
+            "labels (a single label must be wrapped: nodes=['06'])"
+        )
+    labels = frozenset(nodes)
+    if not labels:
+        raise ConstraintError(
+            f"nodes for {name} at level {level} is empty: it "
+            "would apply nowhere; omit nodes= to apply to the whole level"
+        )
+    return labels
+
+
 @dataclass(frozen=True)
 class Attachment:
     """One constraint and its scope.
@@ -54,25 +78,9 @@ class Attachment:
         object.__setattr__(self, "constraint", as_constraint(self.constraint))
         if self.level is not None:
             _check_level(self.level)
-        if self.nodes is not None:
-            nodes = self.nodes
-            if self.level is None:
-                raise ConstraintError(
-                    f"nodes ({_preview(nodes)}) given for {self.constraint.name} without a "
-                    "level: node labels are only unique within a level, pass level= too"
-                )
-            if isinstance(nodes, (str, bytes)) or not isinstance(nodes, Iterable):
-                raise ConstraintError(
-                    f"nodes ({nodes!r}) for {self.constraint.name} must be a list of node "
-                    "labels (a single label must be wrapped: nodes=['06'])"
-                )
-            labels = frozenset(nodes)
-            if not labels:
-                raise ConstraintError(
-                    f"nodes for {self.constraint.name} at level {self.level} is empty: it "
-                    "would apply nowhere; omit nodes= to apply to the whole level"
-                )
-            object.__setattr__(self, "nodes", labels)
+        object.__setattr__(
+            self, "nodes", _node_labels(self.nodes, self.level, self.constraint.name)
+        )
 
     @property
     def scope(self) -> str:
@@ -92,8 +100,18 @@ class ConstraintSet:
         n_levels: if given, every ``add`` and query checks its level against it.
 
     Example:
+        >>> from constraints import Equal, SumEqualRealTotal, SumLessEqual, TrueExpression
         >>> cs = ConstraintSet(n_levels=3)
-        >>> _ = cs.add(SumEqualRealTotal(TrueExpression()), level=0)  # doctest: +SKIP
+        >>> cs = cs.add(SumEqualRealTotal(TrueExpression()), level=0)
+        >>> cs = cs.add(SumLessEqual(Equal("SEX", 1), 40), level=2, nodes=["06"])
+        >>> [c.name for c in cs.for_level(0)], cs.for_level(1)
+        (['SumEqualRealTotal(TRUE)'], ())
+        >>> [c.name for c in cs.for_node(2, "06")], cs.for_node(2, "41")
+        (['SumLessEqual(SEX == 1, 40)'], ())
+        >>> cs.add(SumLessEqual(Equal("SEX", 2), 9), level=3)
+        Traceback (most recent call last):
+        ...
+        constraints.errors.ConstraintError: SumLessEqual(SEX == 2, 9) is attached to level 3, ...
     """
 
     def __init__(
@@ -139,7 +157,8 @@ class ConstraintSet:
             ConstraintError: ``nodes`` without ``level``, a bad level, a level outside
                 ``n_levels``, or an object that is not a constraint or expression.
         """
-        att = Attachment(constraint, level, nodes)  # type: ignore[arg-type]
+        checked = as_constraint(constraint)
+        att = Attachment(checked, level, _node_labels(nodes, level, checked.name))
         if self._n_levels is not None and att.level is not None:
             self._check_range(att.level, att.constraint.name)
         self._attachments.append(att)

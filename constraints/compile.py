@@ -117,7 +117,7 @@ def joint_rows(
     k = len(per_child)
     if k == 0:
         return LinearRows.empty(0)
-    A = sp.block_diag([r.A for r in per_child], format="csr")
+    A = sp.csr_matrix(sp.block_diag([r.A for r in per_child], format="csr"))
     if A.shape[1] != k * n:  # block_diag of empty row blocks keeps the column count
         A = sp.csr_matrix(A, shape=(A.shape[0], k * n))
     names = tuple(

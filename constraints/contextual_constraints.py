@@ -30,6 +30,7 @@ import numpy as np
 import pandas as pd
 
 from constraints.aggregate_constraints import (
+    AUTO_NAME,
     AggregateConstraint,
     SumEqual,
     SumGreaterEqual,
@@ -100,13 +101,12 @@ class SumEqualRealTotal(InvariantConstraint):
     """
 
     expr: Expression
-    name: str = field(default=None, kw_only=True)  # type: ignore[assignment]
-    sense: ClassVar[str] = "=="
+    name: str = field(default=AUTO_NAME, kw_only=True)
+    sense: str = field(default="==", init=False, repr=False)
 
     def __post_init__(self) -> None:
         _check_expr("SumEqualRealTotal", self.expr)
-        _check_name("SumEqualRealTotal", self.name)
-        if self.name is None:
+        if _check_name("SumEqualRealTotal", self.name):
             object.__setattr__(self, "name", f"SumEqualRealTotal({self.expr})")
 
     def evaluate(
@@ -138,7 +138,7 @@ class ContextualConstraint(InvariantConstraint):
     expr: Expression
     aggregate: Callable[[pd.DataFrame], float]
     sense: str = "=="
-    name: str = field(default=None, kw_only=True)  # type: ignore[assignment]
+    name: str = field(default=AUTO_NAME, kw_only=True)
 
     def __post_init__(self) -> None:
         _check_expr("ContextualConstraint", self.expr)
@@ -152,8 +152,7 @@ class ContextualConstraint(InvariantConstraint):
                 f"ContextualConstraint({self.expr}): sense ({self.sense!r}) must be one of "
                 f"{list(_SENSES)}"
             )
-        _check_name("ContextualConstraint", self.name)
-        if self.name is None:
+        if _check_name("ContextualConstraint", self.name):
             label = getattr(self.aggregate, "__name__", type(self.aggregate).__name__)
             object.__setattr__(
                 self, "name", f"ContextualConstraint({self.expr} {self.sense} {label})"

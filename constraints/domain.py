@@ -89,10 +89,10 @@ class Domain:
         """Number of cells (product of the shape)."""
         return int(np.prod(self.shape, dtype=np.int64))
 
-    def values(self, attribute: str) -> tuple:
+    def values(self, attribute: str) -> tuple[Hashable, ...]:
         """The ordered values of one attribute."""
         self._check_attribute(attribute)
-        return self.attributes[attribute]
+        return tuple(self.attributes[attribute])  # already a tuple: no copy
 
     def axis(self, attribute: str) -> int:
         """Axis number of an attribute in the histogram."""

@@ -94,13 +94,14 @@ class _Budget:
         if not isinstance(other, _Budget):
             return NotImplemented
         if type(other) is type(self):
-            return type(self)(self.value + other.value)  # type: ignore[call-arg]
+            return _BUDGET_KINDS[self.kind](self.value + other.value)
         return ZCDP(self.to_zcdp().rho + other.to_zcdp().rho)
 
     def __radd__(self, other: object) -> PureDP | ZCDP:
         """Let ``sum(budgets)`` start from 0."""
-        if isinstance(other, int) and not isinstance(other, bool) and other == 0:
-            return self  # type: ignore[return-value]
+        zero = isinstance(other, int) and not isinstance(other, bool) and other == 0
+        if zero and isinstance(self, (PureDP, ZCDP)):
+            return self
         return NotImplemented
 
     def __str__(self) -> str:
@@ -161,14 +162,15 @@ def make_budget(kind: str, value: object) -> Budget:
     """Build a budget from its kind name (``"pure"`` or ``"zcdp"``) and parameter."""
     if kind not in _BUDGET_KINDS:
         raise BudgetError(f"kind ({kind!r}) must be one of {sorted(_BUDGET_KINDS)}")
-    return _BUDGET_KINDS[kind](value)  # type: ignore[arg-type]
+    cls = _BUDGET_KINDS[kind]
+    return cls(as_fraction(value, cls._param, error=BudgetError))
 
 
 def pure_to_zcdp(epsilon: object) -> ZCDP:
     """The zCDP budget implied by epsilon-DP: rho = epsilon^2 / 2 (exact)."""
     if isinstance(epsilon, PureDP):
         return epsilon.to_zcdp()
-    return PureDP(epsilon).to_zcdp()  # type: ignore[arg-type]
+    return PureDP(as_fraction(epsilon, "epsilon", error=BudgetError)).to_zcdp()
 
 
 def parallel(*budgets: Budget) -> Budget:
@@ -194,7 +196,7 @@ def scale(budget: Budget, fraction: object) -> Budget:
     """Multiply a budget's parameter by a positive exact ``fraction`` (same kind)."""
     _check_budget(budget)
     factor = as_fraction(fraction, "fraction", error=BudgetError)
-    return type(budget)(budget.value * factor)  # type: ignore[arg-type]
+    return type(budget)(budget.value * factor)
 
 
 def split(budget: Budget, shares: Sequence[object]) -> tuple[Budget, ...]:
@@ -213,6 +215,12 @@ def split(budget: Budget, shares: Sequence[object]) -> tuple[Budget, ...]:
 
     Raises:
         BudgetError: a share <= 0 or not a number, no shares, or shares not summing to 1.
+
+    Example:
+        >>> split(ZCDP(1), ["1/3", "2/3"])
+        (ZCDP(rho=Fraction(1, 3)), ZCDP(rho=Fraction(2, 3)))
+        >>> sum(split(PureDP("1/2"), [Fraction(1, 3)] * 3)) == PureDP("1/2")  # exactly
+        True
     """
     _check_budget(budget)
     fractions_ = [as_fraction(s, f"shares[{i}]", error=BudgetError) for i, s in enumerate(shares)]
@@ -221,12 +229,12 @@ def split(budget: Budget, shares: Sequence[object]) -> tuple[Budget, ...]:
     total = sum(fractions_, Fraction(0))
     if total != 1:
         raise BudgetError(f"shares must sum to exactly 1, got sum {total} ({float(total)!r})")
-    return tuple(type(budget)(budget.value * s) for s in fractions_)  # type: ignore[arg-type]
+    return tuple(type(budget)(budget.value * s) for s in fractions_)
 
 
 def _rho_delta(rho: object, delta: float) -> tuple[float, float]:
     """Validate (rho, delta) and return rho rounded up to a float, and delta."""
-    rho_exact = rho.rho if isinstance(rho, ZCDP) else ZCDP(rho).rho  # type: ignore[arg-type]
+    rho_exact = rho.rho if isinstance(rho, ZCDP) else as_fraction(rho, "rho", error=BudgetError)
     if isinstance(delta, bool) or not isinstance(delta, (int, float, Fraction)):
         raise BudgetError(f"delta ({delta!r}) must be a number in (0, 1)")
     delta_f = float(delta)

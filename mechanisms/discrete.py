@@ -180,10 +180,9 @@ class DiscreteGaussianMechanism:
             l2 = as_fraction(l2, "l2_sensitivity")
         if l2_sq is not None:
             l2_sq = as_fraction(l2_sq, "l2_sensitivity_squared")
-        if l2 is None and l2_sq is None:
-            l2, l2_sq = Fraction(1), Fraction(1)
-        elif l2_sq is None:
-            l2_sq = l2 * l2  # type: ignore[operator]
+        if l2_sq is None:
+            l2 = Fraction(1) if l2 is None else l2
+            l2_sq = l2 * l2
         elif l2 is None:
             l2 = _exact_sqrt(l2_sq)
         elif l2 * l2 != l2_sq:
@@ -196,7 +195,9 @@ class DiscreteGaussianMechanism:
     @property
     def sigma2(self) -> Fraction:
         """The discrete Gaussian's parameter sigma^2 = L2^2 / (2 rho) (exact)."""
-        return self.l2_sensitivity_squared / (2 * self.rho)  # type: ignore[operator]
+        l2_sq = self.l2_sensitivity_squared
+        assert l2_sq is not None  # __post_init__ always sets it
+        return l2_sq / (2 * self.rho)
 
     @property
     def budget(self) -> ZCDP:
@@ -255,7 +256,11 @@ def geometric_mechanism(
     Laplace with scale S / epsilon. So this draws that discrete Laplace exactly with
     :func:`mechanisms.samplers.sample_discrete_laplace` instead of two float geometrics.
     """
-    return DiscreteLaplaceMechanism(epsilon, sensitivity).release(values, rng)  # type: ignore[arg-type]
+    mechanism = DiscreteLaplaceMechanism(
+        as_fraction(epsilon, "epsilon", error=BudgetError),
+        as_fraction(sensitivity, "l1_sensitivity"),
+    )
+    return mechanism.release(values, rng)
 
 
 MECHANISMS: tuple[str, ...] = (DiscreteLaplaceMechanism.name, DiscreteGaussianMechanism.name)
@@ -284,15 +289,14 @@ def make_mechanism(
     if name == DiscreteLaplaceMechanism.name:
         if not isinstance(budget, PureDP):
             raise BudgetError(f"budget ({budget}) must be PureDP for mechanism {name!r}")
-        return DiscreteLaplaceMechanism(budget.epsilon, sensitivity)  # type: ignore[arg-type]
+        return DiscreteLaplaceMechanism(budget.epsilon, as_fraction(sensitivity, "l1_sensitivity"))
     if name == DiscreteGaussianMechanism.name:
         if not isinstance(budget, ZCDP):
             raise BudgetError(f"budget ({budget}) must be ZCDP for mechanism {name!r}")
         if l2_sensitivity_squared is not None:
-            return DiscreteGaussianMechanism(
-                budget.rho, l2_sensitivity_squared=l2_sensitivity_squared
-            )  # type: ignore[arg-type]
-        return DiscreteGaussianMechanism(budget.rho, sensitivity)  # type: ignore[arg-type]
+            l2_sq = as_fraction(l2_sensitivity_squared, "l2_sensitivity_squared")
+            return DiscreteGaussianMechanism(budget.rho, l2_sensitivity_squared=l2_sq)
+        return DiscreteGaussianMechanism(budget.rho, as_fraction(sensitivity, "l2_sensitivity"))
     raise MechanismError(
         f"mechanism ({name!r}) is unknown; known mechanisms: {', '.join(MECHANISMS)}"
     )

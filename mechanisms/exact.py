@@ -8,8 +8,10 @@ spelling); a string such as ``"0.3"`` is read as the decimal it spells (3/10).
 from __future__ import annotations
 
 import math
+import operator
 from fractions import Fraction
 from numbers import Rational
+from typing import SupportsIndex
 
 from mechanisms.errors import MechanismError
 
@@ -36,6 +38,15 @@ def as_fraction(
 
     Raises:
         error: naming ``name``, showing the value and stating the rule.
+
+    Example: a decimal string is the number it reads as; a float is the binary number it holds.
+
+        >>> as_fraction("0.1", "epsilon"), as_fraction(0.1, "epsilon")
+        (Fraction(1, 10), Fraction(3602879701896397, 36028797018963968))
+        >>> as_fraction(-1, "epsilon")
+        Traceback (most recent call last):
+        ...
+        mechanisms.errors.MechanismError: epsilon (-1) must be > 0
     """
     rule = ">= 0" if allow_zero else "> 0"
     if isinstance(value, bool):
@@ -48,8 +59,9 @@ def as_fraction(
         f = float(value)  # numpy floats
         if math.isnan(f) or math.isinf(f):
             raise error(f"{name} ({value!r}) must be a finite number {rule}")
-        if hasattr(value, "dtype") and getattr(value.dtype, "kind", "f") in "iu":
-            frac = Fraction(int(value))
+        integer_dtype = hasattr(value, "dtype") and getattr(value.dtype, "kind", "f") in "iu"
+        if integer_dtype and isinstance(value, SupportsIndex):  # 0-d integer arrays
+            frac = Fraction(operator.index(value))
         else:
             frac = Fraction(f)
     elif isinstance(value, str):

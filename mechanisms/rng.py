@@ -27,6 +27,7 @@ import logging
 import operator
 import secrets
 import threading
+from typing import SupportsIndex
 
 import numpy as np
 import randomgen
@@ -52,10 +53,12 @@ def _encode_int(value: object, name: str) -> bytes:
     """Canonical bytes of an integer (bools refused: ``True`` is not the seed ``1``)."""
     if isinstance(value, (bool, np.bool_)):
         raise TypeError(f"{name} ({value!r}) must be an int, not a bool")
-    try:
+    if isinstance(value, int):  # the common case first: a Protocol isinstance costs ~5 us
+        as_int = operator.index(value)  # a plain int, also for int subclasses
+    elif isinstance(value, SupportsIndex):  # numpy integers
         as_int = operator.index(value)
-    except TypeError:
-        raise TypeError(f"{name} ({value!r}) must be an int") from None
+    else:
+        raise TypeError(f"{name} ({value!r}) must be an int")
     text = str(as_int).encode("ascii")
     return len(text).to_bytes(4, "big") + text
 

@@ -307,8 +307,8 @@ def _gaussian_batch(a: int, b: int, t: int, m: int, rng: np.random.Generator) ->
     bt = b * t
     if y.dtype == object or den >= _LIMIT or a >= _LIMIT or bt >= _LIMIT:
         logger.debug("discrete Gaussian: big-integer acceptance for sigma2=%s/%s", a, b)
-        keep = [_bigint.bernoulli_exp_scalar((abs(int(v)) * bt - a) ** 2, den, rng) for v in y]
-        return y[np.array(keep, dtype=bool)] if keep else y
+        kept = [_bigint.bernoulli_exp_scalar((abs(int(v)) * bt - a) ** 2, den, rng) for v in y]
+        return y[np.array(kept, dtype=bool)] if kept else y
     absy = np.abs(y)
     safe = absy <= (_LIMIT // bt)
     z = np.where(safe, absy, 0) * bt - a

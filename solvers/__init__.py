@@ -5,11 +5,17 @@ One problem type (:class:`Problem`: LP, QP or MILP with sparse matrices), one st
 exact closed-form fast paths. :func:`solve` with ``solver="auto"`` picks the fastest backend
 that accepts the problem and never returns a non-optimal answer.
 
-Example:
-    >>> import numpy as np, solvers
-    >>> p = solvers.Problem(c=np.array([1.0, 2.0]), lb=np.zeros(2), ub=np.ones(2))
-    >>> solvers.solve(p).objective
-    0.0
+Example: minimise x0 + 2 x1 over [0, 1]^2 subject to x0 + x1 >= 1; the cheaper variable
+takes the whole unit.
+
+    >>> import numpy as np, scipy.sparse as sp, solvers
+    >>> p = solvers.Problem(
+    ...     c=np.array([1.0, 2.0]), lb=np.zeros(2), ub=np.ones(2),
+    ...     A=sp.csr_matrix([[1.0, 1.0]]), row_lb=np.array([1.0]), row_ub=np.array([np.inf]),
+    ... )
+    >>> result = solvers.solve(p)
+    >>> result.status.value, result.x.round(6).tolist(), round(result.objective, 6)
+    ('optimal', [1.0, 0.0], 1.0)
 """
 
 from solvers.backends.base import Backend, BackendProtocol

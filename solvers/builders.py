@@ -16,7 +16,7 @@ from collections.abc import Sequence
 import numpy as np
 import scipy.sparse as sp
 
-from solvers.problem import Problem
+from solvers.problem import Problem, SparseMatrix
 
 __all__ = ["children_l2_problem", "is_identity", "rounding_problem", "rounding_solution"]
 
@@ -40,7 +40,9 @@ def _bounds(value: object, m: int, default: float, field: str, name: str) -> np.
     return arr
 
 
-def _stack_rows(blocks: list[tuple[sp.spmatrix, np.ndarray, np.ndarray]], ncols: int):
+def _stack_rows(
+    blocks: Sequence[tuple[SparseMatrix, np.ndarray, np.ndarray]], ncols: int
+) -> tuple[sp.csr_matrix | None, np.ndarray | None, np.ndarray | None]:
     if not blocks:
         return None, None, None
     A = sp.vstack([sp.csr_matrix(b[0]) for b in blocks], format="csr")
@@ -51,11 +53,11 @@ def _stack_rows(blocks: list[tuple[sp.spmatrix, np.ndarray, np.ndarray]], ncols:
 
 def children_l2_problem(
     parent: np.ndarray | None,
-    measurements: Sequence[tuple[sp.spmatrix, np.ndarray, np.ndarray]],
+    measurements: Sequence[tuple[SparseMatrix, np.ndarray, np.ndarray]],
     *,
     k: int,
     n: int,
-    extra_A: sp.spmatrix | None = None,
+    extra_A: SparseMatrix | None = None,
     extra_lb=None,
     extra_ub=None,
     ub: np.ndarray | None = None,
@@ -130,7 +132,7 @@ def children_l2_problem(
         P = P + 2.0 * (Qbig.T @ sp.diags(w) @ Qbig)
         c -= 2.0 * (Qbig.T @ (w * Y.reshape(-1)))
         offset += float(np.sum(w * Y.reshape(-1) ** 2))
-    blocks = []
+    blocks: list[tuple[SparseMatrix, np.ndarray, np.ndarray]] = []
     if parent is not None:
         parent = np.asarray(parent, dtype=float).reshape(-1)
         if parent.shape != (n,):
@@ -160,7 +162,7 @@ def children_l2_problem(
     )
 
 
-def is_identity(Q: sp.spmatrix) -> bool:
+def is_identity(Q: SparseMatrix) -> bool:
     """True for the n x n identity (the detailed query): one 1 per row, on the diagonal."""
     n = Q.shape[1]
     if Q.shape[0] != n:
@@ -211,7 +213,7 @@ def _lifted_children(
     T = w.size
     P = sp.diags(np.concatenate([diag_x, 2.0 * w]), format="csc")
     c = np.concatenate([lin_x, -2.0 * w * y])
-    blocks = []
+    blocks: list[tuple[SparseMatrix, np.ndarray, np.ndarray]] = []
     if parent is not None:
         parent = np.asarray(parent, dtype=float).reshape(-1)
         if parent.shape != (n,):
@@ -298,7 +300,7 @@ def rounding_problem(
         hi = np.concatenate([np.ones(N), np.full(N, width - 1.0), np.minimum(width - 1.0, floor)])
         eye = sp.identity(N, format="csr")
         expand = sp.hstack([eye, eye, -eye], format="csr")
-    blocks = []
+    blocks: list[tuple[SparseMatrix, np.ndarray, np.ndarray]] = []
     if parent is not None:
         parent = np.asarray(parent, dtype=float).reshape(-1)
         if parent.shape != (n,):

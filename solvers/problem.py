@@ -13,22 +13,28 @@ built, with the problem's name, rather than deep inside a solver.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, TypeAlias
 
 import numpy as np
 import scipy.sparse as sp
+from numpy.typing import ArrayLike
 
-__all__ = ["Problem", "ProblemKind"]
+__all__ = ["Problem", "ProblemKind", "SparseMatrix"]
 
 ProblemKind = Literal["LP", "QP", "MILP"]
+
+#: The sparse formats the builders and :class:`Problem` accept (converted to CSR/CSC inside).
+SparseMatrix: TypeAlias = (
+    sp.csr_matrix | sp.csr_array | sp.csc_matrix | sp.csc_array | sp.coo_matrix | sp.coo_array
+)
 
 _SYMMETRY_RTOL = 1e-10
 
 
-def _vector(value: object, size: int, field: str, name: str) -> np.ndarray:
+def _vector(value: ArrayLike, size: int, field: str, name: str) -> np.ndarray:
     """Convert ``value`` to a read-only float vector of length ``size`` without NaN."""
     if np.ndim(value) == 0:
-        arr = np.full(size, float(value))  # type: ignore[arg-type]
+        arr = np.full(size, value, dtype=float)
     else:
         arr = np.array(value, dtype=float).reshape(-1)
     if arr.shape != (size,):
@@ -68,7 +74,7 @@ class Problem:
     lb: np.ndarray
     ub: np.ndarray
     P: sp.csc_matrix | None = None
-    A: sp.csr_matrix | None = None
+    A: sp.csr_matrix | sp.csr_array | None = None
     row_lb: np.ndarray | None = None
     row_ub: np.ndarray | None = None
     integrality: np.ndarray | None = None
@@ -145,17 +151,20 @@ class Problem:
             raise ValueError(f"problem {name!r}: A contains NaN or inf")
         A.sort_indices()
         m = A.shape[0]
-        row_lb = np.full(m, -np.inf) if self.row_lb is None else self.row_lb
-        row_ub = np.full(m, np.inf) if self.row_ub is None else self.row_ub
+        row_lb = _vector(
+            np.full(m, -np.inf) if self.row_lb is None else self.row_lb, m, "row_lb", name
+        )
+        row_ub = _vector(
+            np.full(m, np.inf) if self.row_ub is None else self.row_ub, m, "row_ub", name
+        )
         setattr_(self, "A", A)
-        setattr_(self, "row_lb", _vector(row_lb, m, "row_lb", name))
-        setattr_(self, "row_ub", _vector(row_ub, m, "row_ub", name))
-        bad = np.flatnonzero(self.row_lb > self.row_ub)
+        setattr_(self, "row_lb", row_lb)
+        setattr_(self, "row_ub", row_ub)
+        bad = np.flatnonzero(row_lb > row_ub)
         if bad.size:
             i = int(bad[0])
             raise ValueError(
-                f"problem {name!r}: row_lb[{i}] ({self.row_lb[i]}) must be <= row_ub[{i}] "
-                f"({self.row_ub[i]})"
+                f"problem {name!r}: row_lb[{i}] ({row_lb[i]}) must be <= row_ub[{i}] ({row_ub[i]})"
             )
         if self.row_names is not None:
             names = tuple(str(s) for s in self.row_names)

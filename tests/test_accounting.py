@@ -55,7 +55,7 @@ def test_budget_error_message_shows_value_and_rule():
 def test_budgets_are_frozen():
     budget = PureDP(1)
     with pytest.raises(AttributeError):
-        budget.epsilon = Fraction(2)  # type: ignore[misc]
+        budget.epsilon = Fraction(2)
 
 
 # --- composition and conversion -------------------------------------------------------------
@@ -89,7 +89,7 @@ def test_parallel_is_max():
     with pytest.raises(BudgetError, match="at least one budget"):
         parallel()
     with pytest.raises(BudgetError, match=r"budgets\[1\] \(3\) must be a PureDP or ZCDP"):
-        parallel(PureDP(1), 3)  # type: ignore[arg-type]
+        parallel(PureDP(1), 3)
 
 
 def test_split_thirds_is_exact_and_sums_back():
@@ -113,7 +113,7 @@ def test_split_refuses_bad_shares():
     with pytest.raises(BudgetError, match="must not be empty"):
         split(PureDP(1), [])
     with pytest.raises(BudgetError, match=r"budget \(1\) must be a PureDP or ZCDP"):
-        split(1, [1])  # type: ignore[arg-type]
+        split(1, [1])
 
 
 def test_scale():
@@ -224,7 +224,7 @@ def test_ledger_refuses_duplicates_and_bad_fields():
     with pytest.raises(BudgetError, match=r"nodes \(0\) must be an integer >= 1"):
         ledger.record("x", 2, "discrete_gaussian", ZCDP(1), sensitivity=1, nodes=0)
     with pytest.raises(BudgetError, match=r"budget \(0.5\) must be a PureDP or ZCDP"):
-        ledger.record("x", 2, "discrete_gaussian", 0.5, sensitivity=1)  # type: ignore[arg-type]
+        ledger.record("x", 2, "discrete_gaussian", 0.5, sensitivity=1)
     with pytest.raises(BudgetError, match=r"sensitivity \(0\) must be > 0"):
         ledger.record("x", 2, "discrete_gaussian", ZCDP(1), sensitivity=0)
     with pytest.raises(BudgetError, match=r"query \(''\) must be a non-empty string"):

@@ -103,6 +103,6 @@ def test_bad_scopes():
         ):
             ConstraintSet().add(C, level=bad)
     with pytest.raises(ConstraintError, match=r"constraint \('AGE'\) must be a Constraint"):
-        ConstraintSet().add("AGE")  # type: ignore[arg-type]
+        ConstraintSet().add("AGE")
     with pytest.raises(ConstraintError, match=r"n_levels \(0\) must be at least 1"):
         ConstraintSet(n_levels=0)

@@ -138,7 +138,7 @@ def test_contextual_evaluate_and_bind():
     with pytest.raises(ConstraintError, match=r"sense \('<'\) must be one of \['==', '<=', '>='\]"):
         ContextualConstraint(TrueExpression(), len, "<")
     with pytest.raises(ConstraintError, match=r"aggregate \(3\) must be a function"):
-        ContextualConstraint(TrueExpression(), 3)  # type: ignore[arg-type]
+        ContextualConstraint(TrueExpression(), 3)
 
 
 def test_unbound_contextual_cannot_compile():

@@ -85,7 +85,7 @@ def test_report_renders_in_chromium(release_dir: Path, tmp_path: Path) -> None:
         "check_report_render", ROOT / "benchmarks" / "check_report_render.py"
     )
     checker = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(checker)  # type: ignore[union-attr]
+    spec.loader.exec_module(checker)
     shot = tmp_path / "shot.png"
     checker.render(release_dir / "report.html", shot, "/usr/bin/chromium")
     bands = checker.screenshot_bands(shot)

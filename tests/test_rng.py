@@ -37,7 +37,7 @@ def test_bad_seed_is_refused() -> None:
     with pytest.raises(TypeError, match=r"seed \(True\) must be an int"):
         make_rng(True)
     with pytest.raises(TypeError, match=r"seed \('3'\) must be an int"):
-        make_rng("3")  # type: ignore[arg-type]
+        make_rng("3")
 
 
 def test_seeded_warning_logged_once(monkeypatch: pytest.MonkeyPatch, caplog) -> None:
@@ -92,11 +92,11 @@ def test_path_encoding_unambiguous(left: tuple, right: tuple) -> None:
 
 def test_child_rng_bad_arguments() -> None:
     with pytest.raises(TypeError, match=r"path\[1\]"):
-        child_rng(new_release_key(1), "a", 1.5)  # type: ignore[arg-type]
+        child_rng(new_release_key(1), "a", 1.5)
     with pytest.raises(ValueError, match=r"key \(length 3\)"):
         child_rng(b"abc", "a")
     with pytest.raises(TypeError, match="key"):
-        child_rng("not bytes", "a")  # type: ignore[arg-type]
+        child_rng("not bytes", "a")
 
 
 def test_child_rng_cost() -> None:

@@ -103,7 +103,7 @@ def test_bern_exp_frac_hand_worked() -> None:
     """
     rng = ScriptedRng([[2, 0, 0], [5, 0], [4]])
     rem = np.array([1, 1, 1], dtype=np.int64)
-    out = samplers._bern_exp_frac(rem, 3, rng)  # type: ignore[arg-type]
+    out = samplers._bern_exp_frac(rem, 3, rng)
     assert out.tolist() == [True, False, True]
     assert rng.calls == [(3, 3), (6, 2), (9, 1)]
 
@@ -125,7 +125,7 @@ def test_bern_exp_lanes_whole_part() -> None:
     )
     whole = np.array([2, 2], dtype=np.int64)
     rem = np.array([0, 0], dtype=np.int64)
-    out = samplers._bern_exp_lanes(whole, rem, 1, rng)  # type: ignore[arg-type]
+    out = samplers._bern_exp_lanes(whole, rem, 1, rng)
     assert out.tolist() == [False, True]
 
 
@@ -252,7 +252,7 @@ def test_bad_size_message(size) -> None:
 
 def test_bad_rng_message() -> None:
     with pytest.raises(MechanismError, match=r"^rng \(.*must be a numpy.random.Generator"):
-        sample_discrete_laplace(1, 3, rng=42)  # type: ignore[arg-type]
+        sample_discrete_laplace(1, 3, rng=42)
 
 
 def test_pmfs() -> None:

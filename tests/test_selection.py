@@ -124,7 +124,7 @@ def test_bad_scores_refused(scores, message):
 
 def test_report_noisy_max_refuses_unknown_noise():
     with pytest.raises(MechanismError, match=r"noise \('laplace'\) must be 'gumbel' or"):
-        report_noisy_max([1, 2], 1, noise="laplace")  # type: ignore[arg-type]
+        report_noisy_max([1, 2], 1, noise="laplace")
 
 
 def test_single_candidate_and_reproducibility():

@@ -25,7 +25,7 @@ for contradictions, so a typo is reported with its key instead of failing mid-re
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any
 
 from constraints import (
@@ -51,6 +51,7 @@ from constraints import (
     TrueExpression,
     check_node,
 )
+from constraints.aggregate_constraints import AUTO_NAME
 from constraints.constraint import Constraint
 from constraints.domain import Domain
 from constraints.errors import DomainError
@@ -162,8 +163,8 @@ def _parse_one(
     if "expr" not in body:
         raise fail(f"{bkey}.expr", "is required: the expression selecting the cells")
     expr = parse_expression(body["expr"], domain, f"{bkey}.expr", fail)
-    name = body.get("name")
-    if name is not None and not isinstance(name, str):
+    name = body.get("name", AUTO_NAME)
+    if not isinstance(name, str):
         raise fail(f"{bkey}.name", f"must be a string; got {name!r}")
     try:
         if kind in _AGGREGATES:
@@ -229,7 +230,7 @@ def _check_contradictions(
     """Constraints that no node of a level could satisfy together (invariants are unknown yet)."""
     for level in range(n_levels):
         general = [c for c in cs.for_level(level) if not c.is_invariant]
-        groups = {None: general}
+        groups: dict[Hashable, list[Constraint]] = {None: general}
         for label, specific in cs.node_specific(level).items():
             groups[label] = general + [c for c in specific if not c.is_invariant]
         for label, group in groups.items():

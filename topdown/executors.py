@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from typing import TypeVar
 
+from topdown._optional import require
 from topdown.errors import TopDownError
 
 __all__ = ["EXECUTORS", "Executor", "make_executor"]
@@ -84,6 +85,7 @@ class DaskExecutor(Executor):
     name = "dask"
 
     def __init__(self, address: str | None = None, workers: int | None = None):
+        require("dask", "the dask executor")
         from dask.distributed import Client, LocalCluster
 
         self._cluster = None
@@ -94,7 +96,7 @@ class DaskExecutor(Executor):
                 n_workers=workers or os.cpu_count() or 1,
                 threads_per_worker=1,
                 processes=True,
-                dashboard_address=None,
+                dashboard_address=":0",  # any free port: 8787 may be taken by another run
             )
             self.client = Client(self._cluster)
         log.info("dask executor: %s", self.client)

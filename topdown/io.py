@@ -13,6 +13,7 @@ from typing import Any
 
 import pandas as pd
 
+from topdown._optional import require
 from topdown.errors import DataError
 
 __all__ = ["read_data"]
@@ -42,6 +43,8 @@ def read_data(
     if not path.is_file():
         raise DataError(f"data path {str(path)!r} is not a file")
     fmt = (fmt or ("parquet" if path.suffix.lower() in (".parquet", ".pq") else "csv")).lower()
+    if fmt == "parquet":
+        require("parquet", "reading Parquet data")
     try:
         if fmt == "parquet":
             frame = pd.read_parquet(path)

@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from topdown._optional import require
 from topdown.errors import ReleaseError
 from topdown.schema import Schema
 from topdown.tree import Tree
@@ -33,8 +34,9 @@ def expand_microdata(tree: Tree, schema: Schema, leaf_counts: np.ndarray) -> pd.
     columns: dict[str, object] = {}
     ancestors = tree.ancestors(leaf)
     for lv in range(1, tree.n_levels):
-        labels = tree.levels[lv].labels
-        columns[tree.levels[lv].column] = pd.Categorical.from_codes(  # type: ignore[index]
+        labels, column = tree.levels[lv].labels, tree.levels[lv].column
+        assert column is not None  # only the root (level 0) has no column
+        columns[column] = pd.Categorical.from_codes(
             ancestors[lv][node], categories=pd.Index(labels.astype(str))
         ).astype(str)
     codes = schema.domain.unravel(cell)
@@ -56,6 +58,8 @@ def write_table(
     fmt = (fmt or path.suffix.lstrip(".") or "csv").lower()
     if fmt not in ("csv", "parquet"):
         raise ReleaseError(f"format ({fmt!r}) is unknown; it must be 'csv' or 'parquet'")
+    if fmt == "parquet":
+        require("parquet", "writing Parquet output")
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     os.close(fd)

@@ -82,10 +82,6 @@ class Query:
             )
         return tuple(a for a in domain.names if a in self.attributes)
 
-    def n_answers(self, domain: Domain) -> int:
-        keep = self.kept(domain)
-        return int(np.prod([len(domain.values(a)) for a in keep], dtype=np.int64))
-
     def answer(self, histograms: np.ndarray, domain: Domain) -> np.ndarray:
         """Answers for a stack of histograms: shape (nodes, cells) -> (nodes, answers)."""
         keep = set(self.kept(domain))

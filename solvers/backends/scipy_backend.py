@@ -80,12 +80,13 @@ class ScipyBackend(Backend):
         from scipy.optimize import Bounds, LinearConstraint, milp
 
         constraints = []
-        if problem.A is not None and problem.m:
-            constraints.append(LinearConstraint(problem.A, problem.row_lb, problem.row_ub))
+        A, row_lb, row_ub = problem.A, problem.row_lb, problem.row_ub
+        if A is not None and row_lb is not None and row_ub is not None and problem.m:
+            constraints.append(LinearConstraint(A, row_lb, row_ub))
         integrality = (
-            np.zeros(problem.n)
+            np.zeros(problem.n, dtype=np.int64)
             if problem.integrality is None
-            else problem.integrality.astype(float)
+            else problem.integrality.astype(np.int64)
         )
         settings: dict[str, Any] = {"time_limit": float(time_limit), "disp": False}
         if problem.kind == "MILP":
@@ -97,7 +98,9 @@ class ScipyBackend(Backend):
             integrality=integrality,
             bounds=Bounds(problem.lb, problem.ub),
             constraints=constraints,
-            options=settings,
+            # scipy-stubs types options as a closed TypedDict; callers' solver options pass
+            # through unchanged (SciPy itself warns on an unknown key)
+            options=settings,  # type: ignore[arg-type]
         )
         elapsed = time.perf_counter() - start
         status = _LP_STATUS.get(int(res.status), SolveStatus.ERROR)
