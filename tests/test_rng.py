@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import time
 
 import numpy as np
 import pytest
@@ -97,14 +96,3 @@ def test_child_rng_bad_arguments() -> None:
         child_rng(b"abc", "a")
     with pytest.raises(TypeError, match="key"):
         child_rng("not bytes", "a")
-
-
-def test_child_rng_cost() -> None:
-    """Generous bound (the measured cost is ~30-35 us); catches accidental slow paths."""
-    key = new_release_key(1)
-    calls = 2000
-    start = time.perf_counter()
-    for i in range(calls):
-        child_rng(key, "measure", 3, i)
-    per_call = (time.perf_counter() - start) / calls
-    assert per_call < 500e-6
