@@ -63,8 +63,9 @@ def test_report_embeds_four_valid_pngs(release_dir: Path) -> None:
         "Solver time",
     ):
         assert heading in html
-    assert "<th>total rho</th><td>1 (1.0)</td>" in html  # 1/2 + 1/2
-    assert "seed 11: reproducible, NOT for production" in html
+    assert "<th>total rho (nominal)</th><td>1 (1.0)</td>" in html  # 1/2 + 1/2, seeded
+    assert "<p class=danger><strong>NOT PRIVATE.</strong> Noise: seed 11" in html
+    assert "<th>epsilon at delta = 1e-10</th><td>none holds</td>" in html
     assert 'src="http' not in html and "<script" not in html  # self-contained
 
 

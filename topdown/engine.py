@@ -21,7 +21,7 @@ import pandas as pd
 from constraints.attach import ConstraintSet
 from constraints.constraint import Constraint
 from constraints.contextual_constraints import ContextualConstraint
-from mechanisms.ledger import Ledger
+from mechanisms.ledger import Ledger, NoiseSource
 from mechanisms.rng import new_release_key
 from topdown.errors import DataError, StrategyError
 from topdown.estimate import EstimateOptions, estimate
@@ -80,7 +80,8 @@ def release(
     strategy.check(schema.domain, schema.n_levels)
     if constraints is not None:
         constraints.validate(schema.n_levels)
-    ledger = Ledger()
+    noise = NoiseSource.from_seed(seed)  # checks the seed; a seeded source records a disclosure
+    ledger = Ledger(noise)
     if domain_inferred:
         ledger.record_disclosure(
             "domain inferred from data",
@@ -134,6 +135,7 @@ def release(
         stats=stats,
         constraints=constraints,
         invariants=invariants,
+        noise=noise,
     )
 
 
