@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from constraints import ConstraintSet
+from topdown import budget_bounds
 from topdown.config_constraints import parse_constraints
 from topdown.errors import TopDownError
 from topdown.executors import EXECUTORS
@@ -487,6 +488,13 @@ def _strategy(spec: Mapping, schema: Schema, fail, bad) -> Strategy:
             raise fail(bkey, str(err)) from None
         qkey = key + ".queries" if "levels" in spec else "strategy.queries"
         qs = _queries(queries, schema, qkey, fail, bad)
+        for q, share in qs:
+            if budget_bounds.out_of_range(b, share):
+                bad(
+                    bkey,
+                    f"{budget!r} gives query {q.name!r} a budget of {float(b * share):g} "
+                    f"(share {share}); {budget_bounds.budget_range_rule()}",
+                )
         try:
             out.append(LevelStrategy(b, qs, tuple(first_pass)))
         except ValueError as err:

@@ -38,8 +38,8 @@ import platform
 import shutil
 import tempfile
 import time
-from dataclasses import dataclass
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from fractions import Fraction
 from pathlib import Path
@@ -404,9 +404,7 @@ def _write_contents(rel: Release, cfg: RunConfig, folder: Path, metrics: Any) ->
         write_metrics(folder, metrics)
 
 
-def _write_manifest(
-    folder: Path, rel: Release, cfg: RunConfig, timings: dict[str, float]
-) -> None:
+def _write_manifest(folder: Path, rel: Release, cfg: RunConfig, timings: dict[str, float]) -> None:
     import numpy
 
     import topdown
@@ -516,9 +514,9 @@ def manifest_failures(folder: Path, *, ignore: tuple[str, ...] = ()) -> list[str
             )
     for path in sorted(folder.rglob("*")):
         name = path.relative_to(folder).as_posix()
-        if (path.is_file() or path.is_symlink()) and name != "manifest.json" and name not in files:
-            if name not in ignore:
-                out.append(f"{name}: in the folder but not listed in the manifest")
+        listed = name == "manifest.json" or name in files or name in ignore
+        if (path.is_file() or path.is_symlink()) and not listed:
+            out.append(f"{name}: in the folder but not listed in the manifest")
     return out
 
 
