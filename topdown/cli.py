@@ -14,8 +14,12 @@ otherwise.
 
 Exit codes: 0 success; 1 a runtime failure (a solver failure, a release or folder that fails
 its checks, an I/O error); 2 a usage, configuration or input-data error (bad option, config
-key, data column or value, existing output folder); 130 interrupted. Errors are one message on
-stderr naming the file, the key or column, the value and the rule; nothing is left behind.
+key, data column or value, existing or claimed output folder); 130 interrupted (Ctrl-C), 143
+terminated (SIGTERM, handled like Ctrl-C). Errors are one message on stderr naming the file, the
+key or column, the value and the rule; nothing is left behind.
+
+``topdown check`` exits 0 for a consistent seeded release but reports it NOT PRIVATE on both
+streams: its seed is published, so its noise can be regenerated.
 """
 
 from __future__ import annotations
