@@ -20,7 +20,7 @@ import operator
 from collections.abc import Mapping
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any
+from typing import Any, SupportsIndex
 
 from mechanisms.accounting import (
     ZCDP,
@@ -176,14 +176,14 @@ class NoiseSource:
             )
 
     @classmethod
-    def from_seed(cls, seed: object) -> NoiseSource:
+    def from_seed(cls, seed: SupportsIndex | None) -> NoiseSource:
         """``None`` is the secure source; an integer (numpy integers too) is a seeded one."""
         if seed is None:
             return cls("secure")
         if isinstance(seed, bool):
             raise BudgetError(f"seed ({seed!r}) must be a non-negative integer or None, not a bool")
         try:
-            value = operator.index(seed)  # type: ignore[call-overload]
+            value = operator.index(seed)
         except TypeError:
             raise BudgetError(f"seed ({seed!r}) must be a non-negative integer or None") from None
         return cls("seeded", value)
@@ -209,7 +209,7 @@ class NoiseSource:
     def from_dict(cls, data: Any) -> NoiseSource:
         if not isinstance(data, Mapping):
             raise BudgetError(f"noise ({data!r}) must be a table {{kind, seed}}")
-        return cls(data.get("kind"), data.get("seed"))  # type: ignore[arg-type]
+        return cls(str(data.get("kind")), data.get("seed"))
 
 
 #: The name of the disclosure a seeded release records.

@@ -30,9 +30,11 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from pathlib import Path
+from types import FrameType
+from typing import Any
 
 import pandas as pd
 
@@ -68,11 +70,14 @@ class _Terminated(KeyboardInterrupt):
     removed and the claim on the output is given up."""
 
 
-def _on_sigterm(signum: int, frame: object) -> None:
+def _on_sigterm(signum: int, frame: FrameType | None) -> None:
     raise _Terminated
 
 
-def _handle_sigterm() -> object:
+_Handler = Callable[[int, FrameType | None], Any] | int | None
+
+
+def _handle_sigterm() -> _Handler:
     """Install the SIGTERM handler (main thread only); returns the previous one."""
     try:
         return signal.signal(signal.SIGTERM, _on_sigterm)
@@ -180,7 +185,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return code
     finally:
         if previous is not None:
-            signal.signal(signal.SIGTERM, previous)  # type: ignore[arg-type]
+            signal.signal(signal.SIGTERM, previous)
 
 
 def _setup_logging(quiet: bool, verbose: bool) -> None:

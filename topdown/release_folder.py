@@ -316,8 +316,9 @@ def set_modes(folder: Path, names: Sequence[str] | None = None) -> None:
 
 def noise_config_value(rel: Release) -> int | str:
     """``config.json``'s ``seed``, from the release's own noise source."""
-    assert rel.noise is not None  # checked by the writers
-    return "none" if rel.noise.private else int(rel.noise.seed)  # type: ignore[arg-type]
+    if rel.noise is None or rel.noise.seed is None:
+        return "none"
+    return rel.noise.seed
 
 
 def ledger_summary(rel: Release) -> dict[str, Any]:
