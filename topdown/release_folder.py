@@ -72,7 +72,7 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 DELTA = 1e-10
-FORMAT = "topdown-release/1"
+FORMAT = "topdown-release/2"  # 2: the ledger records its noise source
 
 
 class OutputExistsError(TopDownError, ValueError):
@@ -199,8 +199,10 @@ class OutputClaim:
         except BaseException:
             if trash is not None and not out.exists() and (trash / out.name).exists():
                 os.replace(trash / out.name, out)  # the swap failed: put the old release back
-            if trash is not None:
-                shutil.rmtree(trash, ignore_errors=True)
+            if trash is not None and (trash / out.name).exists():
+                log.error("the previous %s could not be put back; it is kept in %s", out, trash)
+            elif trash is not None:
+                trash.rmdir()
             raise
         if trash is not None:
             shutil.rmtree(trash, ignore_errors=True)
