@@ -295,15 +295,30 @@ def test_an_output_folder_holding_the_inputs_is_refused(
     assert sorted(p.name for p in tmp_path.iterdir()) == before
 
 
-def test_unwritable_output_parent_is_refused_before_any_work(tmp_path: Path, capsys) -> None:
-    if os.geteuid() == 0:
-        pytest.skip("root writes anywhere: the permission check cannot be exercised")
+def test_unwritable_output_parent_is_refused_before_any_work(
+    tmp_path: Path, monkeypatch, capsys
+) -> None:
+    import topdown.cli as cli
+    import topdown.output_claim as output_claim
+
     config = _project(tmp_path)
     locked = tmp_path / "locked"
     locked.mkdir(mode=0o500)
+    if os.geteuid() == 0:  # root writes anywhere: deny it the way the kernel would a user
+        real = os.access
+        monkeypatch.setattr(
+            output_claim.os, "access", lambda p, m: Path(p) != locked and real(p, m)
+        )
+
+    def no_reading(*args, **kwargs):
+        raise AssertionError("the data was read before the output was checked")
+
+    monkeypatch.setattr(cli, "load_data", no_reading)
     try:
         assert main(["-q", "run", str(config), "--out", str(locked / "rel")]) == 2
-        assert "is not writable" in capsys.readouterr().err
+        assert f"the parent folder of the output '{locked}' is not writable" in (
+            capsys.readouterr().err
+        )
     finally:
         locked.chmod(0o700)
 
