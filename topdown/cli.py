@@ -114,7 +114,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--overwrite", action="store_true", help="replace the output folder if it exists"
     )
     run.add_argument(
-        "--seed", type=int, help="reproducible noise (tests, experiments; NOT for production)"
+        "--seed",
+        type=int,
+        help="reproducible noise for tests and experiments: NOT private (the seed is published)",
     )
     run.add_argument("--solver", help="solver name (see solvers.available()) or auto")
     run.add_argument("--executor", help="serial, processes or dask")
