@@ -87,7 +87,9 @@ def test_sigterm_while_computing_leaves_nothing(tmp_path: Path) -> None:
     proc = _topdown("run", str(config), "--out", str(tmp_path / "rel"), cwd=tmp_path)
     lock = tmp_path / ".rel.lock"
     deadline = time.monotonic() + 120
-    while not lock.exists() and proc.poll() is None and time.monotonic() < deadline:
+    while proc.poll() is None and time.monotonic() < deadline:  # claimed: its pid is written
+        if lock.exists() and lock.read_text():
+            break
         time.sleep(0.02)
     assert proc.poll() is None, proc.communicate()
     proc.send_signal(signal.SIGTERM)
