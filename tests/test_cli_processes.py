@@ -16,25 +16,12 @@ import time
 from pathlib import Path
 
 import pytest
-from cli_helpers import SEX_AGE, embedded_subset
+from cli_helpers import data_config, embedded_subset
 
 from topdown.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
-CONFIG = (
-    """
-seed = 4
-[data]
-path = "data.csv"
-[schema]
-hierarchy = ["STATE", "PUMA"]
-"""
-    + SEX_AGE
-    + """[strategy]
-budgets = ["1/2", "1/2", "1/2"]
-queries = {detailed = "3/4", total = "1/4"}
-"""
-)
+CONFIG = data_config(4, ("STATE", "PUMA"))
 
 pytestmark = pytest.mark.skipif(
     sys.platform == "win32", reason="POSIX signals and flock (the platforms topdown supports)"

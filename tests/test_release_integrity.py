@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from cli_helpers import SEX_AGE, embedded_subset
+from cli_helpers import data_config, embedded_subset
 
 from mechanisms.errors import BudgetError
 from mechanisms.ledger import Ledger, NoiseSource
@@ -26,24 +26,11 @@ from topdown.config import load_config
 from topdown.release_folder import load_release, write_release_folder
 from topdown.report import build_report
 
-CONFIG = (
-    """
-seed = 5
-[data]
-path = "data.csv"
-[schema]
-hierarchy = ["STATE"]
-"""
-    + SEX_AGE
-    + """[strategy]
-budgets = ["1/2", "1/2"]
-queries = {detailed = "3/4", total = "1/4"}
-[[constraints]]
-sum_equal_real_total = {expr = {true = {}}}
-level = 0
-[metrics]
-truth = true
-"""
+CONFIG = data_config(
+    5,
+    ("STATE",),
+    "[[constraints]]\nsum_equal_real_total = {expr = {true = {}}}\nlevel = 0\n"
+    "[metrics]\ntruth = true\n",
 )
 
 

@@ -9,28 +9,13 @@ import shutil
 from pathlib import Path
 
 import pytest
-from cli_helpers import SEX_AGE, embedded_subset
+from cli_helpers import data_config, embedded_subset
 
 from topdown.cli import main
 from topdown.report import build_report
 
 ROOT = Path(__file__).resolve().parents[1]
-CONFIG = (
-    """
-seed = 11
-[data]
-path = "data.csv"
-[schema]
-hierarchy = ["STATE"]
-"""
-    + SEX_AGE
-    + """[strategy]
-budgets = ["1/2", "1/2"]
-queries = {detailed = "3/4", total = "1/4"}
-[metrics]
-truth = true
-"""
-)
+CONFIG = data_config(11, ("STATE",), "[metrics]\ntruth = true\n")
 
 
 @pytest.fixture(scope="module")
