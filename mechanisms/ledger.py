@@ -16,10 +16,11 @@ compose sequentially.
 from __future__ import annotations
 
 import logging
+import operator
 from collections.abc import Mapping
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any
+from typing import Any, SupportsIndex
 
 from mechanisms.accounting import (
     ZCDP,
@@ -33,7 +34,7 @@ from mechanisms.accounting import (
 from mechanisms.errors import BudgetError
 from mechanisms.exact import as_fraction
 
-__all__ = ["Ledger", "LedgerEntry", "Invariant", "Disclosure"]
+__all__ = ["Ledger", "LedgerEntry", "Invariant", "Disclosure", "NoiseSource", "SEEDED_DISCLOSURE"]
 
 logger = logging.getLogger(__name__)
 
@@ -145,16 +146,122 @@ class Disclosure:
         _check_name(self.name, "name")
 
 
+@dataclass(frozen=True)
+class NoiseSource:
+    """Where the noise of a release came from: a secure random source, or a seed.
+
+    Why it is recorded: a seeded release is reproducible by anyone who knows the seed, and a
+    release folder publishes its seed, so every true answer can be recovered by regenerating
+    the noise. The ledger states which source was used, so no writer (``config.json``, the
+    report, ``topdown check``) has to guess it from a configuration.
+
+    Attributes:
+        kind: ``"secure"`` (a key from the operating system) or ``"seeded"``.
+        seed: the seed of a seeded source (a non-negative integer); None when secure.
+    """
+
+    kind: str
+    seed: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("secure", "seeded"):
+            raise BudgetError(f"noise source kind ({self.kind!r}) must be 'secure' or 'seeded'")
+        if self.kind == "secure" and self.seed is not None:
+            raise BudgetError(f"a secure noise source has no seed; got seed {self.seed!r}")
+        if self.kind == "seeded" and (
+            isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0
+        ):
+            raise BudgetError(
+                f"a seeded noise source needs a non-negative integer seed; got {self.seed!r}"
+            )
+
+    @classmethod
+    def from_seed(cls, seed: SupportsIndex | None) -> NoiseSource:
+        """``None`` is the secure source; an integer (numpy integers too) is a seeded one."""
+        if seed is None:
+            return cls("secure")
+        if isinstance(seed, bool):
+            raise BudgetError(f"seed ({seed!r}) must be a non-negative integer or None, not a bool")
+        try:
+            value = operator.index(seed)
+        except TypeError:
+            raise BudgetError(f"seed ({seed!r}) must be a non-negative integer or None") from None
+        return cls("seeded", value)
+
+    @property
+    def private(self) -> bool:
+        """Whether the noise protects anything (a published seed protects nothing)."""
+        return self.kind == "secure"
+
+    def describe(self) -> str:
+        """One line for people: the report, the manifest, ``topdown check``."""
+        if self.private:
+            return "secure random source"
+        return (
+            f"seed {self.seed}: reproducible, NOT PRIVATE (anyone with the seed regenerates the "
+            "noise and recovers every true answer)"
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "seed": self.seed}
+
+    @classmethod
+    def from_dict(cls, data: Any) -> NoiseSource:
+        if not isinstance(data, Mapping):
+            raise BudgetError(f"noise ({data!r}) must be a table {{kind, seed}}")
+        return cls(str(data.get("kind")), data.get("seed"))
+
+
+#: The name of the disclosure a seeded release records.
+SEEDED_DISCLOSURE = "seeded noise"
+
+
 class Ledger:
     """Append-only record of the privacy cost of one release.
 
     Why mutable: measurements are recorded as they happen; the entries themselves are frozen.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, noise: NoiseSource | None = None) -> None:
         self._entries: list[LedgerEntry] = []
         self._invariants: list[Invariant] = []
         self._disclosures: list[Disclosure] = []
+        self._noise: NoiseSource | None = None
+        if noise is not None:
+            self.set_noise(noise)
+
+    @property
+    def noise(self) -> NoiseSource | None:
+        """The noise source of the release (None: not recorded, e.g. a bare ledger)."""
+        return self._noise
+
+    def set_noise(self, noise: NoiseSource) -> None:
+        """Record the noise source, once; a seeded one is recorded as a disclosure too.
+
+        Raises:
+            BudgetError: a different source was already recorded.
+        """
+        if not isinstance(noise, NoiseSource):
+            raise BudgetError(f"noise ({noise!r}) must be a NoiseSource")
+        if self._noise is not None:
+            if self._noise != noise:
+                raise BudgetError(
+                    f"the ledger already records noise {self._noise}; cannot record {noise}"
+                )
+            return
+        self._noise = noise
+        if not noise.private:
+            self.record_disclosure(
+                SEEDED_DISCLOSURE,
+                f"the noise was drawn from seed {noise.seed}, which the release publishes: anyone "
+                "can regenerate the noise and recover every true answer exactly. No privacy "
+                "guarantee holds (the budgets below are nominal); for tests and experiments only",
+            )
+
+    @property
+    def private(self) -> bool:
+        """Whether the budgets mean anything: the noise source is recorded and secure."""
+        return self._noise is not None and self._noise.private
 
     def record(
         self,
@@ -193,8 +300,14 @@ class Ledger:
         return invariant
 
     def record_disclosure(self, name: str, description: str = "") -> Disclosure:
-        """Record a non-private fact revealed by the release (e.g. an inferred domain)."""
+        """Record a non-private fact revealed by the release (e.g. an inferred domain).
+
+        Recording the same disclosure (same name and description) again returns the first one:
+        rebuilding a report twice must not list a disclosure twice.
+        """
         disclosure = Disclosure(name, description)
+        if disclosure in self._disclosures:
+            return disclosure
         self._disclosures.append(disclosure)
         logger.warning("ledger: non-private disclosure %r: %s", name, description)
         return disclosure
@@ -227,6 +340,9 @@ class Ledger:
     def epsilon_delta(self, delta: float) -> float:
         """The epsilon of the total at ``delta``: the tight CKS20 conversion for a zCDP total,
         and the pure epsilon itself (rounded up) for a pure-DP total.
+
+        Nominal when the noise was seeded (see ``private``): a writer states it only when
+        ``private`` is true.
         """
         total = self.total()
         if isinstance(total, PureDP):
@@ -244,6 +360,7 @@ class Ledger:
     def to_dict(self) -> dict[str, Any]:
         """JSON-serialisable summary: entries, invariants, disclosures and the total."""
         data: dict[str, Any] = {
+            "noise": self._noise.to_dict() if self._noise is not None else None,
             "entries": [e.to_dict() for e in self._entries],
             "invariants": [
                 {"name": i.name, "level": i.level, "description": i.description}
@@ -266,6 +383,8 @@ class Ledger:
     def from_dict(cls, data: Mapping[str, Any]) -> Ledger:
         """Rebuild a ledger from :meth:`to_dict` output (the total is recomputed, not read)."""
         ledger = cls()
+        if data.get("noise") is not None:
+            ledger._noise = NoiseSource.from_dict(data["noise"])  # its disclosure is read below
         for item in data.get("entries", []):
             entry = LedgerEntry.from_dict(item)
             ledger.record(
@@ -322,7 +441,8 @@ class Ledger:
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Ledger):
             return NotImplemented
-        return (self._entries, self._invariants, self._disclosures) == (
+        return (self._noise, self._entries, self._invariants, self._disclosures) == (
+            other._noise,
             other._entries,
             other._invariants,
             other._disclosures,

@@ -19,6 +19,18 @@ bins = [0, 18, 65, 100]
 """
 
 
+def data_config(seed: int, hierarchy: tuple[str, ...], tail: str = "") -> str:
+    """A config over ``data.csv``: SEX x AGE, rho 1/2 per level (3/4 detailed, 1/4 total)."""
+    levels = ", ".join(['"1/2"'] * (len(hierarchy) + 1))
+    return (
+        f'seed = {seed}\n[data]\npath = "data.csv"\n[schema]\n'
+        f"hierarchy = {list(hierarchy)!r}\n".replace("'", '"')
+        + SEX_AGE
+        + f'[strategy]\nbudgets = [{levels}]\nqueries = {{detailed = "3/4", total = "1/4"}}\n'
+        + tail
+    )
+
+
 def embedded_subset(states: tuple[str, ...], rows_per_state: int | None = None) -> pd.DataFrame:
     """Records of some states of the embedded ACS data (STATE and PUMA kept as text)."""
     df = pd.read_csv(EMBEDDED, dtype={"STATE": str, "PUMA": str})

@@ -7,6 +7,8 @@ column, value, rule), that there is no traceback, and that no output or temporar
 
 from __future__ import annotations
 
+import errno
+import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -177,6 +179,50 @@ CASES = [
         ["constraints", "'99'"],
     ),
     ("invalid toml", lambda t: t + "strategy = [[[\n", None, ["config.toml", "not valid TOML"]),
+    (
+        "tiny budget",
+        _replace('budgets = ["1/2", "1/2", "1/2"]', 'budgets = [1e-300, "1/2", "1/2"]'),
+        None,
+        ["config.toml", "strategy.budgets[0]", "1e-300", "must be in [1e-15, 1e+06]"],
+    ),
+    (
+        "huge budget",
+        _replace('budgets = ["1/2", "1/2", "1/2"]', 'budgets = ["1/2", "1/2", 1e308]'),
+        None,
+        ["strategy.budgets[2]", "1e+308", "must be in [1e-15, 1e+06]"],
+    ),
+    (
+        "missing truth file",
+        lambda t: t + '[metrics]\ntruth = "missing.csv"\n',
+        None,
+        ["config.toml", "metrics.truth", "missing.csv", "does not exist"],
+    ),
+    (
+        "duplicate column header",
+        None,
+        lambda df: df.assign(AGEP2=df["SEX"]).rename(columns={"AGEP2": "SEX"}),
+        ["data.csv", "['SEX'] more than once"],
+    ),
+    (
+        "derived column overwrites a different one",
+        _replace("[schema]", '[data.derive]\nSTATE = {from = "PUMA", slice = [3, 5]}\n[schema]'),
+        None,
+        ["derived column 'STATE'", "from 'PUMA'", "overwrite the data's own column 'STATE'"],
+    ),
+    (
+        "one float outside the domain",
+        None,
+        lambda df: df.astype({"SEX": float}).assign(
+            SEX=lambda d: d["SEX"].where(d.index != 7, 1.5)
+        ),
+        ["'SEX' has 1 row(s) with values outside", "[1.5]", "row(s) [7]"],
+    ),
+    (
+        "empty hierarchy label",
+        None,
+        lambda df: df.assign(PUMA=df["PUMA"].where(df.index != 10, "")),
+        ["'PUMA'", "row(s) [10]"],
+    ),
 ]
 
 
@@ -231,6 +277,66 @@ def test_bad_overrides(tmp_path: Path, capsys) -> None:
     assert "--executor" in capsys.readouterr().err
     assert main(["-q", "run", str(config), "--seed", "x"]) == 2
     assert "--seed" in capsys.readouterr().err
+    assert main(["-q", "run", str(config), "--seed", "-1", "--out", str(tmp_path / "o")]) == 2
+    assert "--seed: must be a non-negative integer" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
+
+
+def test_an_output_folder_holding_the_inputs_is_refused(
+    tmp_path: Path, monkeypatch, capsys
+) -> None:
+    """``--out . --overwrite`` in the project folder would delete the config and the data."""
+    config = _project(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    before = sorted(p.name for p in tmp_path.iterdir())
+    assert main(["-q", "run", "config.toml", "--out", ".", "--overwrite"]) == 2
+    assert "holds the input" in capsys.readouterr().err
+    assert main(["-q", "run", str(config), "--out", str(tmp_path.parent), "--overwrite"]) == 2
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
+
+
+def test_unwritable_output_parent_is_refused_before_any_work(
+    tmp_path: Path, monkeypatch, capsys
+) -> None:
+    import topdown.cli as cli
+    import topdown.output_claim as output_claim
+
+    config = _project(tmp_path)
+    locked = tmp_path / "locked"
+    locked.mkdir(mode=0o500)
+    if os.geteuid() == 0:  # root writes anywhere: deny it the way the kernel would a user
+        real = os.access
+        monkeypatch.setattr(
+            output_claim.os, "access", lambda p, m: Path(p) != locked and real(p, m)
+        )
+
+    def no_reading(*args, **kwargs):
+        raise AssertionError("the data was read before the output was checked")
+
+    monkeypatch.setattr(cli, "load_data", no_reading)
+    try:
+        assert main(["-q", "run", str(config), "--out", str(locked / "rel")]) == 2
+        assert f"the parent folder of the output '{locked}' is not writable" in (
+            capsys.readouterr().err
+        )
+    finally:
+        locked.chmod(0o700)
+
+
+def test_disk_full_names_the_folder(tmp_path: Path, monkeypatch, capsys) -> None:
+    import topdown.release_folder as release_folder
+
+    config = _project(tmp_path)
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(release_folder, "write_table", full)
+    out = tmp_path / "out"
+    assert main(["-q", "run", str(config), "--out", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert f"writing the release folder '{out}' failed" in err and "No space left" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["config.toml", "data.csv"]
 
 
 def test_verbose_shows_the_traceback(tmp_path: Path, capsys) -> None:

@@ -84,7 +84,11 @@ def test_run_writes_every_file_of_the_manifest(released: Path) -> None:
 def test_release_content(released: Path) -> None:
     ledger = json.loads((released / "ledger.json").read_text())
     assert ledger["total"]["budget"] == "3/2" and ledger["summary"]["strategy_total"] == "3/2"
-    assert ledger["summary"]["epsilon_at_delta"] > 0
+    # seeded (seed = 7): the ledger says so and states no epsilon as if it held
+    assert ledger["noise"] == {"kind": "seeded", "seed": 7}
+    assert ledger["summary"]["epsilon_at_delta"] is None
+    assert ledger["summary"]["private"] is False
+    assert "seeded noise" in [d["name"] for d in ledger["disclosures"]]
     assert ledger["invariants"][0]["name"] == "SumEqualRealTotal(TRUE)"
     states = pd.read_csv(released / "tables" / "level_1_STATE.csv", dtype={"node": str})
     assert set(states["node"]) == {"06", "17"}

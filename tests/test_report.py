@@ -9,28 +9,13 @@ import shutil
 from pathlib import Path
 
 import pytest
-from cli_helpers import SEX_AGE, embedded_subset
+from cli_helpers import data_config, embedded_subset
 
 from topdown.cli import main
 from topdown.report import build_report
 
 ROOT = Path(__file__).resolve().parents[1]
-CONFIG = (
-    """
-seed = 11
-[data]
-path = "data.csv"
-[schema]
-hierarchy = ["STATE"]
-"""
-    + SEX_AGE
-    + """[strategy]
-budgets = ["1/2", "1/2"]
-queries = {detailed = "3/4", total = "1/4"}
-[metrics]
-truth = true
-"""
-)
+CONFIG = data_config(11, ("STATE",), "[metrics]\ntruth = true\n")
 
 
 @pytest.fixture(scope="module")
@@ -63,8 +48,9 @@ def test_report_embeds_four_valid_pngs(release_dir: Path) -> None:
         "Solver time",
     ):
         assert heading in html
-    assert "<th>total rho</th><td>1 (1.0)</td>" in html  # 1/2 + 1/2
-    assert "seed 11: reproducible, NOT for production" in html
+    assert "<th>total rho (nominal)</th><td>1 (1.0)</td>" in html  # 1/2 + 1/2, seeded
+    assert "<p class=danger><strong>NOT PRIVATE.</strong> Noise: seed 11" in html
+    assert "<th>epsilon at delta = 1e-10</th><td>none holds</td>" in html
     assert 'src="http' not in html and "<script" not in html  # self-contained
 
 

@@ -14,20 +14,27 @@ otherwise.
 
 Exit codes: 0 success; 1 a runtime failure (a solver failure, a release or folder that fails
 its checks, an I/O error); 2 a usage, configuration or input-data error (bad option, config
-key, data column or value, existing output folder); 130 interrupted. Errors are one message on
-stderr naming the file, the key or column, the value and the rule; nothing is left behind.
+key, data column or value, existing or claimed output folder); 130 interrupted (Ctrl-C), 143
+terminated (SIGTERM, handled like Ctrl-C). Errors are one message on stderr naming the file, the
+key or column, the value and the rule; nothing is left behind.
+
+``topdown check`` exits 0 for a consistent seeded release but reports it NOT PRIVATE on both
+streams: its seed is published, so its noise can be regenerated.
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
+import signal
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from pathlib import Path
+from types import FrameType
+from typing import Any
 
 import pandas as pd
 
@@ -42,6 +49,7 @@ __all__ = ["main", "load_data", "EXIT_OK", "EXIT_FAILURE", "EXIT_USAGE"]
 
 log = logging.getLogger("topdown.cli")
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+EXIT_TERMINATED = 128 + signal.SIGTERM
 _INPUT_ERRORS = (TopDownError, ConstraintError, DomainError, BudgetError, MechanismError)
 _BENCHES = {"samplers": "bench_samplers.py", "solvers": "solvers", "scale": "bench_scale.py"}
 
@@ -55,6 +63,26 @@ class _Parser(argparse.ArgumentParser):
 
 class _UsageError(Exception):
     pass
+
+
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where the program is, so it unwinds like Ctrl-C: the partial folder is
+    removed and the claim on the output is given up."""
+
+
+def _on_sigterm(signum: int, frame: FrameType | None) -> None:
+    raise _Terminated
+
+
+_Handler = Callable[[int, FrameType | None], Any] | int | None
+
+
+def _handle_sigterm() -> _Handler:
+    """Install the SIGTERM handler (main thread only); returns the previous one."""
+    try:
+        return signal.signal(signal.SIGTERM, _on_sigterm)
+    except ValueError:  # not the main thread (an embedding application): leave it alone
+        return None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -86,7 +114,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--overwrite", action="store_true", help="replace the output folder if it exists"
     )
     run.add_argument(
-        "--seed", type=int, help="reproducible noise (tests, experiments; NOT for production)"
+        "--seed",
+        type=int,
+        help="reproducible noise for tests and experiments: NOT private (the seed is published)",
     )
     run.add_argument("--solver", help="solver name (see solvers.available()) or auto")
     run.add_argument("--executor", help="serial, processes or dask")
@@ -136,8 +166,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     command = {"run": _cmd_run, "check": _cmd_check, "report": _cmd_report, "bench": _cmd_bench}[
         args.command
     ]
+    previous = _handle_sigterm()
     try:
         return command(args)
+    except _Terminated:
+        print("topdown: terminated (SIGTERM); nothing was written", file=sys.stderr)
+        return EXIT_TERMINATED
     except KeyboardInterrupt:
         print("topdown: interrupted; nothing was written", file=sys.stderr)
         return EXIT_INTERRUPTED
@@ -151,6 +185,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             log.exception("traceback")
         print(f"topdown: error: {err}", file=sys.stderr)
         return code
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
 
 
 def _setup_logging(quiet: bool, verbose: bool) -> None:
@@ -192,8 +229,10 @@ def load_data(cfg: RunConfig, path: Path | None = None) -> pd.DataFrame:
                     f"its columns are {list(data.columns)}"
                 )
             src = data[d.source]
-            derived = src.astype(str).str.slice(d.start, d.stop)
-            data[col] = derived.where(src.notna())
+            derived = src.astype(str).str.slice(d.start, d.stop).where(src.notna())
+            if col in data.columns:
+                _check_derived_matches(col, d.source, data[col], derived, cfg.file)
+            data[col] = derived
         cfg.schema.check_columns(data, source=f"data file {str(path)!r}")
         for i, attr in enumerate(cfg.schema.attributes):
             try:
@@ -207,13 +246,30 @@ def load_data(cfg: RunConfig, path: Path | None = None) -> pd.DataFrame:
             if missing.any():
                 raise DataError(
                     f"hierarchy column {col!r} has {int(missing.sum())} empty value(s), first at "
-                    f"row(s) {list(missing.to_numpy().nonzero()[0][:5])}; every record needs a unit"
+                    f"row(s) {missing.to_numpy().nonzero()[0][:5].tolist()}; every record needs "
+                    "a unit"
                 )
     except DataError as err:
         if str(path) in str(err):
             raise
         raise DataError(f"data file {str(path)!r}: {err}") from None
     return data
+
+
+def _check_derived_matches(
+    col: str, source: str, existing: pd.Series, derived: pd.Series, file: str
+) -> None:
+    """A derived column that would replace a column of the data: refused unless identical."""
+    differ = (existing.astype(str) != derived.astype(str)).to_numpy()
+    if differ.any():
+        i = int(differ.nonzero()[0][0])
+        raise DataError(
+            f"derived column {col!r} (data.derive.{col} in {file}, from {source!r}) would "
+            f"overwrite the data's own column {col!r}, which differs in {int(differ.sum())} "
+            f"row(s) (first at row {i}: {existing.iloc[i]!r} vs derived {derived.iloc[i]!r}); "
+            "rename the derived column or drop the data's"
+        )
+    log.info("derived column %r (from %r) equals the data's own column %r", col, source, col)
 
 
 def _check_attribute(attr, data: pd.DataFrame) -> None:
@@ -231,61 +287,64 @@ def _check_attribute(attr, data: pd.DataFrame) -> None:
 def _cmd_run(args: argparse.Namespace) -> int:
     from topdown.engine import release
     from topdown.progress import Progress
-    from topdown.release_folder import check_output, record_metrics_disclosure, write_release_folder
+    from topdown.release_folder import claim_output, write_release_folder
     from topdown.report import build_report
 
     timings: dict[str, float] = {}
     start = time.perf_counter()
     cfg = load_config(args.config or DEFAULT_CONFIG)
     cfg = cfg.with_overrides(seed=args.seed, solver=args.solver, executor=args.executor)
+    cfg.check_inputs()  # every input path, before any work
     out = (args.out or Path.cwd() / f"release-{datetime.now():%Y%m%d-%H%M%S}").absolute()
-    check_output(out, args.overwrite)
-    data = load_data(cfg)
-    _check_node_labels(cfg, data)
-    timings["read"] = time.perf_counter() - start
-    log.info("read %d records from %s", len(data), cfg.data.path)
-    t = time.perf_counter()
-    try:
-        rel = release(
-            data,
-            cfg.schema,
-            cfg.strategy,
-            constraints=cfg.constraints,
-            seed=cfg.seed,
-            solver=cfg.solver,
-            solver_options=cfg.solver_options,
-            executor=cfg.executor,
-            workers=cfg.workers,
-            address=cfg.address,
-            failsafe=cfg.failsafe,
-            progress=Progress(enabled=not args.quiet),
-        )
-    except DataError as err:
-        raise DataError(f"data file {str(cfg.data.path)!r}: {err}") from None
-    except (DomainError, ValueError) as err:
-        if isinstance(err, _INPUT_ERRORS):
-            raise type(err)(f"{cfg.file}: {err}") from None
-        raise
-    timings["release"] = time.perf_counter() - t
-    verdict = rel.check_correctness()
-    if not verdict.ok:
-        raise ReleaseError("the release failed its checks, nothing was written:\n" + str(verdict))
-    metrics = None
-    if cfg.truth:
+    with claim_output(out, args.overwrite, inputs=cfg.input_paths()) as claim:
+        data = load_data(cfg)
+        _check_node_labels(cfg, data)
+        timings["read"] = time.perf_counter() - start
+        log.info("read %d records from %s", len(data), cfg.data.path)
         t = time.perf_counter()
-        truth = data if cfg.truth is True else load_data(cfg, Path(cfg.truth))
-        metrics = rel.metrics(truth)
-        record_metrics_disclosure(rel)
-        timings["metrics"] = time.perf_counter() - t
-    write_release_folder(
-        rel,
-        cfg,
-        out,
-        overwrite=args.overwrite,
-        metrics=metrics,
-        timings=timings,
-        report=lambda folder: build_report(folder, name=out.name),
-    )
+        try:
+            rel = release(
+                data,
+                cfg.schema,
+                cfg.strategy,
+                constraints=cfg.constraints,
+                seed=cfg.seed,
+                solver=cfg.solver,
+                solver_options=cfg.solver_options,
+                executor=cfg.executor,
+                workers=cfg.workers,
+                address=cfg.address,
+                failsafe=cfg.failsafe,
+                progress=Progress(enabled=not args.quiet),
+            )
+        except DataError as err:
+            raise DataError(f"data file {str(cfg.data.path)!r}: {err}") from None
+        except (DomainError, ValueError) as err:
+            if isinstance(err, _INPUT_ERRORS):
+                raise type(err)(f"{cfg.file}: {err}") from None
+            raise
+        timings["release"] = time.perf_counter() - t
+        verdict = rel.check_correctness()
+        if not verdict.ok:
+            raise ReleaseError(
+                "the release failed its checks, nothing was written:\n" + str(verdict)
+            )
+        metrics = None
+        if cfg.truth:
+            t = time.perf_counter()
+            truth = data if cfg.truth is True else load_data(cfg, Path(cfg.truth))
+            metrics = rel.metrics(truth)  # recorded in the ledger by the writer
+            timings["metrics"] = time.perf_counter() - t
+        write_release_folder(
+            rel,
+            cfg,
+            out,
+            overwrite=args.overwrite,
+            metrics=metrics,
+            timings=timings,
+            report=lambda folder: build_report(folder, name=out.name),
+            claim=claim,
+        )
     print(out)
     return EXIT_OK
 
@@ -303,6 +362,10 @@ def _check_node_labels(cfg: RunConfig, data: pd.DataFrame) -> None:
 
 # -- check, report, bench --------------------------------------------------------------------
 def _existing_release(path: Path) -> Path:
+    if path.is_file():
+        raise ConfigError(
+            "command line", "RELEASE", f"{str(path)!r} is a file, not a release folder"
+        )
     if not path.is_dir():
         raise ConfigError("command line", "RELEASE", f"release folder {str(path)!r} does not exist")
     return path
@@ -312,46 +375,55 @@ def _cmd_check(args: argparse.Namespace) -> int:
     from topdown.release_folder import verify_release_folder
 
     folder = _existing_release(args.release)
-    checks, failures = verify_release_folder(folder)
-    if failures:
-        for name, ok in checks.items():
+    verdict = verify_release_folder(folder)
+    if not verdict.private:
+        print(f"topdown: WARNING: NOT PRIVATE: noise: {verdict.noise}", file=sys.stderr)
+    if verdict.failures:
+        for name, ok in verdict.checks.items():
             print(f"{'ok  ' if ok else 'FAIL'} {name}", file=sys.stderr)
-        for f in failures:
+        for f in verdict.failures:
             print(f"  - {f}", file=sys.stderr)
         print(f"topdown: check failed: {folder}", file=sys.stderr)
         return EXIT_FAILURE
-    print(f"ok: {folder} passed {len(checks)} checks")
+    label = "" if verdict.private else "; NOT PRIVATE (seeded noise: the seed is published)"
+    print(f"ok: {folder} passed {len(verdict.checks)} checks{label}")
     return EXIT_OK
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
     from topdown.release_folder import (
         REBUILT_BY_REPORT,
+        REBUILT_WITH_TRUTH,
         load_release,
         manifest_failures,
         record_metrics_disclosure,
         refresh_manifest,
+        set_modes,
         write_ledger,
         write_metrics,
     )
     from topdown.report import build_report
 
     folder = _existing_release(args.release)
-    # a report is rebuilt only over an intact release: re-signing the manifest after someone
-    # changed a table would hide the change from ``topdown check``
-    tampered = manifest_failures(folder, ignore=REBUILT_BY_REPORT)
+    with_truth = args.truth is not None
+    rebuilt = REBUILT_WITH_TRUTH if with_truth else REBUILT_BY_REPORT
+    # a report is rebuilt only over an intact release: re-signing a file that someone changed
+    # would hide the change from ``topdown check``, so only the files rebuilt here may differ
+    # (the ledger is rebuilt from itself: it must match the manifest first)
+    tampered = manifest_failures(folder, ignore=tuple(n for n in rebuilt if n != "ledger.json"))
     if tampered:
         raise ReleaseError(
             f"release folder {str(folder)!r} was modified after release, refusing to "
             "rebuild its report: " + "; ".join(tampered[:5])
         )
-    if args.truth is not None:
+    if with_truth:
         rel, cfg = load_release(folder)
         write_metrics(folder, rel.metrics(load_data(cfg, args.truth)))
-        record_metrics_disclosure(rel)
+        record_metrics_disclosure(rel)  # once, however often the report is rebuilt
         write_ledger(folder, rel)
     path = build_report(folder)
-    refresh_manifest(folder, REBUILT_BY_REPORT)
+    set_modes(folder, rebuilt)
+    refresh_manifest(folder, rebuilt)
     print(path)
     return EXIT_OK
 

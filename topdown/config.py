@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from constraints import ConstraintSet
+from topdown import budget_bounds
 from topdown.config_constraints import parse_constraints
 from topdown.errors import TopDownError
 from topdown.executors import EXECUTORS
@@ -117,6 +118,13 @@ class RunConfig:
         """Command-line overrides, validated like the file's values (key = the option)."""
         out = self
         if seed is not None:
+            if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+                raise ConfigError(
+                    "command line",
+                    "--seed",
+                    f"must be a non-negative integer (reproducible noise, NOT for production); "
+                    f"got {seed!r}",
+                )
             out = replace(out, seed=seed)
         if solver is not None:
             out = replace(
@@ -134,6 +142,31 @@ class RunConfig:
                 )
             out = replace(out, executor=executor)
         return out
+
+    def input_paths(self) -> list[Path]:
+        """The files a run reads: the config itself, the data, and the truth if it is a path."""
+        paths = [self.data.path]
+        if Path(self.file).is_file():
+            paths.append(Path(self.file))
+        if isinstance(self.truth, Path):
+            paths.append(self.truth)
+        return paths
+
+    def check_inputs(self) -> None:
+        """Every input path exists and is a file: checked when a run starts, before any data
+        is read or noise drawn (a missing truth file found after estimation wastes the run).
+
+        Raises:
+            ConfigError: naming the config file, the key and the path.
+        """
+        keys = [("data.path", self.data.path)]
+        if isinstance(self.truth, Path):
+            keys.append(("metrics.truth", self.truth))
+        for key, path in keys:
+            if not path.exists():
+                raise ConfigError(self.file, key, f"file {str(path)!r} does not exist")
+            if not path.is_file():
+                raise ConfigError(self.file, key, f"{str(path)!r} is not a file")
 
     def resolved(self) -> dict[str, Any]:
         """The configuration with everything explicit (JSON-serialisable)."""
@@ -455,6 +488,13 @@ def _strategy(spec: Mapping, schema: Schema, fail, bad) -> Strategy:
             raise fail(bkey, str(err)) from None
         qkey = key + ".queries" if "levels" in spec else "strategy.queries"
         qs = _queries(queries, schema, qkey, fail, bad)
+        for q, share in qs:
+            if budget_bounds.out_of_range(b, share):
+                bad(
+                    bkey,
+                    f"{budget!r} gives query {q.name!r} a budget of {float(b * share):g} "
+                    f"(share {share}); {budget_bounds.budget_range_rule()}",
+                )
         try:
             out.append(LevelStrategy(b, qs, tuple(first_pass)))
         except ValueError as err:

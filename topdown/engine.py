@@ -21,8 +21,9 @@ import pandas as pd
 from constraints.attach import ConstraintSet
 from constraints.constraint import Constraint
 from constraints.contextual_constraints import ContextualConstraint
-from mechanisms.ledger import Ledger
+from mechanisms.ledger import Ledger, NoiseSource
 from mechanisms.rng import new_release_key
+from topdown import budget_bounds
 from topdown.errors import DataError, StrategyError
 from topdown.estimate import EstimateOptions, estimate
 from topdown.executors import make_executor
@@ -78,9 +79,15 @@ def release(
     """
     progress = progress or Progress()
     strategy.check(schema.domain, schema.n_levels)
+    budget_bounds.check(strategy)
+    if solver != "auto":  # an unknown name is an error now, not after level 0 is measured
+        import solvers
+
+        solvers.get(solver, problem="release(solver=...)")
     if constraints is not None:
         constraints.validate(schema.n_levels)
-    ledger = Ledger()
+    noise = NoiseSource.from_seed(seed)  # checks the seed; a seeded source records a disclosure
+    ledger = Ledger(noise)
     if domain_inferred:
         ledger.record_disclosure(
             "domain inferred from data",
@@ -134,6 +141,7 @@ def release(
         stats=stats,
         constraints=constraints,
         invariants=invariants,
+        noise=noise,
     )
 
 
@@ -215,6 +223,12 @@ class TopDown:
         geography: pd.DataFrame | None = None,
         infer_domain: bool | None = None,
     ):
+        for name, value in (("hierarchy", hierarchy), ("queries", queries)):
+            if isinstance(value, str) or not isinstance(value, Sequence):
+                raise DataError(
+                    f"{name} ({value!r}) must be a list of column names"
+                    + (f", e.g. [{value!r}]" if isinstance(value, str) else "")
+                )
         self.data = read_data(data_path, sep=sep)
         if domain is None and infer_domain is False:
             raise DataError(

@@ -7,6 +7,8 @@ unreadable one gets a message with the path and the reason, never a pandas trace
 from __future__ import annotations
 
 import csv
+import os
+from collections import Counter
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -36,7 +38,13 @@ def read_data(
     if isinstance(source, pd.DataFrame):
         if source.empty:
             raise DataError("data (a DataFrame) has no rows")
+        _check_unique_columns(list(source.columns), "data (a DataFrame)")
         return source
+    if not isinstance(source, str | os.PathLike):
+        raise DataError(
+            f"data ({_short(source)}, a {type(source).__name__}) must be a path to a CSV or "
+            "Parquet file, or a pandas DataFrame"
+        )
     path = Path(source)
     if not path.exists():
         raise DataError(f"data file {str(path)!r} does not exist")
@@ -64,7 +72,33 @@ def read_data(
         raise DataError(f"data file {str(path)!r} cannot be read as {fmt}: {err}") from None
     if frame.empty:
         raise DataError(f"data file {str(path)!r} has a header but no rows")
+    if fmt == "csv":
+        _check_unique_columns(_header(path, sep or _sniff(path)), f"data file {str(path)!r}")
+    else:
+        _check_unique_columns(list(frame.columns), f"data file {str(path)!r}")
     return frame
+
+
+def _check_unique_columns(columns: list, where: str) -> None:
+    """A repeated column name is refused (pandas would rename the second ``SEX.1`` and the
+    schema would silently read the first)."""
+    repeated = sorted(str(c) for c, n in Counter(columns).items() if n > 1)
+    if repeated:
+        raise DataError(
+            f"{where} has the column name(s) {repeated} more than once; every column needs its "
+            "own name"
+        )
+
+
+def _header(path: Path, sep: str) -> list[str]:
+    """The column names of a CSV file as written (before pandas renames duplicates)."""
+    with open(path, newline="", encoding="utf-8", errors="replace") as fh:
+        return next(csv.reader(fh, delimiter=sep), [])
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _sniff(path: Path) -> str:

@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from constraints.attach import ConstraintSet
-from mechanisms.ledger import Ledger
+from mechanisms.ledger import Ledger, NoiseSource
 from topdown.errors import ReleaseError
 from topdown.estimate import LevelStats
 from topdown.measure import Measurements
@@ -55,7 +55,12 @@ class CorrectnessReport:
 
 @dataclass
 class Release:
-    """A completed TopDown release (see the module docstring)."""
+    """A completed TopDown release (see the module docstring).
+
+    ``noise`` is where the noise came from (secure, or seeded and by which seed): set by
+    ``release()``, recorded in the ledger too (given here, it is recorded there; left out, it is
+    read from there), and the one value every writer labels the release with.
+    """
 
     schema: Schema
     tree: Tree
@@ -66,6 +71,18 @@ class Release:
     stats: list[LevelStats]
     constraints: ConstraintSet | None = None
     invariants: dict[int, dict[int, tuple]] = field(default_factory=dict)
+    noise: NoiseSource | None = None
+
+    def __post_init__(self) -> None:
+        if self.noise is None:
+            self.noise = self.ledger.noise
+        elif self.ledger.noise is None:
+            self.ledger.set_noise(self.noise)
+        elif self.ledger.noise != self.noise:
+            raise ReleaseError(
+                f"noise ({self.noise}) differs from the noise its ledger records "
+                f"({self.ledger.noise})"
+            )
 
     # -- published artefacts -----------------------------------------------------------
     @cached_property

@@ -16,7 +16,13 @@ Contents (``manifest.json`` lists them with sizes and SHA-256)::
     manifest.json                         files, versions, timings
 
 Everything is written into a hidden sibling folder that is renamed into place only when complete,
-so an interrupted run leaves no half release; an existing folder is replaced only when asked.
+so an interrupted run leaves no half release; an existing folder is replaced only when asked. A run
+claims its output path from start to end (``OutputClaim``): a second run of the same path is
+refused, and a folder that appears there meanwhile is never replaced or deleted.
+
+``topdown check`` (``verify_release_folder``) re-verifies a folder against its manifest. The
+manifest is self-signed: it detects accidental and partial tampering, not a forger who rewrites
+the files and the manifest together.
 """
 
 from __future__ import annotations
@@ -24,12 +30,13 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 import os
 import platform
 import shutil
-import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from fractions import Fraction
 from pathlib import Path
@@ -38,12 +45,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from mechanisms.ledger import Ledger
+from mechanisms.ledger import SEEDED_DISCLOSURE, Ledger
 from topdown.config import RunConfig, load_config
 from topdown.errors import ReleaseError, TopDownError
 from topdown.estimate import LevelStats
 from topdown.measure import Measurements, QueryMeasurement
 from topdown.microdata import write_table
+from topdown.output_claim import OutputClaim, OutputExistsError, check_output, claim_output
 from topdown.release import Release
 from topdown.schema import Schema
 from topdown.strategy import Query
@@ -51,6 +59,8 @@ from topdown.tree import ROOT_LABEL, Level, Tree
 
 __all__ = [
     "OutputExistsError",
+    "OutputClaim",
+    "claim_output",
     "check_output",
     "write_release_folder",
     "load_release",
@@ -60,25 +70,7 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 DELTA = 1e-10
-FORMAT = "topdown-release/1"
-
-
-class OutputExistsError(TopDownError, ValueError):
-    """The output folder exists and ``overwrite`` was not asked for."""
-
-
-def check_output(out: Path, overwrite: bool) -> None:
-    """Fail early (before any work) if ``out`` cannot be written."""
-    if out.exists() and not overwrite:
-        raise OutputExistsError(
-            f"output folder {str(out)!r} already exists; pass --overwrite to replace it"
-        )
-    if out.exists() and not out.is_dir():
-        raise OutputExistsError(f"output path {str(out)!r} exists and is not a folder")
-    if not out.parent.exists():
-        raise OutputExistsError(
-            f"the parent folder of the output {str(out.parent)!r} does not exist"
-        )
+FORMAT = "topdown-release/2"  # 2: the ledger records its noise source
 
 
 def table_name(level: int, column: str | None) -> str:
@@ -94,42 +86,60 @@ def write_release_folder(
     metrics: Any = None,
     timings: dict[str, float] | None = None,
     report: Callable[[Path], Path] | None = None,
+    claim: OutputClaim | None = None,
 ) -> Path:
     """Write the folder atomically and return its path.
 
     Args:
-        rel: the release.
+        rel: the release (its noise source labels the folder).
         cfg: its configuration (written resolved, as ``config.json``).
         out: the folder to create.
         overwrite: replace an existing folder.
-        metrics: a ``topdown.metrics.Metrics`` (written when given).
+        metrics: a ``topdown.metrics.Metrics`` (written when given, and recorded in the ledger
+            as a disclosure: they are computed from the confidential data).
         timings: seconds per phase, kept in the manifest.
         report: builds ``report.html`` inside the folder it is given.
+        claim: the claim on ``out`` taken at the start of the run (default: claimed here).
+
+    Raises:
+        OutputExistsError: ``out`` cannot be claimed, or changed while the run computed.
+        ReleaseError: the release does not record its noise source, or a write failed (the
+            message names the folder; nothing is left behind).
     """
-    check_output(out, overwrite)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-", dir=out.parent))
-    trash: Path | None = None
+    if rel.noise is None:
+        raise ReleaseError(
+            "the release does not record its noise source (Release.noise); a folder cannot be "
+            "labelled without it"
+        )
+    out = Path(out).absolute()
+    own = claim is None
+    if claim is None:
+        claim = claim_output(out, overwrite)
+    elif claim.out != out:
+        raise OutputExistsError(f"the claim is for {str(claim.out)!r}, not {str(out)!r}")
     try:
-        start = time.perf_counter()
-        _write_contents(rel, cfg, tmp, metrics)
-        if report is not None:
-            report(tmp)
-        timings = dict(timings or {}, write=time.perf_counter() - start)
-        _write_manifest(tmp, cfg, timings)
-        os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp makes it owner-only; a release is for reading
-        if out.exists():
-            trash = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.parent))
-            os.replace(out, trash / out.name)
-        os.replace(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        if trash is not None and not out.exists() and (trash / out.name).exists():
-            os.replace(trash / out.name, out)  # the swap failed: put the old release back
-        if trash is not None:
-            shutil.rmtree(trash, ignore_errors=True)
-        raise
-    if trash is not None:
-        shutil.rmtree(trash, ignore_errors=True)
+        tmp = claim.new_partial()
+        try:
+            start = time.perf_counter()
+            if metrics is not None:
+                record_metrics_disclosure(rel)
+            _write_contents(rel, cfg, tmp, metrics)
+            if report is not None:
+                report(tmp)
+            timings = dict(timings or {}, write=time.perf_counter() - start)
+            _write_manifest(tmp, rel, cfg, timings)
+            set_modes(tmp)
+            claim.install(tmp)
+        except OSError as err:
+            raise ReleaseError(
+                f"writing the release folder {str(out)!r} failed (in {str(tmp)!r}, removed): "
+                f"{err.strerror or err}" + (f": {err.filename}" if err.filename else "")
+            ) from err
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    finally:
+        if own:
+            claim.release()
     log.info("release folder written: %s", out)
     return out
 
@@ -140,14 +150,37 @@ def _umask() -> int:
     return mask
 
 
+def set_modes(folder: Path, names: Sequence[str] | None = None) -> None:
+    """One mode for the whole folder, under the umask: files 0666, folders 0777 (mkdtemp and
+    mkstemp make theirs owner-only; a release is for reading). ``names``: only those files."""
+    mask = _umask()
+    paths = [folder, *folder.rglob("*")] if names is None else [folder / n for n in names]
+    for path in paths:
+        if path.exists() and not path.is_symlink():
+            os.chmod(path, (0o777 if path.is_dir() else 0o666) & ~mask)
+
+
+def noise_config_value(rel: Release) -> int | str:
+    """``config.json``'s ``seed``, from the release's own noise source."""
+    if rel.noise is None or rel.noise.seed is None:
+        return "none"
+    return rel.noise.seed
+
+
 def ledger_summary(rel: Release) -> dict[str, Any]:
-    """What a reader wants beside the entries (the total itself is in ``Ledger.to_dict``)."""
+    """What a reader wants beside the entries (the total itself is in ``Ledger.to_dict``).
+
+    A seeded release states no epsilon: none holds.
+    """
+    private = rel.ledger.private
     return {
         "mechanism": rel.strategy.mechanism,
         "budget_kind": rel.strategy.budget_name,
         "strategy_total": str(rel.strategy.total()),
+        "noise": rel.noise.describe() if rel.noise is not None else "not recorded",
+        "private": private,
         "delta": DELTA,
-        "epsilon_at_delta": rel.ledger.epsilon_delta(DELTA),
+        "epsilon_at_delta": rel.ledger.epsilon_delta(DELTA) if private else None,
         "by_level": {str(k): str(v.value) for k, v in rel.ledger.by_level().items()},
     }
 
@@ -156,10 +189,13 @@ def write_ledger(folder: Path, rel: Release) -> None:
     _write_json(folder / "ledger.json", dict(rel.ledger.to_dict(), summary=ledger_summary(rel)))
 
 
+METRICS_DISCLOSURE = "evaluation metrics"
+
+
 def record_metrics_disclosure(rel: Release) -> None:
-    """Accuracy figures are computed from the confidential data: say so in the ledger."""
+    """Accuracy figures are computed from the confidential data: say so in the ledger (once)."""
     rel.ledger.record_disclosure(
-        "evaluation metrics",
+        METRICS_DISCLOSURE,
         "metrics.csv, bias_by_size.csv and the report's error tables compare the release with the "
         "confidential data (e.g. the root's true total follows from its bias); they are not "
         "differentially private: remove them before publishing real confidential data",
@@ -210,12 +246,12 @@ def _write_contents(rel: Release, cfg: RunConfig, folder: Path, metrics: Any) ->
         for c in cs
     ]
     _write_json(folder / "invariants.json", invariants)
-    _write_json(folder / "config.json", cfg.resolved())
+    _write_json(folder / "config.json", dict(cfg.resolved(), seed=noise_config_value(rel)))
     if metrics is not None:
         write_metrics(folder, metrics)
 
 
-def _write_manifest(folder: Path, cfg: RunConfig, timings: dict[str, float]) -> None:
+def _write_manifest(folder: Path, rel: Release, cfg: RunConfig, timings: dict[str, float]) -> None:
     import numpy
 
     import topdown
@@ -235,9 +271,7 @@ def _write_manifest(folder: Path, cfg: RunConfig, timings: dict[str, float]) -> 
         "format": FORMAT,
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "config_file": cfg.file,
-        "noise": "secure random source"
-        if cfg.seed is None
-        else f"seed {cfg.seed}: reproducible, NOT for production",
+        "noise": rel.noise.describe() if rel.noise is not None else "not recorded",
         "files": files,
         "versions": {
             "topdown-dp": pkg,
@@ -251,12 +285,24 @@ def _write_manifest(folder: Path, cfg: RunConfig, timings: dict[str, float]) -> 
 
 
 def _write_json(path: Path, data: Any) -> None:
-    path.write_text(json.dumps(data, indent=2, default=_json_default) + "\n", encoding="utf-8")
+    """Standard JSON only: a non-finite float is written as null, never ``Infinity``."""
+    text = json.dumps(_finite(data), indent=2, default=_json_default, allow_nan=False)
+    path.write_text(text + "\n", encoding="utf-8")
+
+
+def _finite(data: Any) -> Any:
+    if isinstance(data, float | np.floating) and not math.isfinite(data):
+        return None
+    if isinstance(data, dict):
+        return {k: _finite(v) for k, v in data.items()}
+    if isinstance(data, list | tuple):
+        return [_finite(v) for v in data]
+    return data
 
 
 def _json_default(obj: Any) -> Any:
     if isinstance(obj, np.generic):
-        return obj.item()
+        return _finite(obj.item())
     if isinstance(obj, Fraction):
         return str(obj)
     if isinstance(obj, Path):
@@ -288,27 +334,43 @@ def read_json(folder: Path, name: str) -> Any:
 
 
 def manifest_failures(folder: Path, *, ignore: tuple[str, ...] = ()) -> list[str]:
-    """Files listed in the manifest (but ``ignore``) that are missing or whose content changed."""
+    """Files listed in the manifest (but ``ignore``) that are missing, changed or outside the
+    folder, and files in the folder that the manifest does not list."""
+    folder = Path(folder)
     manifest = read_json(folder, "manifest.json")
+    files = manifest.get("files") if isinstance(manifest, dict) else None
+    if not isinstance(files, dict):
+        return ["manifest.json: has no 'files' table"]
+    root = folder.resolve()
     out = []
-    for name, meta in manifest.get("files", {}).items():
+    for name, meta in files.items():
         if name in ignore:
             continue
         path = folder / name
-        if not path.is_file():
+        if (
+            Path(name).is_absolute()
+            or ".." in Path(name).parts
+            or root not in path.resolve().parents
+        ):
+            out.append(f"{name}: the manifest names a path outside the release folder (refused)")
+        elif not path.is_file():
             out.append(f"{name}: listed in the manifest but missing")
-        elif _sha256(path) != meta.get("sha256"):
+        elif not isinstance(meta, dict) or _sha256(path) != meta.get("sha256"):
             out.append(
                 f"{name}: content differs from the manifest's SHA-256 (modified after release)"
             )
+    for path in sorted(folder.rglob("*")):
+        name = path.relative_to(folder).as_posix()
+        listed = name == "manifest.json" or name in files or name in ignore
+        if (path.is_file() or path.is_symlink()) and not listed:
+            out.append(f"{name}: in the folder but not listed in the manifest")
     return out
 
 
 def load_release(folder: Path) -> tuple[Release, RunConfig]:
     """Rebuild a ``Release`` (counts, tree, measurements, ledger, constraints) from a folder."""
     folder = Path(folder)
-    if not folder.is_dir():
-        raise ReleaseError(f"release folder {str(folder)!r} does not exist")
+    _check_is_folder(folder)
     cfg = load_config(folder / "config.json")
     schema, domain = cfg.schema, cfg.schema.domain
     hier = _read_csv(folder, "hierarchy.csv")
@@ -340,7 +402,7 @@ def load_release(folder: Path) -> tuple[Release, RunConfig]:
                 f"{sorted(set(table['node'][node.isna()]))[:5]} are not in hierarchy.csv"
             )
         cell = _cells(table, schema, table_name(lv.number, lv.column))
-        raw = pd.to_numeric(table["count"], errors="coerce").to_numpy(dtype=float)
+        raw = _numbers(table, "count", table_name(lv.number, lv.column))
         is_int = np.isfinite(raw).all() and (raw == np.round(raw)).all()
         arr = np.zeros((lv.size, domain.size), dtype=np.int64 if is_int else float)
         np.add.at(
@@ -375,6 +437,41 @@ def _cells(frame: pd.DataFrame, schema: Schema, where: str) -> np.ndarray:
     return schema.domain.ravel(codes)
 
 
+def _check_is_folder(folder: Path) -> None:
+    if folder.is_file():
+        raise ReleaseError(f"{str(folder)!r} is a file, not a release folder")
+    if not folder.is_dir():
+        raise ReleaseError(f"release folder {str(folder)!r} does not exist")
+
+
+def _numbers(frame: pd.DataFrame, column: str, where: str) -> np.ndarray:
+    """A column of a release file as finite floats; a cell that is not one is an error naming
+    the file, the line and the value (never a NaN that turns into 9.2e18 later)."""
+    if column not in frame.columns:
+        raise ReleaseError(f"{where}: has no column {column!r}")
+    values = pd.to_numeric(frame[column], errors="coerce").to_numpy(dtype=float)
+    bad = np.flatnonzero(~np.isfinite(values))
+    if bad.size:
+        i = int(bad[0])
+        raise ReleaseError(
+            f"{where}: column {column!r} at line {int(frame.index[i]) + 2} holds "
+            f"{frame[column].iloc[i]!r}, not a number ({bad.size} such value(s))"
+        )
+    return values
+
+
+def _integers(frame: pd.DataFrame, column: str, where: str) -> np.ndarray:
+    values = _numbers(frame, column, where)
+    bad = np.flatnonzero((values != np.round(values)) | (np.abs(values) >= 2.0**63))
+    if bad.size:
+        i = int(bad[0])
+        raise ReleaseError(
+            f"{where}: column {column!r} at line {int(frame.index[i]) + 2} holds "
+            f"{frame[column].iloc[i]!r}, not a 64-bit integer"
+        )
+    return pd.to_numeric(frame[column]).astype(np.int64).to_numpy()
+
+
 def _read_csv(folder: Path, name: str) -> pd.DataFrame:
     path = folder / name
     if not path.is_file():
@@ -391,7 +488,7 @@ def _measurements(folder: Path, tree: Tree, cfg: RunConfig, ledger: Ledger) -> M
         for q, share in ls.queries:
             rows = frame[(frame["level"] == str(number)) & (frame["query"] == q.name)]
             n_nodes = tree.levels[number].size
-            noisy = rows["noisy"].astype(np.int64).to_numpy()
+            noisy = _integers(rows, "noisy", "measurements.csv")
             if n_nodes == 0 or noisy.size == 0 or noisy.size % n_nodes:
                 raise ReleaseError(
                     f"measurements.csv: level {number} query {q.name!r} has {noisy.size} answers "
@@ -402,7 +499,7 @@ def _measurements(folder: Path, tree: Tree, cfg: RunConfig, ledger: Ledger) -> M
                     f"ledger.json: no entry for level {number} query {q.name!r}, which "
                     "measurements.csv holds"
                 )
-            variance = float(rows["variance"].iloc[0]) if len(rows) else float("nan")
+            variance = float(_numbers(rows, "variance", "measurements.csv")[0])
             ms.append(
                 QueryMeasurement(
                     number,
@@ -437,12 +534,32 @@ def _invariants(folder: Path, tree: Tree, cfg: RunConfig) -> dict[int, dict[int,
     return {lv: {i: tuple(cs) for i, cs in nodes.items()} for lv, nodes in out.items()}
 
 
-def verify_release_folder(folder: Path) -> tuple[dict[str, bool], list[str]]:
-    """Re-verify a folder: manifest, integers, consistency, constraints, ledger, microdata.
+@dataclass(frozen=True)
+class Verdict:
+    """What ``topdown check`` found: check name -> passed, failure lines, and whether the
+    release protects anything (``private``; False for seeded noise, or a source not recorded)."""
 
-    Returns (check name -> passed, failure lines). Needs no confidential data.
+    checks: dict[str, bool]
+    failures: list[str]
+    private: bool
+    noise: str
+
+    @property
+    def ok(self) -> bool:
+        return not self.failures
+
+
+def verify_release_folder(folder: Path) -> Verdict:
+    """Re-verify a folder: manifest, integers, consistency, constraints, ledger, microdata,
+    and the noise source. Needs no confidential data.
+
+    What it proves: the files are those the manifest lists (no file changed, missing, added or
+    outside the folder) and they form a consistent, non-negative, integer release whose ledger
+    adds up. What it does not: the manifest is self-signed, so a forger who rewrites files and
+    manifest together passes; and a seeded release passes but is reported as not private.
     """
     folder = Path(folder)
+    _check_is_folder(folder)
     checks: dict[str, bool] = {}
     failures: list[str] = []
 
@@ -452,8 +569,15 @@ def verify_release_folder(folder: Path) -> tuple[dict[str, bool], list[str]]:
         if len(problems) > 20:
             failures.append(f"{name}: ... and {len(problems) - 20} more")
 
-    check("files match the manifest", manifest_failures(folder))
-    rel, cfg = load_release(folder)
+    tampered = manifest_failures(folder)
+    check("files match the manifest", tampered)
+    try:
+        rel, cfg = load_release(folder)
+    except (TopDownError, ValueError) as err:
+        changed = [t.split(":")[0] for t in tampered if "content differs" in t]
+        prefix = f"{', '.join(changed)} changed after release; " if changed else ""
+        check("release folder can be read", [f"{prefix}{err}"])
+        return Verdict(checks, failures, private=False, noise="unknown")
     report = rel.check_correctness()
     for name, ok in report.checks.items():
         checks[name] = ok
@@ -468,8 +592,26 @@ def verify_release_folder(folder: Path) -> tuple[dict[str, bool], list[str]]:
             if written.get(key) != expected[key]
         ],
     )
+    check("noise source recorded", _noise_failures(rel, read_json(folder, "config.json")))
     check("microdata matches the leaf table", _microdata_failures(folder, rel, cfg))
-    return checks, failures
+    noise = rel.noise.describe() if rel.noise is not None else "not recorded"
+    return Verdict(checks, failures, private=rel.ledger.private, noise=noise)
+
+
+def _noise_failures(rel: Release, config: Any) -> list[str]:
+    """The ledger names its noise source, a seeded one with its disclosure, and config.json
+    agrees with it."""
+    if rel.noise is None:
+        return ["ledger.json does not record its noise source ('noise')"]
+    out = []
+    if not rel.noise.private and SEEDED_DISCLOSURE not in [d.name for d in rel.ledger.disclosures]:
+        out.append(f"ledger.json: seeded noise without the {SEEDED_DISCLOSURE!r} disclosure")
+    if config.get("seed") != noise_config_value(rel):
+        out.append(
+            f"config.json: seed is {config.get('seed')!r}, the ledger records "
+            f"{rel.noise.describe()!r}"
+        )
+    return out
 
 
 def _microdata_failures(folder: Path, rel: Release, cfg: RunConfig) -> list[str]:
@@ -498,7 +640,8 @@ def _microdata_failures(folder: Path, rel: Release, cfg: RunConfig) -> list[str]
     ]
 
 
-REBUILT_BY_REPORT = ("report.html", "metrics.csv", "bias_by_size.csv", "ledger.json")
+REBUILT_BY_REPORT = ("report.html",)
+REBUILT_WITH_TRUTH = ("report.html", "metrics.csv", "bias_by_size.csv", "ledger.json")
 
 
 def refresh_manifest(folder: Path, names: tuple[str, ...]) -> None:

@@ -50,7 +50,7 @@ def build_report(folder: str | Path, *, name: str | None = None) -> Path:
     bias = _csv(folder / "bias_by_size.csv")
 
     sections = [
-        ("Privacy ledger", _ledger_html(ledger, config)),
+        ("Privacy ledger", _not_private_html(ledger) + _ledger_html(ledger, config)),
         ("Budget allocation by level and query", _img(_budget_plot(ledger), "budget allocation")),
     ]
     if metrics is not None and not metrics.empty:
@@ -217,24 +217,41 @@ def _total_text(total: dict[str, Any]) -> str:
     return f"{Fraction(total['budget'])} ({total['budget_float']})"
 
 
+def _noise(ledger: dict[str, Any]) -> tuple[bool, str]:
+    """(private, description) from the ledger's own record of its noise source."""
+    noise = ledger.get("noise")
+    if not isinstance(noise, dict):
+        return False, "not recorded: the privacy of this release cannot be stated"
+    if noise.get("kind") == "secure":
+        return True, "secure random source"
+    return False, (
+        f"seed {noise.get('seed')}: reproducible, NOT PRIVATE (anyone with the seed regenerates "
+        "the noise and recovers every true answer); for tests and experiments only"
+    )
+
+
+def _not_private_html(ledger: dict[str, Any]) -> str:
+    private, text = _noise(ledger)
+    if private:
+        return ""
+    return f"<p class=danger><strong>NOT PRIVATE.</strong> Noise: {html.escape(text)}</p>"
+
+
 def _ledger_html(ledger: dict[str, Any], config: dict[str, Any]) -> str:
     s = ledger.get("summary", {})
     kind = s.get("budget_kind", "budget")
+    private, noise = _noise(ledger)
+    eps = s.get("epsilon_at_delta")
     rows = [
         ("mechanism", s.get("mechanism", "")),
         ("neighbouring", config.get("strategy", {}).get("neighbouring", "")),
-        (f"total {kind}", _total_text(ledger.get("total", {}))),
+        (f"total {kind}" + ("" if private else " (nominal)"), _total_text(ledger.get("total", {}))),
         (
             f"epsilon at delta = {s.get('delta', '')}",
-            f"{s.get('epsilon_at_delta', float('nan')):.4f}",
+            f"{eps:.4f}" if private and isinstance(eps, int | float) else "none holds",
         ),
         ("per level", ", ".join(f"level {k}: {v}" for k, v in s.get("by_level", {}).items())),
-        (
-            "noise",
-            "secure random source"
-            if config.get("seed", "none") == "none"
-            else f"seed {config.get('seed')}: reproducible, NOT for production",
-        ),
+        ("noise", noise),
     ]
     inv = ledger.get("invariants", [])
     dis = ledger.get("disclosures", [])
@@ -275,6 +292,7 @@ img {{ max-width: 100%; display: block; margin: .5em 0; }}
 table {{ border-collapse: collapse; margin: .5em 0; font-size: .9em; }}
 th, td {{ padding: .25em .6em; border: 1px solid #ddd; text-align: left; }}
 table.kv th {{ background: #f4f4f4; }} .note {{ color: #666; }}
+.danger {{ background: #fde2e1; border: 2px solid #c00; padding: .6em; color: #900; }}
 </style></head>
 <body><h1>{title}</h1>
 {body}

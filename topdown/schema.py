@@ -129,13 +129,14 @@ class Attribute:
             # data read from CSV may carry ints where the dictionary declared strings (or the
             # reverse); match on the text of both before reporting the values that truly differ
             lookup = {str(v): i for i, v in enumerate(self.values)}  # type: ignore[arg-type]
-            codes = column.astype(str).map(lookup)
+            codes = _as_text(column).map(lookup)
             if codes.isna().any():
                 bad = codes.isna().to_numpy()
                 raise DomainError(
                     f"column {self.source!r} has {int(bad.sum())} row(s) with values outside "
-                    f"the declared domain of {self.name!r}: {_preview(pd.unique(column[bad]))}; "
-                    f"declared values are {_preview(self.values)}"
+                    f"the declared domain of {self.name!r}: {_preview(pd.unique(column[bad]))}, "
+                    f"first at row(s) {np.flatnonzero(bad)[:5].tolist()}; declared values are "
+                    f"{_preview(self.values)}"
                 ) from None
             return codes.to_numpy(dtype=np.int64)
 
@@ -317,6 +318,17 @@ def _bin_labels(edges: Sequence[float]) -> tuple[str, ...]:
         else:
             labels.append(f"[{lo}, {hi})")
     return tuple(labels)
+
+
+def _as_text(column: pd.Series) -> pd.Series:
+    """The text of each value, a whole float written as the integer it is (one value 1.5 in a
+    column of codes makes pandas read every code as a float: 1.0 must still match 1)."""
+    if pd.api.types.is_float_dtype(column):
+        whole = column.notna() & (column == np.round(column))
+        text = column.astype(str)
+        text[whole] = column[whole].astype(np.int64).astype(str)
+        return text
+    return column.astype(str)
 
 
 def _preview(values: Any, limit: int = 10) -> str:
