@@ -16,7 +16,7 @@ import numpy as np
 from solvers.problem import Problem
 from solvers.status import SolveResult, SolveStatus
 
-__all__ = ["Backend", "BackendProtocol", "decline_reason", "failed_result"]
+__all__ = ["Backend", "BackendProtocol", "decline_reason", "failed_result", "kind_refusal"]
 
 
 @runtime_checkable
@@ -57,16 +57,27 @@ class Backend:
 
     def accepts(self, problem: Problem) -> bool | str:
         """Accept by problem kind; the registry reads this before ``auto`` dispatch."""
-        supported = {"LP": self.supports_lp, "QP": self.supports_qp, "MILP": self.supports_milp}
-        if supported[problem.kind]:
-            return True
-        return f"{self.name} does not support {problem.kind} problems"
+        return kind_refusal(self, problem, self.name) or True
 
     def solve(self, problem: Problem, **options: Any) -> SolveResult:  # pragma: no cover
         raise NotImplementedError
 
     def __repr__(self) -> str:
         return f"<backend {self.name}>"
+
+
+_KIND_FLAG = {"LP": "supports_lp", "QP": "supports_qp", "MILP": "supports_milp"}
+
+
+def kind_refusal(backend: object, problem: Problem, name: str) -> str | None:
+    """The capability check: None when ``backend``'s flags cover the problem's kind.
+
+    The registry asks it before ``accepts`` (a third-party backend may not check its own
+    flags) and :meth:`Backend.accepts` uses it as its default verdict.
+    """
+    if getattr(backend, _KIND_FLAG[problem.kind], False):
+        return None
+    return f"{name} does not support {problem.kind} problems"
 
 
 def decline_reason(verdict: bool | str, backend_name: str, problem: Problem) -> str | None:

@@ -30,9 +30,9 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from solvers.backends.base import Backend
+from solvers.backends.base import Backend, failed_result
 from solvers.problem import Problem
-from solvers.status import InfeasibleError, SolveResult, SolveStatus, UnboundedError
+from solvers.status import SolverError, SolveResult, SolveStatus, error_for_status
 
 __all__ = ["ClosedFormBackend", "project_groups", "round_groups"]
 
@@ -164,13 +164,8 @@ class ClosedFormBackend(Backend):
         start = time.perf_counter()
         verdict = _analyse(problem)
         if isinstance(verdict, str):
-            return SolveResult(
-                status=SolveStatus.UNSUPPORTED,
-                x=np.full(problem.n, np.nan),
-                objective=float("nan"),
-                time=time.perf_counter() - start,
-                solver=self.name,
-                problem=problem.name,
+            return failed_result(
+                problem, SolveStatus.UNSUPPORTED, self.name, time.perf_counter() - start
             )
         kind, part = verdict
         x = (
@@ -188,14 +183,13 @@ class ClosedFormBackend(Backend):
             iterations=0,
         )
 
-    def _infeasible(self, problem: Problem, row: int, value: float, rule: str) -> InfeasibleError:
+    def _error(self, status: SolveStatus, problem: Problem, detail: str) -> SolverError:
+        return error_for_status(status, solver=self.name, problem=problem.name, detail=detail)
+
+    def _infeasible(self, problem: Problem, row: int, value: float, rule: str) -> SolverError:
         label = problem.row_names[row] if problem.row_names else f"row {row}"
-        return InfeasibleError(
-            f"{self.name} on problem {problem.name!r}: {SolveStatus.INFEASIBLE} "
-            f"({label}: right-hand side {value:g} {rule})",
-            status=SolveStatus.INFEASIBLE,
-            solver=self.name,
-            problem=problem.name,
+        return self._error(
+            SolveStatus.INFEASIBLE, problem, f"{label}: right-hand side {value:g} {rule}"
         )
 
     def _projection(self, problem: Problem, part: _Partition) -> np.ndarray:
@@ -230,12 +224,10 @@ class ClosedFormBackend(Backend):
             ub = np.where(problem.integrality, np.floor(ub + _INT_TOL), ub)
             if np.any(lb > ub):
                 i = int(np.flatnonzero(lb > ub)[0])
-                raise InfeasibleError(
-                    f"{self.name} on problem {problem.name!r}: {SolveStatus.INFEASIBLE} "
-                    f"(integer variable {i} has no integer in [{problem.lb[i]}, {problem.ub[i]}])",
-                    status=SolveStatus.INFEASIBLE,
-                    solver=self.name,
-                    problem=problem.name,
+                raise self._error(
+                    SolveStatus.INFEASIBLE,
+                    problem,
+                    f"integer variable {i} has no integer in [{problem.lb[i]}, {problem.ub[i]}]",
                 )
         # a free variable goes to the bound its cost favours; at zero cost any point of the
         # box is optimal: take the one nearest 0 (finite even when a bound is infinite)
@@ -243,12 +235,10 @@ class ClosedFormBackend(Backend):
         free = part.group < 0
         if np.any(free & ~np.isfinite(x)):
             i = int(np.flatnonzero(free & ~np.isfinite(x))[0])
-            raise UnboundedError(
-                f"{self.name} on problem {problem.name!r}: {SolveStatus.UNBOUNDED} "
-                f"(variable {i} has cost {problem.c[i]:g} and no bound in that direction)",
-                status=SolveStatus.UNBOUNDED,
-                solver=self.name,
-                problem=problem.name,
+            raise self._error(
+                SolveStatus.UNBOUNDED,
+                problem,
+                f"variable {i} has cost {problem.c[i]:g} and no bound in that direction",
             )
         if part.rhs.size:
             b = np.round(part.rhs)
