@@ -23,11 +23,20 @@ __all__ = ["Backend", "BackendProtocol", "decline_reason", "failed_result", "kin
 class BackendProtocol(Protocol):
     """What the registry needs from a backend (structural: no inheritance required)."""
 
-    name: str
-    supports_lp: bool
-    supports_qp: bool
-    supports_milp: bool
-    REQUIRED_MODULES: tuple[str, ...]
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def supports_lp(self) -> bool: ...
+
+    @property
+    def supports_qp(self) -> bool: ...
+
+    @property
+    def supports_milp(self) -> bool: ...
+
+    @property
+    def REQUIRED_MODULES(self) -> tuple[str, ...]: ...  # noqa: N802 - CVXPY's spelling
 
     def accepts(self, problem: Problem) -> bool | str:
         """True to accept; False or a non-empty reason string to decline."""
