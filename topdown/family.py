@@ -2,7 +2,7 @@
 
 A ``FamilyTask`` carries only public data (noisy measurements, the parent's already-published
 counts, compiled constraint rows), so it can be shipped to a worker process or a Dask cluster.
-``solve_family`` runs the two passes of DESIGN.md on it:
+``solve_family`` runs the two estimation passes on it:
 
 1. L2 pass: weighted (1/variance) non-negative least squares over every measurement of the
    children, restricted to the parent's non-zero cells, children summing to the parent cell by
@@ -14,6 +14,10 @@ counts, compiled constraint rows), so it can be shipped to a worker process or a
 An infeasible family raises ``solvers.InfeasibleError`` naming the node, or, with the failsafe,
 relaxes consistency with the least L1 slack (an LP), solves against the relaxed parent and
 reports the slack: never a silent wrong answer.
+
+Each pass's problems go to the backend ``task.options.solver`` names for it (``auto`` for
+those it declines, unless strict), and every pass returns its ``SolveStats``: a family's
+statistics are their sum, with no result object written into along the way.
 """
 
 from __future__ import annotations
