@@ -37,6 +37,8 @@ SCHEMA = Schema(
     ("REGION", "STATE"),
 )
 DETAILED = Strategy.from_budgets(["1/2"] * 3)
+HALVES = ((Query.parse("detailed"), Fraction(1, 2)), (Query.parse("total"), Fraction(1, 2)))
+COUPLED = Strategy(tuple(LevelStrategy(Fraction(1), HALVES) for _ in range(3)), "discrete_gaussian")
 
 
 def _families(rel) -> list[int]:
@@ -54,28 +56,29 @@ def _families(rel) -> list[int]:
 
 
 def test_one_name_is_used_where_it_applies_and_auto_elsewhere() -> None:
-    """closed_form takes every detailed-only L2 problem; below the root it declines the
-    rounding problems (each cell is in a consistency row and a child-total row), which go to
-    auto instead of failing."""
-    rel = release(_data(), SCHEMA, DETAILED, seed=4, solver="closed_form")
+    """closed_form declines the coupled L2 problems (a total query ties a child's cells) and
+    the root's rounding (its total row is an interval), which go to auto instead of failing;
+    it takes the rounding problems below the root (the network-flow path: consistency and
+    child-total rows)."""
+    rel = release(_data(), SCHEMA, COUPLED, seed=4, solver="closed_form")
     assert rel.check_correctness().ok
     for stats, families in zip(rel.stats, _families(rel), strict=True):
-        assert stats.solved_in("l2") == ({"closed_form": families} if families else {})
-        assert sum(stats.solved_in("rounding").values()) >= families
+        assert "closed_form" not in stats.solved_in("l2")
+        assert sum(stats.solved_in("l2").values()) == families
         if stats.level:
-            assert "closed_form" not in stats.solved_in("rounding")
+            assert stats.solved_in("rounding") == {"closed_form": families}
+    assert "closed_form" not in rel.stats[0].solved_in("rounding")
     table = rel.solver_stats()
-    assert list(table["l2_solved_by"]) == ["closed_form: 1", "closed_form: 1", "closed_form: 2"]
-    assert not table["rounding_solved_by"][1:].str.contains("closed_form").any()
+    assert list(table["rounding_solved_by"])[1:] == ["closed_form: 1", "closed_form: 2"]
+    assert not table["l2_solved_by"].str.contains("closed_form").any()
 
 
 def test_strict_keeps_the_old_failure() -> None:
     with pytest.raises(
         UnsupportedProblemError,
-        match=r"closed_form on problem \"level 1, children of 'root' / rounding pass \(width 1\)\": "
-        r"unsupported \(closed_form needs every row to be an equality\)",
+        match=r"closed_form on problem 'level 0 \(root\) / L2 pass': unsupported \(closed_form needs",
     ):
-        release(_data(), SCHEMA, DETAILED, seed=4, solver="closed_form", solver_strict=True)
+        release(_data(), SCHEMA, COUPLED, seed=4, solver="closed_form", solver_strict=True)
 
 
 def test_a_mapping_names_the_backend_of_each_pass() -> None:
@@ -90,17 +93,7 @@ def test_a_mapping_names_the_backend_of_each_pass() -> None:
 
 
 def test_a_missing_pass_is_auto() -> None:
-    coupled = Strategy(
-        tuple(
-            LevelStrategy(
-                Fraction(1),
-                ((Query.parse("detailed"), Fraction(1, 2)), (Query.parse("total"), Fraction(1, 2))),
-            )
-            for _ in range(3)
-        ),
-        "discrete_gaussian",
-    )
-    rel = release(_data(), SCHEMA, coupled, seed=4, solver={"rounding": "highs"})
+    rel = release(_data(), SCHEMA, COUPLED, seed=4, solver={"rounding": "highs"})
     assert rel.check_correctness().ok
     assert set(rel.stats[1].solved_in("rounding")) == {"highs"}
     # a coupled L2 problem: auto skips the closed form (it declines) for an interior point
@@ -119,7 +112,7 @@ def test_bad_solver_arguments_are_named() -> None:
         release(_data(50), SCHEMA, DETAILED, seed=1, solver={"rounding": "gurobi9"})
 
 
-def _config(tmp_path: Path, solver_table: str) -> Path:
+def _config(tmp_path: Path, solver_table: str, *, coupled: bool = False) -> Path:
     _data().to_csv(tmp_path / "d.csv", index=False)
     path = tmp_path / "c.toml"
     path.write_text(
@@ -136,6 +129,7 @@ name = "SEX"
 values = [1, 2]
 [strategy]
 budgets = ["1/2", "1/2", "1/2"]
+{'queries = {detailed = "1/2", total = "1/2"}' if coupled else ""}
 {solver_table}
 """,
         encoding="utf-8",
@@ -155,11 +149,15 @@ def test_config_takes_a_name_per_pass_and_strict(tmp_path: Path) -> None:
     assert set(rel.stats[2].solved_in("rounding")) == {"highs"}
     assert set(rel.stats[2].solved_in("l2")) == {"closed_form"}
 
-    strict = load_config(_config(tmp_path, '[solver]\nname = "closed_form"\nstrict = true'))
+    strict = load_config(
+        _config(tmp_path, '[solver]\nname = "closed_form"\nstrict = true', coupled=True)
+    )
     assert strict.solver == SolverChoice("closed_form", "closed_form", strict=True)
     assert strict.with_overrides(solver="highs").solver.strict  # --solver keeps strict
     with pytest.raises(UnsupportedProblemError, match="unsupported .closed_form needs"):
-        release(pd.read_csv(cfg.data.path), cfg.schema, cfg.strategy, seed=3, solver=strict.solver)
+        release(
+            pd.read_csv(cfg.data.path), cfg.schema, strict.strategy, seed=3, solver=strict.solver
+        )
 
 
 @pytest.mark.parametrize(
