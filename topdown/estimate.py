@@ -71,7 +71,7 @@ def estimate(
             families = lv.children_of(up.size)
             parents = [_Parent(str(up.labels[p]), counts[-1][p]) for p in range(up.size)]
         tasks = [
-            family_task(inputs, children, parent)
+            _family_task(inputs, children, parent)
             for parent, children in zip(parents, families, strict=True)
         ]
         results = executor.map(solve_family, tasks, progress, f"estimate level {level}")
@@ -141,7 +141,7 @@ class _LevelInputs:
         )
 
 
-def family_task(inputs: _LevelInputs, children: np.ndarray, parent: _Parent | None) -> FamilyTask:
+def _family_task(inputs: _LevelInputs, children: np.ndarray, parent: _Parent | None) -> FamilyTask:
     """The estimation task of one parent's children (of the root when ``parent`` is None).
 
     Runs the constraint diagnostics first, so contradictions are reported with names and
