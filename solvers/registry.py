@@ -54,7 +54,7 @@ logger = logging.getLogger(__name__)
 #: 60 s at 5e4. For LP/MILP HiGHS called directly: 3 s at 3e5 and 21-25 s at 10^6 variables on
 #: the rounding problems; SciPy's milp (HiGHS inside) is comparable, CVXPY adds 2x overhead.
 #: Controlled rounding (child-total rows) goes to the closed form's network flow where it is
-#: faster (children^2 <= 8 cells): 0.18 s against HiGHS's 2.0 s (MILP) or 0.4 s (its LP
+#: faster (children^2 <= 4 cells): 0.18 s against HiGHS's 2.0 s (MILP) or 0.4 s (its LP
 #: relaxation, what the engine asks first) at 30 x 2016.
 AUTO_ORDER: dict[str, tuple[str, ...]] = {
     "QP": (

@@ -48,7 +48,7 @@ _INT_TOL = 1e-9
 #: Form (c) is taken when children^2 <= ratio * cells: the measured crossover with HiGHS's LP
 #: (benchmarks/solvers, "round controlled"): the flow's work grows with k^3 per moved unit,
 #: HiGHS's with the number of variables, so HiGHS wins on many children over few cells.
-TRANSPORT_MAX_RATIO = 8.0
+TRANSPORT_MAX_RATIO = 4.0
 
 
 @dataclass(frozen=True)
