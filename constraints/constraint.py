@@ -10,8 +10,9 @@ Every constraint the engine sees answers three questions about one node's histog
 - ``is_invariant``: whether its value is computed from confidential data (a contextual
   constraint, published exactly, outside the DP guarantee, recorded in the ledger).
 
-``LinearRows`` is the one representation shared by ``compile_rows``, ``joint_rows``, the
-diagnostics and the solvers.
+``LinearRows`` is the one representation of linear rows: ``compile_rows`` and ``joint_rows``
+build it, ``topdown.node_constraints`` hands it to the estimation tasks (``FamilyTask.rows``),
+the passes stack it with their own rows and the release checks it with ``violation``.
 """
 
 from __future__ import annotations
@@ -106,6 +107,12 @@ class LinearRows:
             np.concatenate([p.ub for p in parts]),
             tuple(name for p in parts for name in p.names),
         )
+
+    def restrict(self, cells: np.ndarray | None) -> LinearRows:
+        """The same rows over the kept ``cells`` only (the others are known to be zero)."""
+        if cells is None:
+            return self
+        return LinearRows(self.A[:, cells], self.lb, self.ub, self.names)
 
     def violation(self, x: np.ndarray) -> np.ndarray:
         """Per row, how far ``A @ x`` lies outside ``[lb, ub]`` (0 where satisfied)."""

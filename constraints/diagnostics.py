@@ -135,15 +135,42 @@ def check_node(
     cons = _normalise(constraints)
     kept = check_cells(domain, cells)
     problems: list[tuple[str, tuple[str, ...]]] = []
-    zero_parts = [(c.name, m) for c in cons if (m := c.zero_mask(domain)) is not None]
-    zeros = np.zeros(domain.size, dtype=bool)
-    for _, m in zero_parts:
-        zeros |= m
-    dropped = np.zeros(domain.size, dtype=bool)
-    if kept is not None:
-        dropped[:] = True
-        dropped[kept] = False
+    known_zero = _KnownZero.of(cons, domain, kept)
+    glist = _groups(cons, domain, known_zero, problems)
+    _check_conflicts(glist, problems)
+    _check_nesting(glist, problems)
+    if parent_values is not None or parent_total is not None:
+        pv = None if parent_values is None else _parent_full(domain, parent_values, kept)
+        _check_parent(glist, pv, parent_total, problems)
+    _raise(problems, node)
 
+
+@dataclass(frozen=True)
+class _KnownZero:
+    """Cells known to be zero at a node: structural zeros (and who set them), dropped cells."""
+
+    parts: tuple[tuple[str, np.ndarray], ...]
+    zeros: np.ndarray
+    dropped: np.ndarray
+
+    @classmethod
+    def of(cls, cons: list[Constraint], domain: Domain, kept: np.ndarray | None) -> _KnownZero:
+        parts = tuple((c.name, m) for c in cons if (m := c.zero_mask(domain)) is not None)
+        zeros = np.zeros(domain.size, dtype=bool)
+        for _, m in parts:
+            zeros |= m
+        dropped = np.zeros(domain.size, dtype=bool)
+        if kept is not None:
+            dropped[:] = True
+            dropped[kept] = False
+        return cls(parts, zeros, dropped)
+
+
+def _groups(
+    cons: list[Constraint], domain: Domain, known_zero: _KnownZero, problems: list
+) -> list[_Group]:
+    """The aggregate constraints grouped by the cells they effectively sum, bounds tightened;
+    a positive sum over cells that are all known to be zero is reported here."""
     groups: dict[bytes, _Group] = {}
     for c in cons:
         if c.is_invariant:
@@ -156,31 +183,37 @@ def check_node(
             continue
         lo, hi = b
         raw = c.expr.mask(domain)
-        eff = raw & ~zeros & ~dropped
+        eff = raw & ~known_zero.zeros & ~known_zero.dropped
         if not eff.any() and lo > 0:
-            culprits = tuple(n for n, m in zero_parts if (m & raw).any())
-            where = (
-                "structural zeros"
-                if not (raw & dropped & ~zeros).any()
-                else ("structural zeros or outside the kept cells")
-            )
-            need = f"must be {_num(lo)}" if c.sense == "==" else f"must be at least {_num(lo)}"
-            against = f" contradicts {', '.join(culprits)}" if culprits else ""
-            problems.append(
-                (
-                    f"{c.name}{against}: all {int(raw.sum())} cells of {c.expr} are {where} "
-                    f"but the sum {need}",
-                    (c.name, *culprits),
-                )
-            )
+            problems.append(_all_zero(c, raw, lo, known_zero))
             continue
         g = groups.setdefault(eff.tobytes(), _Group(eff, str(c.expr)))
         if lo > g.lo or g.lo_name is None and lo == g.lo and c.sense == "==":
             g.lo, g.lo_name, g.lo_exact = lo, c.name, c.sense == "=="
         if hi < g.hi or g.hi_name is None and hi == g.hi:
             g.hi, g.hi_name = hi, c.name
+    return list(groups.values())
 
-    glist = list(groups.values())
+
+def _all_zero(
+    c: AggregateConstraint, raw: np.ndarray, lo: float, known_zero: _KnownZero
+) -> tuple[str, tuple[str, ...]]:
+    culprits = tuple(n for n, m in known_zero.parts if (m & raw).any())
+    where = (
+        "structural zeros"
+        if not (raw & known_zero.dropped & ~known_zero.zeros).any()
+        else "structural zeros or outside the kept cells"
+    )
+    need = f"must be {_num(lo)}" if c.sense == "==" else f"must be at least {_num(lo)}"
+    against = f" contradicts {', '.join(culprits)}" if culprits else ""
+    return (
+        f"{c.name}{against}: all {int(raw.sum())} cells of {c.expr} are {where} but the sum {need}",
+        (c.name, *culprits),
+    )
+
+
+def _check_conflicts(glist: list[_Group], problems: list) -> None:
+    """Bounds on the same cells that contradict each other."""
     for g in glist:
         if g.lo > g.hi:
             k = int(g.mask.sum())
@@ -188,36 +221,42 @@ def check_node(
                 (
                     f"{g.lo_name} contradicts {g.hi_name}: on the same {k} cells the sum "
                     f"{g.need()} and at most {_num(g.hi)}",
-                    (g.lo_name, g.hi_name),
+                    _names(g.lo_name, g.hi_name),
                 )
             )
-    _check_nesting(glist, problems)
 
-    if parent_values is not None or parent_total is not None:
-        pv = None if parent_values is None else _parent_full(domain, parent_values, kept)
-        for g in glist:
-            if g.lo_name is None or g.lo <= 0:
-                continue
-            if pv is not None:
-                p = float(pv[g.mask].sum())
-                if g.lo > p + _TOL:
-                    problems.append(
-                        (
-                            f"{g.lo_name} exceeds the parent: the parent holds {_num(p)} on the "
-                            f"{int(g.mask.sum())} cells of {g.expr} but the sum {g.need()}",
-                            (g.lo_name,),
-                        )
-                    )
-                    continue
-            if parent_total is not None and g.lo > float(parent_total) + _TOL:
+
+def _check_parent(
+    glist: list[_Group], pv: np.ndarray | None, parent_total: float | None, problems: list
+) -> None:
+    """Sums the child must hold that the parent's values (or total) cannot cover."""
+    for g in glist:
+        if g.lo_name is None or g.lo <= 0:
+            continue
+        if pv is not None:
+            p = float(pv[g.mask].sum())
+            if g.lo > p + _TOL:
                 problems.append(
                     (
-                        f"{g.lo_name} exceeds the parent: the sum {g.need()} but the parent's "
-                        f"total is {_num(parent_total)}",
+                        f"{g.lo_name} exceeds the parent: the parent holds {_num(p)} on the "
+                        f"{int(g.mask.sum())} cells of {g.expr} but the sum {g.need()}",
                         (g.lo_name,),
                     )
                 )
-    _raise(problems, node)
+                continue
+        if parent_total is not None and g.lo > float(parent_total) + _TOL:
+            problems.append(
+                (
+                    f"{g.lo_name} exceeds the parent: the sum {g.need()} but the parent's "
+                    f"total is {_num(parent_total)}",
+                    (g.lo_name,),
+                )
+            )
+
+
+def _names(*names: str | None) -> tuple[str, ...]:
+    """The constraint names involved (a group's bound may have no name: the default 0 / inf)."""
+    return tuple(n for n in names if n is not None)
 
 
 def _check_nesting(glist: list[_Group], problems: list) -> None:
@@ -243,7 +282,7 @@ def _check_nesting(glist: list[_Group], problems: list) -> None:
                         f"{small.lo_name} contradicts {big.hi_name}: the {sizes[i]} cells of "
                         f"{small.expr} are among the {sizes[j]} cells of {big.expr}, so its sum "
                         f"({small.amount()}) cannot exceed {big.expr}'s (at most {_num(big.hi)})",
-                        (small.lo_name, big.hi_name),
+                        _names(small.lo_name, big.hi_name),
                     )
                 )
         # Greedy packing of disjoint subsets (largest lower bound first): a sound certificate.
@@ -253,13 +292,13 @@ def _check_nesting(glist: list[_Group], problems: list) -> None:
                 chosen.append(i)
         total = sum(glist[i].lo for i in chosen)
         if len(chosen) > 1 and total > big.hi and all(glist[i].lo <= big.hi for i in chosen):
-            names = tuple(glist[i].lo_name for i in chosen)
+            names = _names(*(glist[i].lo_name for i in chosen))
             problems.append(
                 (
                     f"{', '.join(names)} contradict {big.hi_name}: these {len(chosen)} disjoint "
                     f"subsets of the {sizes[j]} cells of {big.expr} must hold at least "
                     f"{_num(total)} in all, but {big.expr} holds at most {_num(big.hi)}",
-                    (*names, big.hi_name),
+                    _names(*names, big.hi_name),
                 )
             )
 

@@ -1,19 +1,22 @@
 """Errors of the constraint DSL and of the domain it is written over.
 
-Each message names the argument, shows its value and states the rule. They subclass
-ValueError so that callers that only know Python's built-ins still catch bad input.
+Each message names the argument, shows its value and states the rule. They derive from the
+project's root error (``mechanisms.errors.TopDownError``) and from ValueError, so callers that
+only know Python's built-ins still catch bad input.
 """
 
 from __future__ import annotations
 
+from mechanisms.errors import TopDownError
+
 __all__ = ["DomainError", "ConstraintError", "InfeasibleConstraintsError"]
 
 
-class DomainError(ValueError):
+class DomainError(TopDownError, ValueError):
     """An attribute, a value or a column that does not fit the declared domain."""
 
 
-class ConstraintError(ValueError):
+class ConstraintError(TopDownError, ValueError):
     """A constraint that is malformed or cannot be applied where it was attached."""
 
 

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from mechanisms.errors import TopDownError
+
 __all__ = [
     "SolveStatus",
     "SolveResult",
@@ -75,8 +77,8 @@ class SolveResult:
     iterations: int | None = None
 
 
-class SolverError(RuntimeError):
-    """A solve did not produce an optimal solution.
+class SolverError(TopDownError, RuntimeError):
+    """A solve did not produce an optimal solution (a project error: ``TopDownError``).
 
     Attributes:
         status: the mapped :class:`SolveStatus`.

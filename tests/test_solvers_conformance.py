@@ -331,6 +331,19 @@ def test_named_backend_declining_raises_unsupported() -> None:
     assert info.value.problem == "qp with row" and "'qp with row'" in str(info.value)
 
 
+def test_named_backend_not_strict_hands_a_declined_problem_to_auto() -> None:
+    fixture = FIXTURES["qp_row"]
+    result = solvers.solve(fixture.problem, "closed_form", strict=False)
+    assert (
+        result.solver != "closed_form"
+        and result.solver == solvers.auto_candidates(fixture.problem)[0]
+    )
+    assert result.objective == pytest.approx(fixture.objective, abs=1e-6)
+    # an accepted problem stays with the named backend
+    separable = FIXTURES["qp_simplex"].problem
+    assert solvers.solve(separable, "closed_form", strict=False).solver == "closed_form"
+
+
 def _market_split(seed: int = 1, m: int = 4, n: int = 30) -> Problem:
     """Market-split MILP (Cornuejols-Dawande): tiny, yet far beyond a millisecond budget."""
     a = np.random.default_rng(seed).integers(0, 100, (m, n)).astype(float)

@@ -7,6 +7,8 @@ runs in well under a minute.
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 import scipy.sparse as sp
@@ -15,6 +17,8 @@ from hypothesis import strategies as st
 
 import solvers
 from solvers import children_l2_problem, rounding_problem, rounding_solution
+from solvers.backends.closed_form import ClosedFormBackend
+from solvers.status import raise_for_status
 
 SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -119,13 +123,19 @@ def test_closed_form_declines_coupled_problems(case) -> None:
         verdict = solvers.get("closed_form").accepts(problem)
         assert isinstance(verdict, str) and "diagonal" in verdict
         assert solvers.auto_candidates(problem)[0] != "closed_form"
+    # child totals alone make the bipartite (network-flow) form; a cap on the first cell of
+    # each child on top puts those variables in three rows: no longer a flow, declined
+    first = sp.csr_matrix(([1.0], ([0], [0])), shape=(1, n))
     capped, _ = rounding_problem(
         np.abs(noisy),
         parent,
-        extra_A=sp.kron(sp.identity(k), total, format="csr"),
-        extra_ub=np.full(k, 1e9),
+        extra_A=sp.vstack(
+            [sp.kron(sp.identity(k), total), sp.kron(sp.identity(k), first)], format="csr"
+        ),
+        extra_ub=np.full(2 * k, 1e9),
     )
-    assert isinstance(solvers.get("closed_form").accepts(capped), str)
+    verdict = solvers.get("closed_form").accepts(capped)
+    assert isinstance(verdict, str) and "row" in verdict
 
 
 @st.composite
@@ -194,3 +204,57 @@ def test_closed_form_ragged_rounding_matches_milp(case) -> None:
     assert problem.max_violation(fast.x) == 0.0
     if "highs" in solvers.available():
         assert fast.objective == pytest.approx(solvers.solve(problem, "highs").objective, abs=1e-9)
+
+
+@st.composite
+def controlled(draw):
+    """A controlled-rounding problem: the L2 answer of a family, the cell-by-cell consistency
+    rows and one row per child keeping its total between the floor and ceiling of its L2
+    total; sometimes a parent nudged by a unit, which can make it infeasible."""
+    k = draw(st.integers(1, 7))
+    n = draw(st.integers(1, 25))
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    x = rng.gamma(0.7, 3.0, (k, n)) * (rng.random((k, n)) < 0.8)
+    whole = rng.random(n) < 0.3  # cells whose L2 values are already integers
+    x[:, whole] = np.round(x[:, whole])
+    parent = np.round(x.sum(axis=0))
+    if draw(st.booleans()):
+        parent = np.maximum(parent + rng.integers(-1, 2, n), 0)
+    else:  # the L2 answer sums to the parent: scale each cell to it
+        col = x.sum(axis=0)
+        x = np.where(col > 0, x * np.divide(parent, col, where=col > 0, out=np.zeros(n)), 0.0)
+        parent = np.round(x.sum(axis=0))
+    totals = x.sum(axis=1)
+    rows = sp.kron(sp.identity(k, format="csr"), np.ones((1, n)), format="csr")
+    problem, _ = rounding_problem(
+        x,
+        parent,
+        extra_A=rows,
+        extra_lb=np.floor(totals + 1e-9),
+        extra_ub=np.ceil(totals - 1e-9),
+        name="controlled rounding",
+    )
+    return problem
+
+
+@settings(SETTINGS, max_examples=100)
+@given(controlled(), st.booleans())
+def test_closed_form_controlled_rounding_equals_highs(problem, integral) -> None:
+    """The network-flow fast path is exact: the same optimum (or the same infeasibility) as
+    HiGHS on the rounding MILP and on its LP relaxation."""
+    if problem.m and not (np.diff(sp.csc_matrix(problem.A).indptr) == 2).all():
+        return  # k = 1 without consistency rows is the partition case, tested above
+    if not integral:
+        problem = dataclasses.replace(problem, integrality=None)
+    flow = ClosedFormBackend(transport_max_ratio=np.inf)  # small cases too, not only fast ones
+    assert flow.accepts(problem) is True
+    try:
+        ref = solvers.solve(problem, "highs")
+    except solvers.InfeasibleError:
+        with pytest.raises(solvers.InfeasibleError, match="closed_form on problem"):
+            raise_for_status(flow.solve(problem))
+        return
+    fast = raise_for_status(flow.solve(problem))
+    assert problem.max_violation(fast.x) == 0.0
+    assert np.array_equal(fast.x, np.round(fast.x))
+    assert fast.objective == pytest.approx(ref.objective, abs=1e-9)

@@ -39,7 +39,6 @@ from typing import Any
 import pandas as pd
 
 from constraints.errors import ConstraintError, DomainError
-from mechanisms.errors import BudgetError, MechanismError
 from topdown.config import DEFAULT_CONFIG, ConfigError, RunConfig, load_config
 from topdown.errors import DataError, ReleaseError, TopDownError
 from topdown.io import read_data
@@ -50,7 +49,6 @@ __all__ = ["main", "load_data", "EXIT_OK", "EXIT_FAILURE", "EXIT_USAGE"]
 log = logging.getLogger("topdown.cli")
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 EXIT_TERMINATED = 128 + signal.SIGTERM
-_INPUT_ERRORS = (TopDownError, ConstraintError, DomainError, BudgetError, MechanismError)
 _BENCHES = {"samplers": "bench_samplers.py", "solvers": "solvers", "scale": "bench_scale.py"}
 
 
@@ -178,7 +176,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as err:  # the edge: one message, a code, a traceback only when asked
         code = (
             EXIT_USAGE
-            if isinstance(err, _INPUT_ERRORS) and isinstance(err, ValueError)
+            if isinstance(err, TopDownError) and isinstance(err, ValueError)
             else EXIT_FAILURE
         )
         if args.verbose:
@@ -320,7 +318,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         except DataError as err:
             raise DataError(f"data file {str(cfg.data.path)!r}: {err}") from None
         except (DomainError, ValueError) as err:
-            if isinstance(err, _INPUT_ERRORS):
+            if isinstance(err, TopDownError):
                 raise type(err)(f"{cfg.file}: {err}") from None
             raise
         timings["release"] = time.perf_counter() - t

@@ -8,7 +8,8 @@ Layout (see ``topdown/data/default.toml`` for a commented example)::
                  [[schema.attributes]] name, column, values | range | bins, labels
     [strategy]   mechanism, neighbouring, budgets + queries + first_pass, or [[strategy.levels]]
     [[constraints]]                    # see topdown.config_constraints
-    [solver]     name, options, failsafe
+    [solver]     name (one backend, or a table per pass: l2, rounding), strict, options,
+                 failsafe
     [executor]   name, workers, address
     [output]     format (csv | parquet)
     [metrics]    truth = true (the input data) | false | "path"
@@ -35,6 +36,7 @@ from topdown import budget_bounds
 from topdown.config_constraints import parse_constraints
 from topdown.errors import TopDownError
 from topdown.executors import EXECUTORS
+from topdown.passes import PASSES, SolverChoice
 from topdown.schema import Attribute, Schema, attributes_from_dictionary
 from topdown.strategy import MECHANISMS, NEIGHBOURING, LevelStrategy, Query, Strategy, parse_budget
 
@@ -103,7 +105,7 @@ class RunConfig:
     constraints: ConstraintSet
     constraint_specs: tuple = ()
     seed: int | None = None
-    solver: str = "auto"
+    solver: SolverChoice = SolverChoice()
     solver_options: Mapping[str, Any] = field(default_factory=dict)
     failsafe: bool = True
     executor: str = "serial"
@@ -127,12 +129,10 @@ class RunConfig:
                 )
             out = replace(out, seed=seed)
         if solver is not None:
-            out = replace(
-                out,
-                solver=_check_solver(
-                    solver, lambda k, r: ConfigError("command line", "--solver", r), "--solver"
-                ),
+            name = _check_solver(
+                solver, lambda k, r: ConfigError("command line", "--solver", r), "--solver"
             )
+            out = replace(out, solver=SolverChoice.of(name, strict=out.solver.strict))
         if executor is not None:
             if executor not in EXECUTORS:
                 raise ConfigError(
@@ -210,7 +210,8 @@ class RunConfig:
             },
             "constraints": list(self.constraint_specs),
             "solver": {
-                "name": self.solver,
+                "name": self.solver.to_config(),
+                "strict": self.solver.strict,
                 "options": dict(self.solver_options),
                 "failsafe": self.failsafe,
             },
@@ -291,8 +292,8 @@ def parse_config(raw: Mapping[str, Any], file: str, *, base: Path) -> RunConfig:
     elif isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         bad("seed", f'must be "none" (secure noise) or a non-negative integer; got {seed!r}')
     solver = _table(raw, "solver", bad)
-    _known(solver, {"name", "options", "failsafe"}, "solver", bad)
-    solver_name = _check_solver(solver.get("name", "auto"), fail, "solver.name")
+    _known(solver, {"name", "strict", "options", "failsafe"}, "solver", bad)
+    choice = _solver_choice(solver.get("name", "auto"), solver.get("strict", False), fail, bad)
     options = _table(solver, "options", bad, "solver.")
     failsafe = solver.get("failsafe", True)
     if not isinstance(failsafe, bool):
@@ -327,7 +328,7 @@ def parse_config(raw: Mapping[str, Any], file: str, *, base: Path) -> RunConfig:
         constraints=constraints,
         constraint_specs=tuple(specs),
         seed=seed,
-        solver=solver_name,
+        solver=choice,
         solver_options=dict(options),
         failsafe=failsafe,
         executor=ex_name,
@@ -531,6 +532,19 @@ def _queries(spec: Any, schema: Schema, key: str, fail, bad) -> tuple[tuple[Quer
         except ValueError as err:
             raise fail(qkey, str(err)) from None
     return tuple(out)
+
+
+def _solver_choice(name: Any, strict: Any, fail, bad) -> SolverChoice:
+    """``[solver] name`` (one backend, or a table pass -> backend) and ``strict``."""
+    if not isinstance(strict, bool):
+        bad("solver.strict", f"must be true or false; got {strict!r}")
+    if not isinstance(name, Mapping):
+        return SolverChoice.of(_check_solver(name, fail, "solver.name"), strict=strict)
+    for key in name:
+        if key not in PASSES:
+            bad(f"solver.name.{key}", f"is not a pass; the passes are {list(PASSES)}")
+    names = {p: _check_solver(v, fail, f"solver.name.{p}") for p, v in name.items()}
+    return SolverChoice.of(names, strict=strict)
 
 
 def _check_solver(name: Any, fail, key: str) -> str:

@@ -18,6 +18,7 @@ from typing import Any
 
 import pandas as pd
 
+import solvers
 from constraints.attach import ConstraintSet
 from constraints.constraint import Constraint
 from constraints.contextual_constraints import ContextualConstraint
@@ -25,7 +26,7 @@ from mechanisms.ledger import Ledger, NoiseSource
 from mechanisms.rng import new_release_key
 from topdown import budget_bounds
 from topdown.errors import DataError, StrategyError
-from topdown.estimate import EstimateOptions, estimate
+from topdown.estimate import EstimateOptions, SolverChoice, estimate
 from topdown.executors import make_executor
 from topdown.io import read_data
 from topdown.measure import measure
@@ -48,7 +49,8 @@ def release(
     *,
     constraints: ConstraintSet | None = None,
     seed: int | None = None,
-    solver: str = "auto",
+    solver: str | Mapping[str, str] | SolverChoice = "auto",
+    solver_strict: bool = False,
     solver_options: Mapping[str, Any] | None = None,
     executor: str = "serial",
     workers: int | None = None,
@@ -66,7 +68,12 @@ def release(
         strategy: per-level budgets, queries and shares, mechanism, neighbouring.
         constraints: constraints attached to the tree, levels or nodes.
         seed: reproducible noise for tests and experiments; None (production) draws a secure key.
-        solver: a ``solvers`` registry name, or ``auto``.
+        solver: a ``solvers`` registry name or ``auto`` for every pass, used where that
+            backend accepts the problem and ``auto`` elsewhere (the release's ``solver_stats``
+            say which backend solved what); or a mapping per pass (``{"l2": "closed_form",
+            "rounding": "highs"}``, missing passes ``auto``).
+        solver_strict: fail on a problem the named backend declines instead of handing it to
+            ``auto`` (for solver benchmarks).
         solver_options: passed to every solve (``time_limit``, tolerances).
         executor: ``serial``, ``processes`` or ``dask`` (``address`` of a scheduler, or a local
             cluster of ``workers``).
@@ -80,10 +87,9 @@ def release(
     progress = progress or Progress()
     strategy.check(schema.domain, schema.n_levels)
     budget_bounds.check(strategy)
-    if solver != "auto":  # an unknown name is an error now, not after level 0 is measured
-        import solvers
-
-        solvers.get(solver, problem="release(solver=...)")
+    choice = SolverChoice.of(solver, strict=solver_strict)
+    for name in choice.named():  # an unknown name is an error now, not after measurement
+        solvers.get(name, problem="release(solver=...)")
     if constraints is not None:
         constraints.validate(schema.n_levels)
     noise = NoiseSource.from_seed(seed)  # checks the seed; a seeded source records a disclosure
@@ -116,7 +122,9 @@ def release(
     )
     del truth  # nothing after measurement reads the confidential histograms
     options = EstimateOptions(
-        solver=solver, solver_options=dict(solver_options or {}), failsafe=failsafe
+        solver=choice,
+        solver_options=dict(solver_options or {}),
+        failsafe=failsafe,
     )
     first_pass = {i: ls.first_pass for i, ls in enumerate(strategy.levels)}
     with make_executor(executor, workers=workers, address=address) as ex:
@@ -214,7 +222,7 @@ class TopDown:
         *,
         domain: Schema | Mapping[str, Any] | Sequence[Attribute] | None = None,
         seed: int | None = None,
-        solver: str = "auto",
+        solver: str | Mapping[str, str] | SolverChoice = "auto",
         strategy: Strategy | None = None,
         neighbouring: str = "add_remove",
         sep: str | None = None,

@@ -1,15 +1,18 @@
 """The engine's exception hierarchy, gathered in one place for callers.
 
-Every package owns its own errors (constraints.errors, mechanisms.errors, solvers); this module
-adds the engine's and re-exports the others, so ``except topdown.errors.TopDownError`` catches
-any bad input the engine reports. Messages name the argument or column, show the value and
-state the rule.
+Every package owns its own errors (constraints.errors, mechanisms.errors, solvers.status) and
+all of them derive from the one root, ``TopDownError`` (defined in ``mechanisms.errors``,
+re-exported here); this module adds the engine's and re-exports the others, so
+``except TopDownError`` catches any error the project reports: bad input (also a ValueError)
+and failed runs (also a RuntimeError, e.g. ``SolverError``). Messages name the argument or
+column, show the value and state the rule.
 """
 
 from __future__ import annotations
 
 from constraints.errors import ConstraintError, DomainError, InfeasibleConstraintsError
-from mechanisms.errors import BudgetError, MechanismError
+from mechanisms.errors import BudgetError, MechanismError, TopDownError
+from solvers.status import InfeasibleError, SolverError
 
 __all__ = [
     "TopDownError",
@@ -17,16 +20,15 @@ __all__ = [
     "HierarchyError",
     "StrategyError",
     "ReleaseError",
+    "OptionsError",
     "DomainError",
     "ConstraintError",
     "InfeasibleConstraintsError",
     "BudgetError",
     "MechanismError",
+    "SolverError",
+    "InfeasibleError",
 ]
-
-
-class TopDownError(Exception):
-    """Base of the engine's own errors."""
 
 
 class DataError(TopDownError, ValueError):
@@ -43,3 +45,7 @@ class StrategyError(TopDownError, ValueError):
 
 class ReleaseError(TopDownError, RuntimeError):
     """A release folder that cannot be written, or fails verification."""
+
+
+class OptionsError(TopDownError, ValueError):
+    """An estimation option (a solver choice, a tolerance) that is unknown or out of range."""

@@ -9,76 +9,28 @@ already bound to their published values by ``topdown.measure``.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import scipy.sparse as sp
 
+import solvers
 from constraints.attach import ConstraintSet
+from constraints.compile import joint_rows
+from constraints.constraint import LinearRows
 from constraints.diagnostics import check_children, check_node
 from constraints.domain import Domain
 from topdown.executors import Executor
-from topdown.family import FamilyResult, FamilyTask, solve_family
-from topdown.measure import Measurements
+from topdown.family import FamilyTask, Measurement, solve_family
+from topdown.measure import Measurements, QueryMeasurement
 from topdown.node_constraints import NodeConstraints
+from topdown.passes import EstimateOptions, LevelStats, SolverChoice, SolveStats
 from topdown.tree import Tree
 
-__all__ = ["EstimateOptions", "LevelStats", "estimate"]
+__all__ = ["EstimateOptions", "LevelStats", "SolveStats", "SolverChoice", "estimate"]
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class EstimateOptions:
-    """Options of the estimation passes (parsed at the edge, read here)."""
-
-    solver: str = "auto"
-    solver_options: dict[str, Any] = field(default_factory=dict)
-    failsafe: bool = True
-    multipass_tolerance: float = 1e-6
-    controlled_rounding: bool = True
-
-
-@dataclass
-class LevelStats:
-    """What estimating one level took: problems, time, solvers, failsafe uses."""
-
-    level: int
-    families: int = 0
-    problems: int = 0
-    l2_time: float = 0.0
-    round_time: float = 0.0
-    solvers: tuple[str, ...] = ()
-    widened: int = 0
-    failsafe: list[str] = field(default_factory=list)
-    failsafe_slack: float = 0.0
-
-    def add(self, r: FamilyResult) -> None:
-        self.families += 1
-        self.problems += r.problems
-        self.l2_time += r.l2_time
-        self.round_time += r.round_time
-        self.solvers += tuple(s for s in r.solvers_used if s not in self.solvers)
-        self.widened += int(r.widened)
-        if r.failsafe_note:
-            self.failsafe.append(r.failsafe_note)
-            self.failsafe_slack += r.failsafe_slack
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "level": self.level,
-            "families": self.families,
-            "problems_solved": self.problems,
-            "l2_seconds": round(self.l2_time, 4),
-            "rounding_seconds": round(self.round_time, 4),
-            "solvers": ", ".join(self.solvers) or "none (copied)",
-            "widened_roundings": self.widened,
-            "failsafe_families": len(self.failsafe),
-            "failsafe_slack": self.failsafe_slack,
-            "status": "optimal" if not self.failsafe else "failsafe",
-        }
 
 
 def estimate(
@@ -89,7 +41,7 @@ def estimate(
     first_pass: dict[int, tuple[str, ...]],
     constraints: ConstraintSet | None = None,
     invariants: dict[int, dict[int, tuple]] | None = None,
-    options: EstimateOptions = EstimateOptions(),
+    options: EstimateOptions | None = None,
     executor: Executor | None = None,
     progress: Callable | None = None,
 ) -> tuple[list[np.ndarray], list[LevelStats]]:
@@ -97,148 +49,185 @@ def estimate(
 
     Returns:
         counts per level (nodes x cells, int64) and the statistics of each level.
+
+    Raises:
+        UnknownSolverError: a solver named in ``options`` is not installed (before any work).
     """
+    options = options or EstimateOptions()
+    for name in options.solver.named():
+        solvers.get(name)
     executor = executor or Executor()
     book = NodeConstraints(domain, constraints, invariants)
     counts: list[np.ndarray] = []
     stats: list[LevelStats] = []
     for level in range(tree.n_levels):
         lv = tree.levels[level]
-        qms = measurements.at(level)
-        matrices = [m.query.matrix(domain) for m in qms]
-        fp = tuple(i for i, m in enumerate(qms) if m.query.name in first_pass.get(level, ()))
+        inputs = _LevelInputs.of(level, tree, measurements, first_pass, book, options)
         if level == 0:
-            families = [np.array([0])]
-            parents = [None]
+            families: Sequence[np.ndarray] = [np.array([0])]
+            parents: list[_Parent | None] = [None]
         else:
-            families = lv.children_of(tree.levels[level - 1].size)
-            parents = list(range(tree.levels[level - 1].size))
-        tasks = []
-        for parent, children in zip(parents, families, strict=True):
-            tasks.append(
-                _family_task(
-                    level,
-                    lv.labels,
-                    parent,
-                    children,
-                    counts[-1][parent] if parent is not None else None,
-                    tree.levels[level - 1].labels[parent] if parent is not None else None,
-                    qms,
-                    matrices,
-                    fp,
-                    book,
-                    domain,
-                    options,
-                )
-            )
+            up = tree.levels[level - 1]
+            families = lv.children_of(up.size)
+            parents = [_Parent(str(up.labels[p]), counts[-1][p]) for p in range(up.size)]
+        tasks = [
+            _family_task(inputs, children, parent)
+            for parent, children in zip(parents, families, strict=True)
+        ]
         results = executor.map(solve_family, tasks, progress, f"estimate level {level}")
         level_counts = np.zeros((lv.size, domain.size), dtype=np.int64)
-        level_stats = LevelStats(level)
+        total = SolveStats()
         for task, children, res in zip(tasks, families, results, strict=True):
             level_counts[np.ix_(children, task.support)] = res.counts
-            level_stats.add(res)
+            total += res.stats
         counts.append(level_counts)
-        stats.append(level_stats)
+        stats.append(LevelStats.of(level, total))
         log.info(
-            "estimated level %d: %d famil%s, %d problem(s), L2 %.2f s, rounding %.2f s, solvers %s",
+            "estimated level %d: %d famil%s, %d problem(s), L2 %.2f s, rounding %.2f s, solved %s",
             level,
-            level_stats.families,
-            "y" if level_stats.families == 1 else "ies",
-            level_stats.problems,
-            level_stats.l2_time,
-            level_stats.round_time,
-            list(level_stats.solvers),
+            total.families,
+            "y" if total.families == 1 else "ies",
+            total.problems,
+            total.l2_time,
+            total.round_time,
+            [f"{p}: {b} x{c}" for p, b, c in total.solved],
         )
     return counts, stats
 
 
-def _family_task(
-    level,
-    labels,
-    parent,
-    children,
-    parent_counts,
-    parent_label,
-    qms,
-    matrices,
-    fp,
-    book: NodeConstraints,
-    domain: Domain,
-    options: EstimateOptions,
-) -> FamilyTask:
-    all_cells = np.arange(domain.size)
-    per_child = [book.of(level, int(c), labels[c]) for c in children]
-    if parent_counts is None:
-        # the root: every cell that no constraint forces to zero
-        zeros = book.zeros(per_child[0])
-        support = all_cells if zeros is None else all_cells[~zeros]
-        parent_values = None
-    else:
-        support = np.flatnonzero(parent_counts > 0)
-        parent_values = parent_counts[support].astype(float)
-    n, k = len(support), len(children)
-    child_labels = tuple(str(labels[c]) for c in children)
-    # diagnostics before any solver: contradictions are reported with names and numbers.
-    # Within a node they always raise; against the parent's values they raise unless the
-    # failsafe is on, which then relaxes consistency and reports it.
-    for label, cs in zip(child_labels, per_child, strict=True):
+@dataclass(frozen=True)
+class _Parent:
+    """A parent's label and its published counts (every cell)."""
+
+    label: str
+    counts: np.ndarray
+
+
+@dataclass(frozen=True)
+class _LevelInputs:
+    """What every family of one level shares: its measurements, constraints and options."""
+
+    level: int
+    labels: np.ndarray
+    measurements: tuple[QueryMeasurement, ...]
+    matrices: tuple[sp.csr_matrix, ...]
+    weights: np.ndarray
+    first_pass: tuple[int, ...]
+    book: NodeConstraints
+    options: EstimateOptions
+
+    @classmethod
+    def of(
+        cls,
+        level: int,
+        tree: Tree,
+        measurements: Measurements,
+        first_pass: dict[int, tuple[str, ...]],
+        book: NodeConstraints,
+        options: EstimateOptions,
+    ) -> _LevelInputs:
+        qms = measurements.at(level)
+        return cls(
+            level=level,
+            labels=tree.levels[level].labels,
+            measurements=qms,
+            matrices=tuple(m.query.matrix(book.domain) for m in qms),
+            weights=relative_weights([m.variance for m in qms]),
+            first_pass=tuple(
+                i for i, m in enumerate(qms) if m.query.name in first_pass.get(level, ())
+            ),
+            book=book,
+            options=options,
+        )
+
+
+def _family_task(inputs: _LevelInputs, children: np.ndarray, parent: _Parent | None) -> FamilyTask:
+    """The estimation task of one parent's children (of the root when ``parent`` is None).
+
+    Runs the constraint diagnostics first, so contradictions are reported with names and
+    numbers before any solver is asked.
+    """
+    per_child = [inputs.book.of(inputs.level, int(c), inputs.labels[c]) for c in children]
+    labels = tuple(str(inputs.labels[c]) for c in children)
+    support = _support(inputs.book, per_child, parent)
+    _diagnose(inputs, per_child, labels, parent)
+    return FamilyTask(
+        level=inputs.level,
+        parent_label=None if parent is None else parent.label,
+        child_labels=labels,
+        parent_values=None if parent is None else parent.counts[support].astype(float),
+        measurements=_measurements(inputs, children, support),
+        support=support,
+        first_pass=inputs.first_pass,
+        rows=_joint_rows(inputs.book, per_child, labels, support),
+        ub=None if parent is None else _structural_zeros(inputs.book, per_child, support),
+        options=inputs.options,
+    )
+
+
+def _support(book: NodeConstraints, per_child: list[tuple], parent: _Parent | None) -> np.ndarray:
+    """The cells solved for: the parent's non-zero cells; at the root, every cell that no
+    constraint forces to zero."""
+    if parent is not None:
+        return np.flatnonzero(parent.counts > 0)
+    all_cells = np.arange(book.domain.size)
+    zeros = book.zeros(per_child[0])
+    return all_cells if zeros is None else all_cells[~zeros]
+
+
+def _diagnose(
+    inputs: _LevelInputs, per_child: list[tuple], labels: tuple[str, ...], parent: _Parent | None
+) -> None:
+    """Within a node contradictions always raise; against the parent's values they raise
+    unless the failsafe is on, which then relaxes consistency and reports it."""
+    domain = inputs.book.domain
+    for label, cs in zip(labels, per_child, strict=True):
         if cs:
             check_node(list(cs), domain, node=label)
-    if parent_counts is not None and not options.failsafe and any(per_child):
+    if parent is not None and not inputs.options.failsafe and any(per_child):
         check_children(
-            [list(cs) for cs in per_child],
-            domain,
-            parent_counts,
-            child_labels,
-            parent=str(parent_label),
+            [list(cs) for cs in per_child], domain, parent.counts, labels, parent=parent.label
         )
-    ub = None
-    if parent_counts is not None and any(book.zeros(cs) is not None for cs in per_child):
-        ub = np.full(k * n, np.inf)
-        for c, cs in enumerate(per_child):
-            z = book.zeros(cs)
-            if z is not None:
-                ub[c * n : (c + 1) * n][z[support]] = 0.0
-    rows = [book.rows(cs, support) for cs in per_child]
-    joint = None
-    names: tuple[str, ...] = ()
-    if any(r is not None for r in rows):
-        blocks, lbs, ubs = [], [], []
-        for label, r in zip(child_labels, rows, strict=True):
-            if r is None:
-                blocks.append(sp.csr_matrix((0, n)))
-                continue
-            blocks.append(r[0])
-            lbs.append(r[1])
-            ubs.append(r[2])
-            names += tuple(f"{label}: {nm}" for nm in r[3])
-        joint = (sp.block_diag(blocks, format="csr"), np.concatenate(lbs), np.concatenate(ubs))
-    meas = []
-    for m, Q, w in zip(qms, matrices, relative_weights([m.variance for m in qms]), strict=True):
+
+
+def _structural_zeros(
+    book: NodeConstraints, per_child: list[tuple], support: np.ndarray
+) -> np.ndarray | None:
+    """Upper bounds of the joint vector: 0 on each child's structural zeros (None if none)."""
+    zeros = [book.zeros(cs) for cs in per_child]
+    if all(z is None for z in zeros):
+        return None
+    n = len(support)
+    ub = np.full(len(per_child) * n, np.inf)
+    for c, z in enumerate(zeros):
+        if z is not None:
+            ub[c * n : (c + 1) * n][z[support]] = 0.0
+    return ub
+
+
+def _joint_rows(
+    book: NodeConstraints, per_child: list[tuple], labels: tuple[str, ...], support: np.ndarray
+) -> LinearRows | None:
+    """The children's constraint rows over their joint vector, or None when they have none."""
+    rows = joint_rows([book.rows(cs, support) for cs in per_child], len(support), labels=labels)
+    return rows if rows.n_rows else None
+
+
+def _measurements(
+    inputs: _LevelInputs, children: np.ndarray, support: np.ndarray
+) -> tuple[Measurement, ...]:
+    """Each query restricted to the support, the children's answers and their weights."""
+    out = []
+    for m, Q, w in zip(inputs.measurements, inputs.matrices, inputs.weights, strict=True):
         if m.query.attributes is None:
             # the detailed query on the support is the identity; the answers of cells known to
             # be zero only add a constant to the objective
-            Q_s, Y = sp.identity(n, format="csr"), m.noisy[np.ix_(children, support)].astype(float)
+            Q_s = sp.identity(len(support), format="csr")
+            Y = m.noisy[np.ix_(children, support)].astype(float)
         else:
             Q_s, Y = Q[:, support].tocsr(), m.noisy[children].astype(float)
-        meas.append((Q_s, Y, np.full(Y.shape, w)))
-    return FamilyTask(
-        level=level,
-        parent_label=None if parent_label is None else str(parent_label),
-        child_labels=child_labels,
-        parent_values=parent_values,
-        measurements=tuple(meas),
-        support=support,
-        first_pass=fp,
-        rows=joint,
-        ub=ub,
-        row_names=names,
-        solver=options.solver,
-        options=dict(options.solver_options),
-        failsafe=options.failsafe,
-        tolerance=options.multipass_tolerance,
-        controlled_rounding=options.controlled_rounding,
-    )
+        out.append((Q_s, Y, np.full(Y.shape, w)))
+    return tuple(out)
 
 
 def relative_weights(variances: list[float]) -> np.ndarray:

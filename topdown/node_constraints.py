@@ -9,12 +9,11 @@ constraint attached to a level of 10^5 nodes is compiled once.
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
 from constraints.attach import ConstraintSet
 from constraints.compile import compile_rows, zero_mask
+from constraints.constraint import LinearRows
 from constraints.domain import Domain
 
 __all__ = ["NodeConstraints"]
@@ -39,7 +38,7 @@ class NodeConstraints:
         self.constraints = constraints
         self.invariants = invariants or {}
         self._levels: dict[int, tuple[tuple, dict]] = {}
-        self._rows: dict[tuple, Any] = {}
+        self._rows: dict[tuple, LinearRows] = {}
         self._zeros: dict[tuple, np.ndarray | None] = {}
 
     def of(self, level: int, index: int, label: object) -> tuple:
@@ -59,17 +58,15 @@ class NodeConstraints:
             general + specific.get(str(label), ()) + self.invariants.get(level, {}).get(index, ())
         )
 
-    def rows(self, constraints: tuple, cells: np.ndarray | None = None):
-        """(A over ``cells`` (all cells if None), lb, ub, names), or None without rows."""
+    def rows(self, constraints: tuple, cells: np.ndarray | None = None) -> LinearRows:
+        """The constraints' rows over ``cells`` (all cells if None); no rows when none apply."""
+        n = self.domain.size if cells is None else len(cells)
         if not constraints:
-            return None
+            return LinearRows.empty(n)
         if constraints not in self._rows:
             self._rows[constraints] = compile_rows(list(constraints), self.domain)
         full = self._rows[constraints]
-        if full.A.shape[0] == 0:
-            return None
-        A = full.A if cells is None else full.A[:, cells].tocsr()
-        return A, full.lb, full.ub, full.names
+        return full.restrict(cells) if full.n_rows else LinearRows.empty(n)
 
     def zeros(self, constraints: tuple) -> np.ndarray | None:
         """Cells the constraints force to zero, or None when there are none."""

@@ -183,14 +183,12 @@ class Release:
                         "structural zeros"
                     )
                 rows = book.rows(cs)
-                if rows is None:
-                    continue
-                A, lb, ub, names = rows
-                ax = A @ x
-                for r in np.flatnonzero((ax < lb - _TOL) | (ax > ub + _TOL)):
+                broken = np.flatnonzero(rows.violation(x) > _TOL)
+                ax = rows.A[broken] @ x
+                for r, value in zip(broken, ax, strict=True):
                     out.append(
-                        f"level {level}, node {label!r}: {names[r]} is {ax[r]:g}, must be in "
-                        f"[{lb[r]:g}, {ub[r]:g}]"
+                        f"level {level}, node {label!r}: {rows.names[r]} is {value:g}, must be "
+                        f"in [{rows.lb[r]:g}, {rows.ub[r]:g}]"
                     )
         return out
 

@@ -7,7 +7,8 @@ Run from the repository root:
 
 Families: the L2 children problem (detailed-only = separable; coupled = detailed + total +
 marginals, lifted form) and the rounding problem (consistency only = TU; with per-child caps =
-MILP), for k children x n cells. Each accepting backend solves each instance under the time
+MILP; controlled = consistency and child-total rows, TU, the engine's default), for k children
+x n cells. Each accepting backend solves each instance under the time
 limit; the table reports time, objective, the largest disagreement (max |x - x_best|) with
 the best answer (the closed form when it applies, else the lowest objective among the
 feasible answers) and the answer's largest constraint violation. Combinations known to blow up
@@ -141,6 +142,7 @@ def instances(quick: bool):
         (children_instance, "coupled", True),
         (rounding_instance, "capped", False),
         (rounding_instance, "capped", True),
+        (rounding_instance, "controlled", True),
     ):
         for n in ns:
             for k in ks:

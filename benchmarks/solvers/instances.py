@@ -83,12 +83,17 @@ def children_instance(k: int, n: int, *, coupled: bool, seed: int | None = None)
     return Instance(family, k, n, problem)
 
 
-def rounding_instance(k: int, n: int, *, capped: bool, seed: int | None = None) -> Instance:
-    """The rounding problem of a separable L2 solution: consistency only (TU) or with caps.
+def rounding_instance(
+    k: int, n: int, *, capped: bool = False, controlled: bool = False, seed: int | None = None
+) -> Instance:
+    """The rounding problem of a separable L2 solution: consistency only (TU), with caps, or
+    controlled (the engine's default).
 
     The caps are one row per child: its total over the cells of the first attribute's first
     value may not exceed the ceiling of its L2 estimate there, which binds for some children
-    and turns the problem into a genuine MILP (no longer a partition).
+    and turns the problem into a genuine MILP (no longer a partition). Controlled rounding adds
+    one row per child keeping its total between the floor and the ceiling of its L2 total: with
+    the consistency rows a bipartite (transportation) structure, still TU.
     """
     from solvers.backends.closed_form import ClosedFormBackend
 
@@ -102,8 +107,18 @@ def rounding_instance(k: int, n: int, *, capped: bool, seed: int | None = None) 
         cells[: n // dims[0]] = 1.0
         extra_A = sp.kron(sp.identity(k), sp.csr_matrix(cells[None, :]), format="csr")
         extra_ub = np.ceil(x_tilde @ cells - 1e-9)
-    family = "round capped" if capped else "round TU"
+    extra_lb = None
+    if controlled:
+        totals = x_tilde.sum(axis=1)
+        extra_A = sp.kron(sp.identity(k), sp.csr_matrix(np.ones((1, n))), format="csr")
+        extra_lb, extra_ub = np.floor(totals + 1e-9), np.ceil(totals - 1e-9)
+    family = "round controlled" if controlled else "round capped" if capped else "round TU"
     problem, _ = rounding_problem(
-        x_tilde, parent, extra_A=extra_A, extra_ub=extra_ub, name=f"{family} k={k} n={n}"
+        x_tilde,
+        parent,
+        extra_A=extra_A,
+        extra_lb=extra_lb,
+        extra_ub=extra_ub,
+        name=f"{family} k={k} n={n}",
     )
     return Instance(family, k, n, problem)

@@ -16,18 +16,27 @@ import numpy as np
 from solvers.problem import Problem
 from solvers.status import SolveResult, SolveStatus
 
-__all__ = ["Backend", "BackendProtocol", "decline_reason", "failed_result"]
+__all__ = ["Backend", "BackendProtocol", "decline_reason", "failed_result", "kind_refusal"]
 
 
 @runtime_checkable
 class BackendProtocol(Protocol):
     """What the registry needs from a backend (structural: no inheritance required)."""
 
-    name: str
-    supports_lp: bool
-    supports_qp: bool
-    supports_milp: bool
-    REQUIRED_MODULES: tuple[str, ...]
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def supports_lp(self) -> bool: ...
+
+    @property
+    def supports_qp(self) -> bool: ...
+
+    @property
+    def supports_milp(self) -> bool: ...
+
+    @property
+    def REQUIRED_MODULES(self) -> tuple[str, ...]: ...  # noqa: N802 - CVXPY's spelling
 
     def accepts(self, problem: Problem) -> bool | str:
         """True to accept; False or a non-empty reason string to decline."""
@@ -57,16 +66,27 @@ class Backend:
 
     def accepts(self, problem: Problem) -> bool | str:
         """Accept by problem kind; the registry reads this before ``auto`` dispatch."""
-        supported = {"LP": self.supports_lp, "QP": self.supports_qp, "MILP": self.supports_milp}
-        if supported[problem.kind]:
-            return True
-        return f"{self.name} does not support {problem.kind} problems"
+        return kind_refusal(self, problem, self.name) or True
 
     def solve(self, problem: Problem, **options: Any) -> SolveResult:  # pragma: no cover
         raise NotImplementedError
 
     def __repr__(self) -> str:
         return f"<backend {self.name}>"
+
+
+_KIND_FLAG = {"LP": "supports_lp", "QP": "supports_qp", "MILP": "supports_milp"}
+
+
+def kind_refusal(backend: object, problem: Problem, name: str) -> str | None:
+    """The capability check: None when ``backend``'s flags cover the problem's kind.
+
+    The registry asks it before ``accepts`` (a third-party backend may not check its own
+    flags) and :meth:`Backend.accepts` uses it as its default verdict.
+    """
+    if getattr(backend, _KIND_FLAG[problem.kind], False):
+        return None
+    return f"{name} does not support {problem.kind} problems"
 
 
 def decline_reason(verdict: bool | str, backend_name: str, problem: Problem) -> str | None:

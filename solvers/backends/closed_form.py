@@ -17,6 +17,11 @@ Two structures are recognised without any hint from the caller:
     variables of each group (ties to the lower index, so the result is deterministic).
     Variables in no row go to the bound their cost points to.
 
+(c) Controlled rounding (LP/MILP). No ``P``, variables in ``[0, 1]``, every variable in exactly
+    two rows with coefficient 1, one "cell" row (integer equalities) and one "child" row
+    (integer bounds): a bipartite transportation problem, solved exactly as a min-cost flow by
+    :func:`solvers.backends.transport.transport_round`.
+
 Both are vectorised: groups are bucketed by size and each bucket is one 2-D numpy array, so
 the equal-size TopDown case (k children in every cell) is a single sort.
 """
@@ -24,19 +29,26 @@ the equal-size TopDown case (k children in every cell) is a single sort.
 from __future__ import annotations
 
 import time
+import weakref
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
 
-from solvers.backends.base import Backend
+from solvers.backends.base import Backend, failed_result
+from solvers.backends.transport import TransportInfeasible, round_groups, transport_round
 from solvers.problem import Problem
-from solvers.status import InfeasibleError, SolveResult, SolveStatus, UnboundedError
+from solvers.status import SolverError, SolveResult, SolveStatus, error_for_status
 
 __all__ = ["ClosedFormBackend", "project_groups", "round_groups"]
 
 _INT_TOL = 1e-9
+
+#: Form (c) is taken when children^2 <= ratio * cells: the measured crossover with HiGHS's LP
+#: (benchmarks/solvers, "round controlled"): the flow's work grows with k^3 per moved unit,
+#: HiGHS's with the number of variables, so HiGHS wins on many children over few cells.
+TRANSPORT_MAX_RATIO = 4.0
 
 
 @dataclass(frozen=True)
@@ -68,11 +80,70 @@ def _partition(problem: Problem) -> _Partition | str:
     return _Partition(group=group, rhs=np.asarray(problem.row_lb, dtype=float))
 
 
-def _analyse(problem: Problem) -> tuple[str, _Partition] | str:
-    """Return ("projection" | "rounding", partition) or a reason for declining."""
+@dataclass(frozen=True)
+class _Bipartite:
+    """Controlled rounding: each variable is (child, cell); cell sums and child bounds."""
+
+    child: np.ndarray
+    cell: np.ndarray
+    b: np.ndarray
+    L: np.ndarray
+    U: np.ndarray
+
+
+def _bipartite(problem: Problem) -> _Bipartite | None:
+    """Detect structure (c): the rows of each variable's two nonzeros, the lower-numbered one
+    a cell row (every one an integer equality), the other a child row (integer bounds)."""
+    if problem.P is not None or problem.A is None or problem.m == 0:
+        return None
+    if not (np.all(problem.lb == 0) and np.all(problem.ub == 1)):
+        return None
+    assert problem.row_lb is not None and problem.row_ub is not None
+    A = sp.csr_matrix(problem.A)
+    if A.nnz != 2 * problem.n or not np.all(A.data == 1.0):
+        return None
+    rows = np.repeat(np.arange(problem.m), np.diff(A.indptr))
+    order = np.lexsort((rows, A.indices))
+    if not np.all(np.bincount(A.indices, minlength=problem.n) == 2):
+        return None
+    first, second = rows[order[0::2]], rows[order[1::2]]
+    cells, children = np.unique(first), np.unique(second)
+    if np.intersect1d(cells, children).size or cells.size + children.size != problem.m:
+        return None
+    lo, hi = problem.row_lb, problem.row_ub
+    rhs = lo[cells]
+    if not (np.array_equal(rhs, hi[cells]) and np.all(np.isfinite(rhs))):
+        return None
+    L, U = lo[children], hi[children]
+    for bound in (rhs, L[np.isfinite(L)], U[np.isfinite(U)]):
+        if np.max(np.abs(bound - np.round(bound)), initial=0.0) > _INT_TOL:
+            return None
+    cell = np.searchsorted(cells, first)
+    child = np.searchsorted(children, second)
+    if np.unique(child * cells.size + cell).size != child.size:
+        return None  # two variables for one (child, cell) pair
+    return _Bipartite(child, cell, np.round(rhs), np.round(L), np.round(U))
+
+
+_Structure = _Partition | _Bipartite
+
+
+def _analyse(
+    problem: Problem, transport_ratio: float = TRANSPORT_MAX_RATIO
+) -> tuple[str, _Structure] | str:
+    """Return ("projection" | "rounding" | "transport", structure) or a reason for declining."""
     part = _partition(problem)
     if isinstance(part, str):
-        return part
+        flow = _bipartite(problem)
+        if flow is None:
+            return part
+        k, n = flow.L.size, flow.b.size
+        if k * k > transport_ratio * n:
+            return (
+                f"closed_form leaves controlled rounding with k^2 > {transport_ratio:g} n "
+                f"(k = {k} children, n = {n} cells) to HiGHS, faster there"
+            )
+        return "transport", flow
     in_row = part.group >= 0
     if problem.P is not None:
         P = problem.P
@@ -137,16 +208,8 @@ def project_groups(y: np.ndarray, w: np.ndarray, b: np.ndarray) -> np.ndarray:
     return x
 
 
-def round_groups(c: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """In each row of ``c`` (G, s) set the ``b`` cheapest entries to 1, ties to lower index."""
-    order = np.argsort(c, axis=1, kind="stable")
-    rank = np.empty_like(order)
-    np.put_along_axis(rank, order, np.arange(c.shape[1])[None, :].repeat(c.shape[0], 0), axis=1)
-    return (rank < b[:, None]).astype(float)
-
-
 class ClosedFormBackend(Backend):
-    """Exact separable solver; declines (with a reason) anything not of form (a) or (b)."""
+    """Exact solver of forms (a), (b) and (c); declines anything else, with a reason."""
 
     name = "closed_form"
     supports_lp = True
@@ -154,30 +217,39 @@ class ClosedFormBackend(Backend):
     supports_milp = True
     REQUIRED_MODULES = ("numpy",)
 
+    def __init__(self, *, transport_max_ratio: float = TRANSPORT_MAX_RATIO) -> None:
+        self.transport_max_ratio = transport_max_ratio
+        # the registry asks ``accepts`` and then ``solve`` on the same problem: analyse once
+        self._last: tuple[weakref.ref[Problem], tuple[str, _Structure] | str] | None = None
+
+    def _analysis(self, problem: Problem) -> tuple[str, _Structure] | str:
+        last = self._last
+        if last is not None and last[0]() is problem:
+            return last[1]
+        verdict = _analyse(problem, self.transport_max_ratio)
+        self._last = (weakref.ref(problem), verdict)
+        return verdict
+
     def accepts(self, problem: Problem) -> bool | str:
-        """True for the two separable structures, else the reason they do not apply."""
-        verdict = _analyse(problem)
+        """True for the three structures, else the reason they do not apply."""
+        verdict = self._analysis(problem)
         return verdict if isinstance(verdict, str) else True
 
     def solve(self, problem: Problem, **options: Any) -> SolveResult:
         """Solve exactly; ``time_limit``/``tolerance`` are accepted and ignored (no iterations)."""
         start = time.perf_counter()
-        verdict = _analyse(problem)
+        verdict = self._analysis(problem)
         if isinstance(verdict, str):
-            return SolveResult(
-                status=SolveStatus.UNSUPPORTED,
-                x=np.full(problem.n, np.nan),
-                objective=float("nan"),
-                time=time.perf_counter() - start,
-                solver=self.name,
-                problem=problem.name,
+            return failed_result(
+                problem, SolveStatus.UNSUPPORTED, self.name, time.perf_counter() - start
             )
         kind, part = verdict
-        x = (
-            self._projection(problem, part)
-            if kind == "projection"
-            else self._rounding(problem, part)
-        )
+        if isinstance(part, _Bipartite):
+            x = self._transport(problem, part)
+        elif kind == "projection":
+            x = self._projection(problem, part)
+        else:
+            x = self._rounding(problem, part)
         return SolveResult(
             status=SolveStatus.OPTIMAL,
             x=x,
@@ -188,15 +260,23 @@ class ClosedFormBackend(Backend):
             iterations=0,
         )
 
-    def _infeasible(self, problem: Problem, row: int, value: float, rule: str) -> InfeasibleError:
+    def _error(self, status: SolveStatus, problem: Problem, detail: str) -> SolverError:
+        return error_for_status(status, solver=self.name, problem=problem.name, detail=detail)
+
+    def _infeasible(self, problem: Problem, row: int, value: float, rule: str) -> SolverError:
         label = problem.row_names[row] if problem.row_names else f"row {row}"
-        return InfeasibleError(
-            f"{self.name} on problem {problem.name!r}: {SolveStatus.INFEASIBLE} "
-            f"({label}: right-hand side {value:g} {rule})",
-            status=SolveStatus.INFEASIBLE,
-            solver=self.name,
-            problem=problem.name,
+        return self._error(
+            SolveStatus.INFEASIBLE, problem, f"{label}: right-hand side {value:g} {rule}"
         )
+
+    def _transport(self, problem: Problem, flow: _Bipartite) -> np.ndarray:
+        C = np.full((flow.L.size, flow.b.size), np.inf)
+        C[flow.child, flow.cell] = problem.c
+        try:
+            z = transport_round(C, flow.b, flow.L, flow.U)
+        except TransportInfeasible as err:
+            raise self._error(SolveStatus.INFEASIBLE, problem, str(err)) from None
+        return z[flow.child, flow.cell].astype(float)
 
     def _projection(self, problem: Problem, part: _Partition) -> np.ndarray:
         assert problem.P is not None
@@ -230,12 +310,10 @@ class ClosedFormBackend(Backend):
             ub = np.where(problem.integrality, np.floor(ub + _INT_TOL), ub)
             if np.any(lb > ub):
                 i = int(np.flatnonzero(lb > ub)[0])
-                raise InfeasibleError(
-                    f"{self.name} on problem {problem.name!r}: {SolveStatus.INFEASIBLE} "
-                    f"(integer variable {i} has no integer in [{problem.lb[i]}, {problem.ub[i]}])",
-                    status=SolveStatus.INFEASIBLE,
-                    solver=self.name,
-                    problem=problem.name,
+                raise self._error(
+                    SolveStatus.INFEASIBLE,
+                    problem,
+                    f"integer variable {i} has no integer in [{problem.lb[i]}, {problem.ub[i]}]",
                 )
         # a free variable goes to the bound its cost favours; at zero cost any point of the
         # box is optimal: take the one nearest 0 (finite even when a bound is infinite)
@@ -243,12 +321,10 @@ class ClosedFormBackend(Backend):
         free = part.group < 0
         if np.any(free & ~np.isfinite(x)):
             i = int(np.flatnonzero(free & ~np.isfinite(x))[0])
-            raise UnboundedError(
-                f"{self.name} on problem {problem.name!r}: {SolveStatus.UNBOUNDED} "
-                f"(variable {i} has cost {problem.c[i]:g} and no bound in that direction)",
-                status=SolveStatus.UNBOUNDED,
-                solver=self.name,
-                problem=problem.name,
+            raise self._error(
+                SolveStatus.UNBOUNDED,
+                problem,
+                f"variable {i} has cost {problem.c[i]:g} and no bound in that direction",
             )
         if part.rhs.size:
             b = np.round(part.rhs)
