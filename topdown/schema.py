@@ -71,8 +71,8 @@ class Attribute:
             if not vals:
                 raise DomainError(f"attribute {self.name!r}: values (empty) must not be empty")
             object.__setattr__(self, "values", vals)
-        else:
-            edges = tuple(self.bins)  # type: ignore[arg-type]
+        elif self.bins is not None:
+            edges = tuple(self.bins)
             if len(edges) < 2:
                 raise DomainError(
                     f"attribute {self.name!r}: bins ({list(edges)}) need at least two edges"
@@ -116,19 +116,22 @@ class Attribute:
     @property
     def domain_values(self) -> tuple:
         """The ordered values of the domain (bin labels for binned attributes)."""
-        return self.values if self.values is not None else self.labels  # type: ignore[return-value]
+        values = self.values if self.values is not None else self.labels
+        if values is None:  # __post_init__ sets values, or the labels of the bins
+            raise DomainError(f"attribute {self.name!r} has neither values nor bin labels")
+        return values
 
     def encode(self, column: pd.Series) -> np.ndarray:
         """Codes (positions in the domain) of a column of confidential values."""
         if self.bins is not None:
             return self._encode_bins(column)
-        domain = Domain({self.name: self.values})
+        domain = Domain({self.name: self.domain_values})
         try:
-            return domain.encode(self.name, column)
+            return domain.encode(self.name, column.to_numpy())
         except DomainError:
             # data read from CSV may carry ints where the dictionary declared strings (or the
             # reverse); match on the text of both before reporting the values that truly differ
-            lookup = {str(v): i for i, v in enumerate(self.values)}  # type: ignore[arg-type]
+            lookup = {str(v): i for i, v in enumerate(self.domain_values)}
             codes = _as_text(column).map(lookup)
             if codes.isna().any():
                 bad = codes.isna().to_numpy()
@@ -155,7 +158,7 @@ class Attribute:
         if outside.any():
             raise DomainError(
                 f"column {self.source!r} has {int(outside.sum())} row(s) outside the bins of "
-                f"{self.name!r} [{self.bins[0]}, {self.bins[-1]}): "  # type: ignore[index]
+                f"{self.name!r} [{edges[0]:g}, {edges[-1]:g}): "
                 f"{_preview(np.unique(vals[outside]))}"
             )
         return (np.searchsorted(edges, vals, side="right") - 1).astype(np.int64)
@@ -260,11 +263,11 @@ class Schema:
                     f"column {name!r} has {int(col.isna().sum())} missing (NaN) value(s); query "
                     "attributes must be complete"
                 )
-            vals = pd.unique(col)
+            unique = pd.unique(col)
             try:
-                vals = sorted(vals)
+                vals = sorted(unique)
             except TypeError:
-                vals = sorted(vals, key=str)
+                vals = sorted(unique, key=str)
             attrs.append(Attribute(name, values=tuple(vals)))
         return cls(tuple(attrs), tuple(hierarchy))
 
@@ -275,9 +278,9 @@ class Schema:
             entry: dict[str, Any] = {"name": a.name, "column": a.source}
             if a.bins is not None:
                 entry["bins"] = list(a.bins)
-                entry["labels"] = list(a.labels)  # type: ignore[arg-type]
+                entry["labels"] = list(a.domain_values)
             else:
-                entry["values"] = list(a.values)  # type: ignore[arg-type]
+                entry["values"] = list(a.domain_values)
             out.append(entry)
         return {"attributes": out, "hierarchy": list(self.hierarchy)}
 
