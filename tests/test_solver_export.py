@@ -115,6 +115,7 @@ def test_hand_worked_qp_reads_back_convention(tmp_path) -> None:
         offset=7.0,
     )
     back = read_problem(write_problem(problem, tmp_path / "q.mps"))
+    assert back.P is not None
     np.testing.assert_array_equal(back.P.toarray(), [[2.0, 1.0], [1.0, 4.0]])
     res = solvers.solve(back, "highs")
     np.testing.assert_allclose(res.x, [1.0, 0.0], atol=1e-7)
