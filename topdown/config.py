@@ -105,6 +105,7 @@ class RunConfig:
     solver: str = "auto"
     solver_options: Mapping[str, Any] = field(default_factory=dict)
     failsafe: bool = True
+    capture: Path | None = None
     executor: str = "serial"
     workers: int | None = None
     address: str | None = None
@@ -112,7 +113,12 @@ class RunConfig:
     truth: bool | Path = False
 
     def with_overrides(
-        self, *, seed: int | None = None, solver: str | None = None, executor: str | None = None
+        self,
+        *,
+        seed: int | None = None,
+        solver: str | None = None,
+        executor: str | None = None,
+        capture: Path | None = None,
     ) -> RunConfig:
         """Command-line overrides, validated like the file's values (key = the option)."""
         out = self
@@ -133,6 +139,8 @@ class RunConfig:
                     f"{executor!r} is unknown; executors are {list(EXECUTORS)}",
                 )
             out = replace(out, executor=executor)
+        if capture is not None:
+            out = replace(out, capture=capture)
         return out
 
     def resolved(self) -> dict[str, Any]:
@@ -180,6 +188,7 @@ class RunConfig:
                 "name": self.solver,
                 "options": dict(self.solver_options),
                 "failsafe": self.failsafe,
+                **({"capture": str(self.capture)} if self.capture else {}),
             },
             "executor": {
                 "name": self.executor,
@@ -258,12 +267,15 @@ def parse_config(raw: Mapping[str, Any], file: str, *, base: Path) -> RunConfig:
     elif isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         bad("seed", f'must be "none" (secure noise) or a non-negative integer; got {seed!r}')
     solver = _table(raw, "solver", bad)
-    _known(solver, {"name", "options", "failsafe"}, "solver", bad)
+    _known(solver, {"name", "options", "failsafe", "capture"}, "solver", bad)
     solver_name = _check_solver(solver.get("name", "auto"), fail, "solver.name")
     options = _table(solver, "options", bad, "solver.")
     failsafe = solver.get("failsafe", True)
     if not isinstance(failsafe, bool):
         bad("solver.failsafe", f"must be true or false; got {failsafe!r}")
+    capture = solver.get("capture", "")
+    if not isinstance(capture, str):
+        bad("solver.capture", f"must be a folder path (a string); got {capture!r}")
     executor = _table(raw, "executor", bad)
     _known(executor, {"name", "workers", "address"}, "executor", bad)
     ex_name = executor.get("name", "serial")
@@ -297,6 +309,7 @@ def parse_config(raw: Mapping[str, Any], file: str, *, base: Path) -> RunConfig:
         solver=solver_name,
         solver_options=dict(options),
         failsafe=failsafe,
+        capture=_path(capture, base) if capture else None,
         executor=ex_name,
         workers=workers or None,
         address=executor.get("address") or None,
