@@ -65,7 +65,7 @@ def test_every_solve_is_captured_and_replays_to_the_release_answer(tmp_path) -> 
         problem = read_problem(folder / row.file)
         assert (problem.n, problem.m, problem.kind) == (row.variables, row.rows, row.kind)
         # the same backend on the file gives the release's optimum (to its tolerance)
-        again = solvers.solve(problem, row.solver)
+        again = solvers.solve(problem, str(row.solver))
         assert again.objective == pytest.approx(row.objective, rel=1e-6, abs=1e-6), row.file
 
 
