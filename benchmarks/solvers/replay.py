@@ -3,7 +3,8 @@
 Run from the repository root, on a folder written by ``topdown run --capture-problems DIR``
 (or ``benchmarks/solvers/make_problem_set.py``), or any folder of ``.mps`` files:
 
-    python benchmarks/solvers/replay.py --problems DIR [--solvers a,b] [--time-limit S] [--out O]
+    python benchmarks/solvers/replay.py --problems DIR [--solvers a,b] [--time-limit S]
+        [--sample N] [--out O]
     topdown bench solvers --problems DIR [...]
 
 Every problem goes to every backend that accepts its kind and structure (HiGHS directly, each
@@ -87,6 +88,17 @@ def load_index(folder: Path) -> pd.DataFrame:
     if not rows:
         raise SystemExit(f"--problems ({str(folder)!r}) holds neither {INDEX} nor .mps files")
     return pd.DataFrame(rows)
+
+
+def sample(index: pd.DataFrame, per_group: int) -> pd.DataFrame:
+    """At most ``per_group`` problems per (level, pass, kind, structure), spread over their
+    sizes (smallest, largest and evenly between), for sets too large to replay whole."""
+    keys = [c for c in ("level", "pass", "kind", "structure") if c in index.columns]
+    picked = []
+    for _, group in index.sort_values("variables", kind="stable").groupby(keys, sort=True):
+        at = np.unique(np.linspace(0, len(group) - 1, min(per_group, len(group))).round())
+        picked.append(group.iloc[at.astype(int)])
+    return pd.concat(picked).sort_index()
 
 
 def attempt(problem: solvers.Problem, name: str, time_limit: float) -> tuple[str, float, object]:
@@ -254,6 +266,9 @@ def main(argv: list[str] | None = None) -> int:
         "--solvers", help="comma-separated backend names (default: every installed backend)"
     )
     parser.add_argument("--time-limit", type=float, default=20.0, help="seconds per solve")
+    parser.add_argument(
+        "--sample", type=int, help="at most N problems per level, pass, kind and structure"
+    )
     parser.add_argument("--out", type=Path, help="output folder (default: the problem folder)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stderr)
@@ -263,6 +278,8 @@ def main(argv: list[str] | None = None) -> int:
     out_dir = args.out or args.problems
     out_dir.mkdir(parents=True, exist_ok=True)
     index = load_index(args.problems)
+    if args.sample:
+        index = sample(index, args.sample)
     command = "python " + " ".join(
         shlex.quote(a) for a in [sys.argv[0], *(argv if argv is not None else sys.argv[1:])]
     )
@@ -286,6 +303,16 @@ def main(argv: list[str] | None = None) -> int:
             f"# failed: {a.backend} on {a.file}: {a.status}"
             + (f" (violation {a.violation:.2g})" if math.isfinite(a.violation) else "")
             + (f" (gap {a.gap:.2g})" if math.isfinite(a.gap) else "")
+            + "\n"
+        )
+    declined: dict[str, int] = {}
+    for a in attempts:
+        if a.status == "declined":
+            declined[a.backend] = declined.get(a.backend, 0) + 1
+    if declined:
+        sys.stdout.write(
+            "# declined (kind or structure not taken): "
+            + ", ".join(f"{b} {n}" for b, n in declined.items())
             + "\n"
         )
     agree = [a.release_gap for a in attempts if math.isfinite(a.release_gap)]
