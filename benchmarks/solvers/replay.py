@@ -223,37 +223,52 @@ def format_summary(table: pd.DataFrame) -> str:
 
 
 def profile_ratios(attempts: list[Attempt]) -> dict[str, np.ndarray]:
-    """Per backend, each problem's time over the fastest solved time (inf when unsolved)."""
+    """Per backend, each problem's time over the fastest solved time (inf when unsolved).
+    A backend that declined every problem is left out."""
     df = pd.DataFrame([asdict(a) for a in attempts])
     times = df.pivot(index="file", columns="backend", values="time")
     solved = df.pivot(index="file", columns="backend", values="solved").fillna(False).astype(bool)
+    tried = df.pivot(index="file", columns="backend", values="status") != "declined"
     times = times.where(solved)
     best = times.min(axis=1)
     ratios = times.div(best, axis=0).fillna(np.inf)
-    return {str(b): ratios[b].to_numpy(float) for b in ratios.columns}
+    return {str(b): ratios[b].to_numpy(float) for b in ratios.columns if tried[b].any()}
 
 
-def plot_profile(ratios: dict[str, np.ndarray], path: Path) -> None:
-    """Dolan-More performance profile: rho_s(tau) = share of problems with ratio <= tau."""
+#: The profile's panels: QPs apart from LPs and MILPs, which only some backends take.
+PANELS = (("QP", ("QP",)), ("LP and MILP", ("LP", "MILP")))
+
+
+def plot_profile(attempts: list[Attempt], path: Path) -> None:
+    """Dolan-More performance profiles, one panel per kind: rho_s(tau) = share of the panel's
+    problems that backend s solves within tau times the fastest time."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    finite = np.concatenate([r[np.isfinite(r)] for r in ratios.values()] or [np.ones(1)])
-    tau_max = max(2.0, float(finite.max()) * 1.5)
-    taus = np.geomspace(1.0, tau_max, 400)
-    fig, ax = plt.subplots(figsize=(6.4, 4.2))
-    for backend, r in ratios.items():
-        ax.step(taus, [(r <= t).mean() for t in taus], where="post", label=backend)
-    ax.set(
-        xscale="log",
-        xlabel="tau (time / fastest time)",
-        ylabel="share of problems solved within tau",
-        ylim=(-0.02, 1.02),
-        title="performance profile on captured problems",
-    )
-    ax.legend(fontsize=7, loc="lower right")
+    panels = [(t, [a for a in attempts if a.kind in kinds]) for t, kinds in PANELS]
+    panels = [(t, part) for t, part in panels if part]
+    backends = list(dict.fromkeys(a.backend for a in attempts))
+    colour = {b: plt.get_cmap("tab10")(i % 10) for i, b in enumerate(backends)}
+    fig, axes = plt.subplots(1, len(panels), figsize=(5.6 * len(panels), 4.2), squeeze=False)
+    for ax, (title, part) in zip(axes[0], panels, strict=True):
+        ratios = profile_ratios(part)
+        finite = np.concatenate([r[np.isfinite(r)] for r in ratios.values()] + [np.ones(1)])
+        taus = np.geomspace(1.0, max(2.0, float(finite.max()) * 1.5), 400)
+        for backend, r in ratios.items():
+            shares = [(r <= t).mean() for t in taus]
+            ax.step(taus, shares, where="post", label=backend, color=colour[backend])
+        n = len({a.file for a in part})
+        ax.set(
+            xscale="log",
+            xlabel="tau (time / fastest time)",
+            ylabel="share of problems solved within tau",
+            ylim=(-0.02, 1.02),
+            title=f"{title} ({n} problems)",
+        )
+        ax.legend(fontsize=7, loc="lower right")
+    fig.suptitle("performance profiles on captured problems")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
@@ -325,7 +340,7 @@ def main(argv: list[str] | None = None) -> int:
         writer.writeheader()
         writer.writerows(asdict(a) for a in attempts)
     table.to_csv(out_dir / "replay_summary.csv", index=False)
-    plot_profile(profile_ratios(attempts), out_dir / "replay_profile.png")
+    plot_profile(attempts, out_dir / "replay_profile.png")
     sys.stdout.write(
         f"# total wall time {time.perf_counter() - total:.1f} s; wrote replay.csv, "
         f"replay_summary.csv and replay_profile.png in {out_dir}\n"
