@@ -6,7 +6,9 @@ Run from the repository root:
     python benchmarks/solvers/replay.py --problems DIR/default --time-limit 20
 
 ``DIR/default`` holds every problem of the embedded default release (``topdown run`` with no
-config: the ACS 2019 excerpt over nation > state > PUMA); ``DIR/pl94`` those of a PL94-shaped
+config: the ACS 2019 excerpt over nation > state > PUMA); ``DIR/default-detailed`` the same
+release with each level's whole budget on the detailed histogram, whose L2 problems are the
+separable ones (the closed form's); ``DIR/pl94`` those of a PL94-shaped
 state of ``--pl94-persons`` persons (default a quarter of a medium state) from
 ``benchmarks/pl94.py``, the scale work's generator, with its production-shaped strategy and the
 state-total invariant (skipped, with a note, where that generator is absent). Noise is seeded,
@@ -21,6 +23,7 @@ import importlib
 import logging
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 if __package__ in (None, ""):
@@ -29,22 +32,28 @@ if __package__ in (None, ""):
 from topdown.capture import INDEX
 from topdown.engine import release
 from topdown.progress import Progress
+from topdown.strategy import LevelStrategy
 
 logger = logging.getLogger("benchmarks.solvers.make_problem_set")
 
 QUARTER_STATE = 750_000
 
 
-def capture_default(out: Path, seed: int) -> Path:
-    """The embedded default release, captured into ``out``."""
+def capture_default(out: Path, seed: int, *, detailed: bool = False) -> Path:
+    """The embedded default release (``detailed``: its budgets on the detailed query alone),
+    captured into ``out``."""
     from topdown.cli import load_data
     from topdown.config import DEFAULT_CONFIG, load_config
 
     cfg = load_config(DEFAULT_CONFIG)
+    strategy = cfg.strategy
+    if detailed:
+        levels = tuple(LevelStrategy(level.budget) for level in strategy.levels)
+        strategy = replace(strategy, levels=levels)
     release(
         load_data(cfg),
         cfg.schema,
-        cfg.strategy,
+        strategy,
         constraints=cfg.constraints,
         seed=seed,
         failsafe=cfg.failsafe,
@@ -89,7 +98,8 @@ def main(argv: list[str] | None = None) -> int:
     made = []
     start = time.perf_counter()
     made.append(capture_default(args.out / "default", args.seed))
-    logger.info("default release captured in %.1f s", time.perf_counter() - start)
+    made.append(capture_default(args.out / "default-detailed", args.seed, detailed=True))
+    logger.info("default releases captured in %.1f s", time.perf_counter() - start)
     if args.pl94_persons:
         start = time.perf_counter()
         pl94 = capture_pl94(args.out / "pl94", args.seed, args.pl94_persons)
