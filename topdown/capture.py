@@ -7,7 +7,8 @@ HiGHS's writer, a QP's Hessian in ``QUADOBJ``: see ``solvers.export``) and one i
 and objective, how many variables sit at a bound) goes to a fragment file of its own. Families
 may run in worker processes, so no file is shared while they run: each problem claims its file
 name atomically and :func:`gather` joins the fragments into ``index.csv`` once the estimation
-is over. ``benchmarks/solvers/replay.py`` reads the folder back.
+is over. With a Dask cluster the folder must be one the workers can write (a shared file
+system). ``benchmarks/solvers/replay.py`` reads the folder back.
 
 Privacy: a captured problem holds only noisy measurements, their weights and already
 published counts (post-processing), so capturing costs no budget and reveals nothing beyond

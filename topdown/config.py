@@ -188,7 +188,6 @@ class RunConfig:
                 "name": self.solver,
                 "options": dict(self.solver_options),
                 "failsafe": self.failsafe,
-                **({"capture": str(self.capture)} if self.capture else {}),
             },
             "executor": {
                 "name": self.executor,
