@@ -130,9 +130,14 @@ def _is_trivial(task: FamilyTask) -> bool:
 
 def _solve(problem: Problem, task: FamilyTask, pass_name: str) -> tuple[np.ndarray, SolveStats]:
     """One solve with the pass's backend (``auto`` for what it declines, unless strict)."""
-    choice, where = task.options.solver, {"level": task.level, "node": task.parent_label}
+    choice = task.options.solver
     with capture.recording(
-        task.options.capture, problem, pass_name, **where, constrained=task.rows is not None
+        task.options.capture,
+        problem,
+        pass_name,
+        level=task.level,
+        node=task.parent_label,
+        constrained=task.rows is not None,
     ) as record:
         res = solvers.solve(
             problem,
