@@ -138,3 +138,24 @@ def test_sample_keeps_the_extremes_of_each_group() -> None:
     )
     picked = replay.sample(index, 3)
     assert sorted(picked["variables"]) == [3, 7, 10, 30, 50]
+
+
+def test_bench_solvers_forwards_problems_to_the_replay(tmp_path, capsys) -> None:
+    from benchmarks.solvers.bench_solvers import main as bench_main
+
+    separable = Problem(
+        c=np.array([-2.0, -4.0]),
+        lb=np.zeros(2),
+        ub=np.full(2, np.inf),
+        P=sp.identity(2, format="csc"),
+        A=sp.csr_matrix(np.ones((1, 2))),
+        row_lb=np.full(1, 3.0),
+        row_ub=np.full(1, 3.0),
+    )
+    write_problem(separable, tmp_path / "qp.mps")
+    assert bench_main(["--problems", str(tmp_path), "--solvers", "closed_form"]) == 0
+    rows = pd.read_csv(tmp_path / "replay.csv")
+    # min 1/2 |x|^2 - 2 x0 - 4 x1 on x0 + x1 = 3, x >= 0: x = (0.5, 2.5), objective
+    # 1/2 (0.25 + 6.25) - 1 - 10 = -7.75
+    assert rows.loc[0, "objective"] == pytest.approx(-7.75)
+    assert "QP separable" in capsys.readouterr().out
