@@ -8,7 +8,7 @@ Layout (see ``topdown/data/default.toml`` for a commented example)::
                  [[schema.attributes]] name, column, values | range | bins, labels
     [strategy]   mechanism, neighbouring, budgets + queries + first_pass, or [[strategy.levels]]
     [[constraints]]                    # see topdown.config_constraints
-    [solver]     name, options, failsafe
+    [solver]     name, options, failsafe, capture (a folder: every problem solved, as MPS)
     [executor]   name, workers, address
     [output]     format (csv | parquet)
     [metrics]    truth = true (the input data) | false | "path"
