@@ -3,6 +3,7 @@
 Commands (``topdown COMMAND --help`` for each)::
 
     topdown run [CONFIG] [--out DIR] [--overwrite] [--seed N] [--solver S] [--executor E]
+                 [--capture-problems DIR]
     topdown check RELEASE
     topdown report RELEASE [--truth DATA]
     topdown bench {samplers,solvers,scale} [ARGS...]
@@ -118,6 +119,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--solver", help="solver name (see solvers.available()) or auto")
     run.add_argument("--executor", help="serial, processes or dask")
+    run.add_argument(
+        "--capture-problems",
+        type=Path,
+        metavar="DIR",
+        help="write every problem solved (MPS + index.csv) into this new folder, for "
+        "topdown bench solvers --problems DIR",
+    )
 
     check = sub.add_parser(
         "check",
@@ -291,7 +299,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
     timings: dict[str, float] = {}
     start = time.perf_counter()
     cfg = load_config(args.config or DEFAULT_CONFIG)
-    cfg = cfg.with_overrides(seed=args.seed, solver=args.solver, executor=args.executor)
+    cfg = cfg.with_overrides(
+        seed=args.seed, solver=args.solver, executor=args.executor, capture=args.capture_problems
+    )
     cfg.check_inputs()  # every input path, before any work
     out = (args.out or Path.cwd() / f"release-{datetime.now():%Y%m%d-%H%M%S}").absolute()
     with claim_output(out, args.overwrite, inputs=cfg.input_paths()) as claim:
@@ -313,6 +323,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
                 workers=cfg.workers,
                 address=cfg.address,
                 failsafe=cfg.failsafe,
+                capture=cfg.capture,
                 progress=Progress(enabled=not args.quiet),
             )
         except DataError as err:

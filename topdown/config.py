@@ -9,7 +9,7 @@ Layout (see ``topdown/data/default.toml`` for a commented example)::
     [strategy]   mechanism, neighbouring, budgets + queries + first_pass, or [[strategy.levels]]
     [[constraints]]                    # see topdown.config_constraints
     [solver]     name (one backend, or a table per pass: l2, rounding), strict, options,
-                 failsafe
+                 failsafe, capture (a folder: every problem solved, as MPS)
     [executor]   name, workers, address
     [output]     format (csv | parquet)
     [metrics]    truth = true (the input data) | false | "path"
@@ -108,6 +108,7 @@ class RunConfig:
     solver: SolverChoice = SolverChoice()
     solver_options: Mapping[str, Any] = field(default_factory=dict)
     failsafe: bool = True
+    capture: Path | None = None
     executor: str = "serial"
     workers: int | None = None
     address: str | None = None
@@ -115,7 +116,12 @@ class RunConfig:
     truth: bool | Path = False
 
     def with_overrides(
-        self, *, seed: int | None = None, solver: str | None = None, executor: str | None = None
+        self,
+        *,
+        seed: int | None = None,
+        solver: str | None = None,
+        executor: str | None = None,
+        capture: Path | None = None,
     ) -> RunConfig:
         """Command-line overrides, validated like the file's values (key = the option)."""
         out = self
@@ -141,6 +147,8 @@ class RunConfig:
                     f"{executor!r} is unknown; executors are {list(EXECUTORS)}",
                 )
             out = replace(out, executor=executor)
+        if capture is not None:
+            out = replace(out, capture=capture)
         return out
 
     def input_paths(self) -> list[Path]:
@@ -292,12 +300,15 @@ def parse_config(raw: Mapping[str, Any], file: str, *, base: Path) -> RunConfig:
     elif isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         bad("seed", f'must be "none" (secure noise) or a non-negative integer; got {seed!r}')
     solver = _table(raw, "solver", bad)
-    _known(solver, {"name", "strict", "options", "failsafe"}, "solver", bad)
+    _known(solver, {"name", "strict", "options", "failsafe", "capture"}, "solver", bad)
     choice = _solver_choice(solver.get("name", "auto"), solver.get("strict", False), fail, bad)
     options = _table(solver, "options", bad, "solver.")
     failsafe = solver.get("failsafe", True)
     if not isinstance(failsafe, bool):
         bad("solver.failsafe", f"must be true or false; got {failsafe!r}")
+    capture = solver.get("capture", "")
+    if not isinstance(capture, str):
+        bad("solver.capture", f"must be a folder path (a string); got {capture!r}")
     executor = _table(raw, "executor", bad)
     _known(executor, {"name", "workers", "address"}, "executor", bad)
     ex_name = executor.get("name", "serial")
@@ -331,6 +342,7 @@ def parse_config(raw: Mapping[str, Any], file: str, *, base: Path) -> RunConfig:
         solver=choice,
         solver_options=dict(options),
         failsafe=failsafe,
+        capture=_path(capture, base) if capture else None,
         executor=ex_name,
         workers=workers or None,
         address=executor.get("address") or None,

@@ -56,6 +56,7 @@ def release(
     workers: int | None = None,
     address: str | None = None,
     failsafe: bool = True,
+    capture: str | Path | None = None,
     progress: Progress | None = None,
     domain_inferred: bool = False,
     geography: pd.DataFrame | None = None,
@@ -78,6 +79,8 @@ def release(
         executor: ``serial``, ``processes`` or ``dask`` (``address`` of a scheduler, or a local
             cluster of ``workers``).
         failsafe: relax consistency (reported) instead of raising on an infeasible family.
+        capture: a new or empty folder to write every problem the estimation solves into (MPS
+            files and ``index.csv``, see ``topdown.capture``), for solver benchmarks.
         progress: progress reporting; default a bar on a terminal, log lines elsewhere.
         domain_inferred: the schema's domain was read from the data (recorded as a disclosure).
         geography: the published units (one row per leaf, every hierarchy column, empty units
@@ -125,6 +128,7 @@ def release(
         solver=choice,
         solver_options=dict(solver_options or {}),
         failsafe=failsafe,
+        capture=capture,
     )
     first_pass = {i: ls.first_pass for i, ls in enumerate(strategy.levels)}
     with make_executor(executor, workers=workers, address=address) as ex:

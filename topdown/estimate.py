@@ -21,6 +21,7 @@ from constraints.compile import joint_rows
 from constraints.constraint import LinearRows
 from constraints.diagnostics import check_children, check_node
 from constraints.domain import Domain
+from topdown import capture
 from topdown.executors import Executor
 from topdown.family import FamilyTask, Measurement, solve_family
 from topdown.measure import Measurements, QueryMeasurement
@@ -56,6 +57,8 @@ def estimate(
     options = options or EstimateOptions()
     for name in options.solver.named():
         solvers.get(name)
+    if options.capture is not None:
+        capture.prepare(options.capture)
     executor = executor or Executor()
     book = NodeConstraints(domain, constraints, invariants)
     counts: list[np.ndarray] = []
@@ -92,6 +95,8 @@ def estimate(
             total.round_time,
             [f"{p}: {b} x{c}" for p, b, c in total.solved],
         )
+    if options.capture is not None:
+        capture.gather(options.capture)
     return counts, stats
 
 

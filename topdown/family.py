@@ -35,6 +35,7 @@ import solvers
 from constraints.constraint import LinearRows
 from solvers import InfeasibleError, Problem, SolverError, SolveStatus
 from solvers.builders import children_l2_problem, is_identity, rounding_problem, rounding_solution
+from topdown import capture
 from topdown.passes import EstimateOptions, SolveStats
 
 __all__ = ["FamilyTask", "FamilyResult", "solve_family"]
@@ -134,12 +135,21 @@ def _is_trivial(task: FamilyTask) -> bool:
 def _solve(problem: Problem, task: FamilyTask, pass_name: str) -> tuple[np.ndarray, SolveStats]:
     """One solve with the pass's backend (``auto`` for what it declines, unless strict)."""
     choice = task.options.solver
-    res = solvers.solve(
+    with capture.recording(
+        task.options.capture,
         problem,
-        solver=choice.for_pass(pass_name),
-        strict=choice.strict,
-        **task.options.solver_options,
-    )
+        pass_name,
+        level=task.level,
+        node=task.parent_label,
+        constrained=task.rows is not None,
+    ) as record:
+        res = solvers.solve(
+            problem,
+            solver=choice.for_pass(pass_name),
+            strict=choice.strict,
+            **task.options.solver_options,
+        )
+        record(res)
     return np.asarray(res.x, dtype=float), SolveStats.one_solve(pass_name, res.solver)
 
 

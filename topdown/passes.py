@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
+from pathlib import Path
 from typing import Any
 
 from topdown.errors import OptionsError
@@ -101,6 +102,7 @@ class EstimateOptions:
         failsafe: relax consistency (reported) instead of raising on an infeasible family.
         multipass_tolerance: how far multipass may move the first-pass answers.
         controlled_rounding: also keep each child's total within one unit of its L2 total.
+        capture: a folder to write every problem solved into (``topdown.capture``), or None.
     """
 
     solver: SolverChoice = SolverChoice()
@@ -108,6 +110,7 @@ class EstimateOptions:
     failsafe: bool = True
     multipass_tolerance: float = 1e-6
     controlled_rounding: bool = True
+    capture: str | Path | None = None
 
 
 @dataclass(frozen=True)

@@ -4,6 +4,10 @@ Run from the repository root:
 
     python benchmarks/solvers/bench_solvers.py [--quick] [--time-limit S] [--out DIR]
     python -m benchmarks.solvers [...]
+    python -m benchmarks.solvers --problems DIR [--solvers a,b] [--time-limit S] [--out O]
+
+With ``--problems`` the captured problems of a real release are replayed instead (see
+``benchmarks/solvers/replay.py``); the random instances below stay as the scaling study.
 
 Families: the L2 children problem (detailed-only = separable; coupled = detailed + total +
 marginals, lifted form) and the rounding problem (consistency only = TU; with per-child caps =
@@ -195,6 +199,11 @@ def plot(rows: list[Row], path: Path, time_limit: float) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    args_in = list(sys.argv[1:] if argv is None else argv)
+    if any(a == "--problems" or a.startswith("--problems=") for a in args_in):
+        from benchmarks.solvers.replay import main as replay
+
+        return replay(args_in)
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="k in (5, 30), n in (64, 2016)")
     parser.add_argument(
