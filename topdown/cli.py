@@ -3,6 +3,7 @@
 Commands (``topdown COMMAND --help`` for each)::
 
     topdown run [CONFIG] [--out DIR] [--overwrite] [--seed N] [--solver S] [--executor E]
+                [--estimator blue|topdown]
     topdown check RELEASE
     topdown report RELEASE [--truth DATA]
     topdown bench {samplers,solvers,scale} [ARGS...]
@@ -90,6 +91,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--solver", help="solver name (see solvers.available()) or auto")
     run.add_argument("--executor", help="serial, processes or dask")
+    run.add_argument(
+        "--estimator", help="blue or topdown (the Census Bureau's 2020 method); overrides the file"
+    )
 
     check = sub.add_parser(
         "check",
@@ -237,7 +241,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
     timings: dict[str, float] = {}
     start = time.perf_counter()
     cfg = load_config(args.config or DEFAULT_CONFIG)
-    cfg = cfg.with_overrides(seed=args.seed, solver=args.solver, executor=args.executor)
+    cfg = cfg.with_overrides(
+        seed=args.seed, solver=args.solver, executor=args.executor, estimator=args.estimator
+    )
     out = (args.out or Path.cwd() / f"release-{datetime.now():%Y%m%d-%H%M%S}").absolute()
     check_output(out, args.overwrite)
     data = load_data(cfg)
@@ -259,6 +265,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
             address=cfg.address,
             failsafe=cfg.failsafe,
             progress=Progress(enabled=not args.quiet),
+            estimator=cfg.estimator,
         )
     except DataError as err:
         raise DataError(f"data file {str(cfg.data.path)!r}: {err}") from None

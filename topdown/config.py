@@ -8,6 +8,7 @@ Layout (see ``topdown/data/default.toml`` for a commented example)::
                  [[schema.attributes]] name, column, values | range | bins, labels
     [strategy]   mechanism, neighbouring, budgets + queries + first_pass, or [[strategy.levels]]
     [[constraints]]                    # see topdown.config_constraints
+    [estimation] method ("blue" | "topdown")
     [solver]     name, options, failsafe
     [executor]   name, workers, address
     [output]     format (csv | parquet)
@@ -33,6 +34,7 @@ from typing import Any, NoReturn
 from constraints import ConstraintSet
 from topdown.config_constraints import parse_constraints
 from topdown.errors import TopDownError
+from topdown.estimators import DEFAULT_ESTIMATOR, ESTIMATORS
 from topdown.executors import EXECUTORS
 from topdown.schema import Attribute, Schema, attributes_from_dictionary
 from topdown.strategy import MECHANISMS, NEIGHBOURING, LevelStrategy, Query, Strategy, parse_budget
@@ -59,6 +61,7 @@ _TOP = {
     "schema",
     "strategy",
     "constraints",
+    "estimation",
     "solver",
     "executor",
     "output",
@@ -110,9 +113,15 @@ class RunConfig:
     address: str | None = None
     output_format: str = "csv"
     truth: bool | Path = False
+    estimator: str = DEFAULT_ESTIMATOR
 
     def with_overrides(
-        self, *, seed: int | None = None, solver: str | None = None, executor: str | None = None
+        self,
+        *,
+        seed: int | None = None,
+        solver: str | None = None,
+        executor: str | None = None,
+        estimator: str | None = None,
     ) -> RunConfig:
         """Command-line overrides, validated like the file's values (key = the option)."""
         out = self
@@ -133,6 +142,14 @@ class RunConfig:
                     f"{executor!r} is unknown; executors are {list(EXECUTORS)}",
                 )
             out = replace(out, executor=executor)
+        if estimator is not None:
+            if estimator not in ESTIMATORS:
+                raise ConfigError(
+                    "command line",
+                    "--estimator",
+                    f"{estimator!r} is unknown; estimators are {list(ESTIMATORS)}",
+                )
+            out = replace(out, estimator=estimator)
         return out
 
     def resolved(self) -> dict[str, Any]:
@@ -176,6 +193,7 @@ class RunConfig:
                 "levels": levels,
             },
             "constraints": list(self.constraint_specs),
+            "estimation": {"method": self.estimator},
             "solver": {
                 "name": self.solver,
                 "options": dict(self.solver_options),
@@ -257,6 +275,15 @@ def parse_config(raw: Mapping[str, Any], file: str, *, base: Path) -> RunConfig:
         seed = None
     elif isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         bad("seed", f'must be "none" (secure noise) or a non-negative integer; got {seed!r}')
+    estimation = _table(raw, "estimation", bad)
+    _known(estimation, {"method"}, "estimation", bad)
+    estimator = estimation.get("method", DEFAULT_ESTIMATOR)
+    if estimator not in ESTIMATORS:
+        bad(
+            "estimation.method",
+            f'{estimator!r} is unknown; it must be one of {list(ESTIMATORS)} ("topdown" is the '
+            "Census Bureau's 2020 method)",
+        )
     solver = _table(raw, "solver", bad)
     _known(solver, {"name", "options", "failsafe"}, "solver", bad)
     solver_name = _check_solver(solver.get("name", "auto"), fail, "solver.name")
@@ -302,6 +329,7 @@ def parse_config(raw: Mapping[str, Any], file: str, *, base: Path) -> RunConfig:
         address=executor.get("address") or None,
         output_format=out_fmt,
         truth=truth,
+        estimator=estimator,
     )
 
 

@@ -19,6 +19,8 @@ import scipy.sparse as sp
 from constraints.attach import ConstraintSet
 from constraints.diagnostics import check_children, check_node
 from constraints.domain import Domain
+from topdown.blue import EstimatorInputs
+from topdown.estimators import family_weights
 from topdown.executors import Executor
 from topdown.family import FamilyResult, FamilyTask, solve_family
 from topdown.measure import Measurements
@@ -84,7 +86,7 @@ class LevelStats:
 def estimate(
     tree: Tree,
     domain: Domain,
-    measurements: Measurements,
+    measurements: Measurements | EstimatorInputs,
     *,
     first_pass: dict[int, tuple[str, ...]],
     constraints: ConstraintSet | None = None,
@@ -214,14 +216,14 @@ def _family_task(
             names += tuple(f"{label}: {nm}" for nm in r[3])
         joint = (sp.block_diag(blocks, format="csr"), np.concatenate(lbs), np.concatenate(ubs))
     meas = []
-    for m, Q, w in zip(qms, matrices, relative_weights([m.variance for m in qms]), strict=True):
+    for m, Q, w in zip(qms, matrices, family_weights(qms, children), strict=True):
         if m.query.attributes is None:
             # the detailed query on the support is the identity; the answers of cells known to
             # be zero only add a constant to the objective
             Q_s, Y = sp.identity(n, format="csr"), m.noisy[np.ix_(children, support)].astype(float)
         else:
             Q_s, Y = Q[:, support].tocsr(), m.noisy[children].astype(float)
-        meas.append((Q_s, Y, np.full(Y.shape, w)))
+        meas.append((Q_s, Y, np.broadcast_to(w[:, None], Y.shape).copy()))
     return FamilyTask(
         level=level,
         parent_label=None if parent_label is None else str(parent_label),
