@@ -189,6 +189,31 @@ def summarise(raw: pd.DataFrame) -> pd.DataFrame:
     return out.reset_index()
 
 
+def paired(raw: pd.DataFrame, a: str = "blue", b: str = "topdown") -> pd.DataFrame:
+    """Per configuration and level, MAE of ``a`` minus MAE of ``b`` on the same measurements
+    (mean over seeds and its standard error): the default switch reads this table."""
+    keys = ["data", "mechanism", "budget", "strategy", "level", "what", "seed"]
+    sel = raw[raw["bin"] == "all"]
+    wide = sel.pivot_table(index=keys, columns="estimator", values="mae").reset_index()
+    wide["diff"] = wide[a] - wide[b]
+    g = wide.groupby(keys[:-1])["diff"]
+    out = pd.DataFrame({"mean": g.mean(), "se": g.std(ddof=1) / np.sqrt(g.size())})
+    out["verdict"] = np.where(
+        out["mean"] <= 0, "better", np.where(out["mean"] <= 2 * out["se"], "same", "WORSE")
+    )
+    out = out.reset_index()
+    out["fig"] = [
+        f"{m:+.4f}±{e:.4f} {v}"
+        for m, e, v in zip(out["mean"], out["se"], out["verdict"], strict=True)
+    ]
+    return out.pivot_table(
+        index=["data", "mechanism", "budget", "strategy", "level"],
+        columns="what",
+        values="fig",
+        aggfunc="first",
+    )
+
+
 def level_table(
     summary: pd.DataFrame, estimators=("noisy", "clipped", "census", "topdown", "blue")
 ):
@@ -271,6 +296,11 @@ def main(argv: list[str] | None = None) -> int:
     pd.set_option("display.max_rows", 1000)
     print("\nCell and total MAE by level (mean over seeds ± standard error across seeds)\n")
     print(level_table(summary).to_string())
+    print(
+        "\nblue minus topdown, paired on the same measurements (MAE difference, mean ± s.e.; "
+        "'same' = worse by at most 2 s.e.)\n"
+    )
+    print(paired(raw).to_string())
     bins = summary[(summary["what"] == "cell") & (summary["level"] > 0)]
     bins = bins[bins["estimator"].isin(["census", "topdown", "blue", "gls"])]
     print("\nCell bias by true count, below the root (mean over seeds ± s.e.)\n")

@@ -19,7 +19,7 @@ import scipy.sparse as sp
 from constraints.attach import ConstraintSet
 from constraints.diagnostics import check_children, check_node
 from constraints.domain import Domain
-from topdown.blue import EstimatorInputs
+from topdown.blue import EstimatorInputs, as_inputs
 from topdown.estimators import family_weights
 from topdown.executors import Executor
 from topdown.family import FamilyResult, FamilyTask, solve_family
@@ -101,12 +101,13 @@ def estimate(
         counts per level (nodes x cells, int64) and the statistics of each level.
     """
     executor = executor or Executor()
+    inputs = as_inputs(measurements)  # float values, per-node variances
     book = NodeConstraints(domain, constraints, invariants)
     counts: list[np.ndarray] = []
     stats: list[LevelStats] = []
     for level in range(tree.n_levels):
         lv = tree.levels[level]
-        qms = measurements.at(level)
+        qms = inputs.at(level)
         matrices = [m.query.matrix(domain) for m in qms]
         fp = tuple(i for i, m in enumerate(qms) if m.query.name in first_pass.get(level, ()))
         if level == 0:

@@ -41,7 +41,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 ESTIMATORS = ("blue", "topdown")
-DEFAULT_ESTIMATOR = "topdown"
+DEFAULT_ESTIMATOR = "blue"
 
 
 def check_estimator(value: object, name: str = "estimator") -> str:
