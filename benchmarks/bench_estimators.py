@@ -229,47 +229,47 @@ def level_table(
 
 
 def plot(summary: pd.DataFrame, path: Path) -> None:
+    """Cell and total MAE below the root relative to the Census TopDown's (1 = as good)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    s = summary[(summary["bin"] == "all") & (summary["level"] > 0)]
-    configs = s[["data", "mechanism", "budget", "strategy"]].drop_duplicates()
-    fig, axes = plt.subplots(1, 2, figsize=(14, 0.45 * len(configs) * 2 + 2))
+    keys = ["data", "mechanism", "budget", "strategy", "level", "what"]
+    s = summary[(summary["bin"] == "all") & (summary["level"] > 0)].copy()
+    base = s[s["estimator"] == "census"].set_index(keys)["mae"]
+    s["relative"] = s["mae"].to_numpy() / base.reindex(pd.MultiIndex.from_frame(s[keys])).to_numpy()
+    s["relative_se"] = (
+        s["mae_se"].to_numpy() / base.reindex(pd.MultiIndex.from_frame(s[keys])).to_numpy()
+    )
+    rows = s[keys[:-1]].drop_duplicates().reset_index(drop=True)
+    fig, axes = plt.subplots(1, 2, figsize=(13, 0.32 * len(rows) + 1.8), sharey=True)
     for ax, what in zip(axes, ("cell", "total"), strict=True):
-        part = s[s["what"] == what]
-        labels, y = [], 0
-        for _, c in configs.iterrows():
-            for level in sorted(part["level"].unique()):
-                sel = part[
-                    (part["data"] == c["data"])
-                    & (part["mechanism"] == c["mechanism"])
-                    & (part["budget"] == c["budget"])
-                    & (part["strategy"] == c["strategy"])
-                    & (part["level"] == level)
-                ]
-                for i, est in enumerate(("clipped", "census", "topdown", "blue")):
-                    r = sel[sel["estimator"] == est]
-                    if len(r):
-                        ax.errorbar(
-                            r["mae"],
-                            [y + 0.18 * i],
-                            xerr=r["mae_se"],
-                            fmt="o",
-                            color=f"C{i}",
-                            label=est if y == 0 else None,
-                        )
-                labels.append(
-                    f"{c['data']} {c['mechanism'][9:]} {c['budget']} {c['strategy'][:22]} L{level}"
-                )
-                y += 1
-        ax.set_yticks(np.arange(len(labels)) + 0.27, labels, fontsize=6)
-        ax.set_xlabel(f"{what} MAE (mean over seeds ± s.e.)")
-        ax.invert_yaxis()
+        part = s[s["what"] == what].set_index(keys[:-1])
+        for i, est in enumerate(("clipped", "topdown", "gls", "blue")):
+            sel = part[part["estimator"] == est].reindex(pd.MultiIndex.from_frame(rows))
+            ax.errorbar(
+                sel["relative"],
+                np.arange(len(rows)) + 0.15 * (i - 1.5),
+                xerr=sel["relative_se"],
+                fmt="o",
+                ms=3,
+                color=f"C{i}",
+                label=est,
+            )
+        ax.axvline(1.0, color="grey", lw=0.8)
+        ax.set_xscale("log")
+        ax.set_xlabel(f"{what} MAE / Census TopDown's (mean over seeds, ± s.e.)")
         ax.legend(fontsize=7)
+    labels = [
+        f"{r.data} {r.mechanism[9:]} {r.budget} {r.strategy[:24]} L{r.level}"
+        for r in rows.itertuples()
+    ]
+    axes[0].set_yticks(np.arange(len(rows)), labels, fontsize=6)
+    axes[0].invert_yaxis()
     fig.tight_layout()
     fig.savefig(path, dpi=110)
+    plt.close(fig)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -281,7 +281,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--data", nargs="+", default=["acs"], choices=["acs", "synthetic"])
     parser.add_argument("--out", type=Path, default=Path("bench_estimators"), help="CSV/PNG prefix")
+    parser.add_argument(
+        "--replot", type=Path, help="only redraw the plot from a CSV this script wrote"
+    )
     args = parser.parse_args(argv)
+    if args.replot:
+        plot(pd.read_csv(args.replot), args.replot.with_suffix(".png"))
+        return 0
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     logging.getLogger("benchmarks").setLevel(logging.INFO)
     logging.getLogger().setLevel(logging.INFO)

@@ -39,7 +39,7 @@ from topdown.measure import Measurements
 from topdown.strategy import Query
 from topdown.tree import Tree
 
-__all__ = ["QueryEstimate", "EstimatorInputs", "Blue", "blue", "blue_inputs", "variance_of"]
+__all__ = ["QueryEstimate", "EstimatorInputs", "Blue", "as_inputs", "blue", "blue_inputs"]
 
 log = logging.getLogger(__name__)
 
@@ -352,11 +352,6 @@ def _tree_gls(
             uninformed = np.where(n_inf == 1, finite_sum + Fp, np.inf)  # takes the whole gap
             f.append(np.where(inf, uninformed, np.where(M_inf, V, informed)))
     return u, f
-
-
-def variance_of(blue_estimate: Blue, level: int, query: Query | str) -> np.ndarray:
-    """Shorthand for ``Blue.variance`` (per-node variance of each answer of ``query``)."""
-    return blue_estimate.variance(level, query)
 
 
 def blue_inputs(measurements: Measurements | EstimatorInputs, estimate: Blue) -> EstimatorInputs:
