@@ -6,7 +6,7 @@ Commands (``topdown COMMAND --help`` for each)::
                 [--estimator blue|topdown]
     topdown check RELEASE
     topdown report RELEASE [--truth DATA]
-    topdown bench {samplers,solvers,scale} [ARGS...]
+    topdown bench {estimators,samplers,solvers,scale} [ARGS...]
 
 ``topdown run`` without a config runs the embedded default (``topdown/data/default.toml`` over
 the embedded ACS 2019 excerpt). Global ``--quiet`` shows warnings and errors only; ``--verbose``
@@ -44,7 +44,12 @@ __all__ = ["main", "load_data", "EXIT_OK", "EXIT_FAILURE", "EXIT_USAGE"]
 log = logging.getLogger("topdown.cli")
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 _INPUT_ERRORS = (TopDownError, ConstraintError, DomainError, BudgetError, MechanismError)
-_BENCHES = {"samplers": "bench_samplers.py", "solvers": "solvers", "scale": "bench_scale.py"}
+_BENCHES = {
+    "estimators": "bench_estimators.py",
+    "samplers": "bench_samplers.py",
+    "solvers": "solvers",
+    "scale": "bench_scale.py",
+}
 
 
 class _Parser(argparse.ArgumentParser):
