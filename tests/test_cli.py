@@ -88,8 +88,7 @@ def test_release_content(released: Path) -> None:
     assert ledger["invariants"][0]["name"] == "SumEqualRealTotal(TRUE)"
     states = pd.read_csv(released / "tables" / "level_1_STATE.csv", dtype={"node": str})
     assert set(states["node"]) == {"06", "17"}
-    # "stderr": the BLUE's standard error of each cell (the default estimator is "blue")
-    assert list(states.columns) == ["node", "SEX", "AGE", "count", "stderr"]
+    assert list(states.columns) == ["node", "SEX", "AGE", "count"]
     root = pd.read_csv(released / "tables" / "level_0_root.csv")
     micro = pd.read_csv(released / "microdata.csv")
     assert root["count"].sum() == len(micro) == ledger_total_records(released)
