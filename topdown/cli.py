@@ -3,10 +3,10 @@
 Commands (``topdown COMMAND --help`` for each)::
 
     topdown run [CONFIG] [--out DIR] [--overwrite] [--seed N] [--solver S] [--executor E]
-                 [--capture-problems DIR]
+                 [--capture-problems DIR] [--estimator blue|topdown]
     topdown check RELEASE
     topdown report RELEASE [--truth DATA]
-    topdown bench {samplers,solvers,scale} [ARGS...]
+    topdown bench {estimators,samplers,solvers,scale} [ARGS...]
 
 ``topdown run`` without a config runs the embedded default (``topdown/data/default.toml`` over
 the embedded ACS 2019 excerpt). Global ``--quiet`` shows warnings and errors only; ``--verbose``
@@ -50,7 +50,12 @@ __all__ = ["main", "load_data", "EXIT_OK", "EXIT_FAILURE", "EXIT_USAGE"]
 log = logging.getLogger("topdown.cli")
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 EXIT_TERMINATED = 128 + signal.SIGTERM
-_BENCHES = {"samplers": "bench_samplers.py", "solvers": "solvers", "scale": "bench_scale.py"}
+_BENCHES = {
+    "estimators": "bench_estimators.py",
+    "samplers": "bench_samplers.py",
+    "solvers": "solvers",
+    "scale": "bench_scale.py",
+}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -125,6 +130,9 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="DIR",
         help="write every problem solved (MPS + index.csv) into this new folder, for "
         "topdown bench solvers --problems DIR",
+    )
+    run.add_argument(
+        "--estimator", help="blue or topdown (the Census Bureau's 2020 method); overrides the file"
     )
 
     check = sub.add_parser(
@@ -300,7 +308,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
     start = time.perf_counter()
     cfg = load_config(args.config or DEFAULT_CONFIG)
     cfg = cfg.with_overrides(
-        seed=args.seed, solver=args.solver, executor=args.executor, capture=args.capture_problems
+        seed=args.seed,
+        solver=args.solver,
+        executor=args.executor,
+        capture=args.capture_problems,
+        estimator=args.estimator,
     )
     cfg.check_inputs()  # every input path, before any work
     out = (args.out or Path.cwd() / f"release-{datetime.now():%Y%m%d-%H%M%S}").absolute()
@@ -324,6 +336,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
                 address=cfg.address,
                 failsafe=cfg.failsafe,
                 capture=cfg.capture,
+                estimator=cfg.estimator,
                 progress=Progress(enabled=not args.quiet),
             )
         except DataError as err:

@@ -8,6 +8,7 @@ Layout (see ``topdown/data/default.toml`` for a commented example)::
                  [[schema.attributes]] name, column, values | range | bins, labels
     [strategy]   mechanism, neighbouring, budgets + queries + first_pass, or [[strategy.levels]]
     [[constraints]]                    # see topdown.config_constraints
+    [estimation] method ("blue" | "topdown")
     [solver]     name (one backend, or a table per pass: l2, rounding), strict, options,
                  failsafe, capture (a folder: every problem solved, as MPS)
     [executor]   name, workers, address
@@ -35,6 +36,7 @@ from constraints import ConstraintSet
 from topdown import budget_bounds
 from topdown.config_constraints import parse_constraints
 from topdown.errors import TopDownError
+from topdown.estimators import DEFAULT_ESTIMATOR, ESTIMATORS
 from topdown.executors import EXECUTORS
 from topdown.passes import PASSES, SolverChoice
 from topdown.schema import Attribute, Schema, attributes_from_dictionary
@@ -62,6 +64,7 @@ _TOP = {
     "schema",
     "strategy",
     "constraints",
+    "estimation",
     "solver",
     "executor",
     "output",
@@ -114,6 +117,7 @@ class RunConfig:
     address: str | None = None
     output_format: str = "csv"
     truth: bool | Path = False
+    estimator: str = DEFAULT_ESTIMATOR
 
     def with_overrides(
         self,
@@ -122,6 +126,7 @@ class RunConfig:
         solver: str | None = None,
         executor: str | None = None,
         capture: Path | None = None,
+        estimator: str | None = None,
     ) -> RunConfig:
         """Command-line overrides, validated like the file's values (key = the option)."""
         out = self
@@ -149,6 +154,14 @@ class RunConfig:
             out = replace(out, executor=executor)
         if capture is not None:
             out = replace(out, capture=capture)
+        if estimator is not None:
+            if estimator not in ESTIMATORS:
+                raise ConfigError(
+                    "command line",
+                    "--estimator",
+                    f"{estimator!r} is unknown; estimators are {list(ESTIMATORS)}",
+                )
+            out = replace(out, estimator=estimator)
         return out
 
     def input_paths(self) -> list[Path]:
@@ -217,6 +230,7 @@ class RunConfig:
                 "levels": levels,
             },
             "constraints": list(self.constraint_specs),
+            "estimation": {"method": self.estimator},
             "solver": {
                 "name": self.solver.to_config(),
                 "strict": self.solver.strict,
@@ -299,6 +313,15 @@ def parse_config(raw: Mapping[str, Any], file: str, *, base: Path) -> RunConfig:
         seed = None
     elif isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         bad("seed", f'must be "none" (secure noise) or a non-negative integer; got {seed!r}')
+    estimation = _table(raw, "estimation", bad)
+    _known(estimation, {"method"}, "estimation", bad)
+    estimator = estimation.get("method", DEFAULT_ESTIMATOR)
+    if estimator not in ESTIMATORS:
+        bad(
+            "estimation.method",
+            f'{estimator!r} is unknown; it must be one of {list(ESTIMATORS)} ("topdown" is the '
+            "Census Bureau's 2020 method)",
+        )
     solver = _table(raw, "solver", bad)
     _known(solver, {"name", "strict", "options", "failsafe", "capture"}, "solver", bad)
     choice = _solver_choice(solver.get("name", "auto"), solver.get("strict", False), fail, bad)
@@ -348,6 +371,7 @@ def parse_config(raw: Mapping[str, Any], file: str, *, base: Path) -> RunConfig:
         address=executor.get("address") or None,
         output_format=out_fmt,
         truth=truth,
+        estimator=estimator,
     )
 
 

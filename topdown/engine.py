@@ -27,6 +27,7 @@ from mechanisms.rng import new_release_key
 from topdown import budget_bounds
 from topdown.errors import DataError, StrategyError
 from topdown.estimate import EstimateOptions, SolverChoice, estimate
+from topdown.estimators import DEFAULT_ESTIMATOR, check_estimator, prepare_inputs
 from topdown.executors import make_executor
 from topdown.io import read_data
 from topdown.measure import measure
@@ -60,6 +61,7 @@ def release(
     progress: Progress | None = None,
     domain_inferred: bool = False,
     geography: pd.DataFrame | None = None,
+    estimator: str = DEFAULT_ESTIMATOR,
 ) -> Release:
     """Run one TopDown release.
 
@@ -86,7 +88,10 @@ def release(
         geography: the published units (one row per leaf, every hierarchy column, empty units
             included). Without it the units are read from the data, which discloses that each
             has at least one record: recorded in the ledger.
+        estimator: ``"blue"`` (a whole-tree BLUE first, its estimates fed to the passes) or
+            ``"topdown"`` (the Census Bureau's 2020 method); see ``topdown.estimators``.
     """
+    check_estimator(estimator)
     progress = progress or Progress()
     strategy.check(schema.domain, schema.n_levels)
     budget_bounds.check(strategy)
@@ -131,11 +136,14 @@ def release(
         capture=capture,
     )
     first_pass = {i: ls.first_pass for i, ls in enumerate(strategy.levels)}
+    inputs, blue_estimate, blue_seconds = prepare_inputs(
+        estimator, tree, schema.domain, measurements
+    )
     with make_executor(executor, workers=workers, address=address) as ex:
         counts, stats = estimate(
             tree,
             schema.domain,
-            measurements,
+            inputs,
             first_pass=first_pass,
             constraints=constraints,
             invariants=invariants,
@@ -154,6 +162,9 @@ def release(
         constraints=constraints,
         invariants=invariants,
         noise=noise,
+        estimator=estimator,
+        blue=blue_estimate,
+        blue_seconds=blue_seconds,
     )
 
 
@@ -215,6 +226,7 @@ class TopDown:
         infer_domain: True reads the domain from the data (warns, recorded in the ledger);
             False requires ``domain=``; None (the seed's behaviour) infers when no domain is
             given.
+        estimator: ``"blue"`` or ``"topdown"`` (as in ``release``).
     """
 
     def __init__(
@@ -234,6 +246,7 @@ class TopDown:
         failsafe: bool = True,
         geography: pd.DataFrame | None = None,
         infer_domain: bool | None = None,
+        estimator: str = DEFAULT_ESTIMATOR,
     ):
         for name, value in (("hierarchy", hierarchy), ("queries", queries)):
             if isinstance(value, str) or not isinstance(value, Sequence):
@@ -256,6 +269,7 @@ class TopDown:
         self.out_path = out_path
         self.seed, self.solver, self.executor, self.failsafe = seed, solver, executor, failsafe
         self.neighbouring = neighbouring
+        self.estimator = check_estimator(estimator)
         self._strategy = strategy
         self._budgets: list[Any] | None = None
         self._mechanism = strategy.mechanism if strategy else "discrete_gaussian"
@@ -321,6 +335,7 @@ class TopDown:
             failsafe=self.failsafe,
             domain_inferred=self._inferred,
             geography=self.geography,
+            estimator=self.estimator,
         )
         micro = self.release.microdata
         if self.out_path is not None:

@@ -22,9 +22,11 @@ from constraints.constraint import LinearRows
 from constraints.diagnostics import check_children, check_node
 from constraints.domain import Domain
 from topdown import capture
+from topdown.blue import EstimatorInputs, QueryEstimate, as_inputs
+from topdown.estimators import family_weights
 from topdown.executors import Executor
 from topdown.family import FamilyTask, Measurement, solve_family
-from topdown.measure import Measurements, QueryMeasurement
+from topdown.measure import Measurements
 from topdown.node_constraints import NodeConstraints
 from topdown.passes import EstimateOptions, LevelStats, SolverChoice, SolveStats
 from topdown.tree import Tree
@@ -37,7 +39,7 @@ log = logging.getLogger(__name__)
 def estimate(
     tree: Tree,
     domain: Domain,
-    measurements: Measurements,
+    measurements: Measurements | EstimatorInputs,
     *,
     first_pass: dict[int, tuple[str, ...]],
     constraints: ConstraintSet | None = None,
@@ -60,12 +62,13 @@ def estimate(
     if options.capture is not None:
         capture.prepare(options.capture)
     executor = executor or Executor()
+    fitted = as_inputs(measurements)  # the raw measurements, or the BLUE's estimates
     book = NodeConstraints(domain, constraints, invariants)
     counts: list[np.ndarray] = []
     stats: list[LevelStats] = []
     for level in range(tree.n_levels):
         lv = tree.levels[level]
-        inputs = _LevelInputs.of(level, tree, measurements, first_pass, book, options)
+        inputs = _LevelInputs.of(level, tree, fitted, first_pass, book, options)
         if level == 0:
             families: Sequence[np.ndarray] = [np.array([0])]
             parents: list[_Parent | None] = [None]
@@ -114,9 +117,8 @@ class _LevelInputs:
 
     level: int
     labels: np.ndarray
-    measurements: tuple[QueryMeasurement, ...]
+    measurements: tuple[QueryEstimate, ...]
     matrices: tuple[sp.csr_matrix, ...]
-    weights: np.ndarray
     first_pass: tuple[int, ...]
     book: NodeConstraints
     options: EstimateOptions
@@ -126,7 +128,7 @@ class _LevelInputs:
         cls,
         level: int,
         tree: Tree,
-        measurements: Measurements,
+        measurements: EstimatorInputs,
         first_pass: dict[int, tuple[str, ...]],
         book: NodeConstraints,
         options: EstimateOptions,
@@ -137,7 +139,6 @@ class _LevelInputs:
             labels=tree.levels[level].labels,
             measurements=qms,
             matrices=tuple(m.query.matrix(book.domain) for m in qms),
-            weights=relative_weights([m.variance for m in qms]),
             first_pass=tuple(
                 i for i, m in enumerate(qms) if m.query.name in first_pass.get(level, ())
             ),
@@ -223,7 +224,8 @@ def _measurements(
 ) -> tuple[Measurement, ...]:
     """Each query restricted to the support, the children's answers and their weights."""
     out = []
-    for m, Q, w in zip(inputs.measurements, inputs.matrices, inputs.weights, strict=True):
+    weights = family_weights(inputs.measurements, children)
+    for m, Q, w in zip(inputs.measurements, inputs.matrices, weights, strict=True):
         if m.query.attributes is None:
             # the detailed query on the support is the identity; the answers of cells known to
             # be zero only add a constant to the objective
@@ -231,19 +233,5 @@ def _measurements(
             Y = m.noisy[np.ix_(children, support)].astype(float)
         else:
             Q_s, Y = Q[:, support].tocsr(), m.noisy[children].astype(float)
-        out.append((Q_s, Y, np.full(Y.shape, w)))
+        out.append((Q_s, Y, np.broadcast_to(w[:, None], Y.shape).copy()))
     return tuple(out)
-
-
-def relative_weights(variances: list[float]) -> np.ndarray:
-    """Inverse-variance weights scaled so the most precise query weighs 1.
-
-    Only ratios matter to the least-squares answer; scaling keeps the objective well conditioned
-    and survives a variance that underflows to 0.0 (a huge budget): exact queries then get
-    weight 1 and the others 0.
-    """
-    v = np.asarray(variances, dtype=float)
-    low = v.min()
-    if low <= 0.0:
-        return (v <= 0.0).astype(float)
-    return low / v

@@ -18,6 +18,7 @@ import pandas as pd
 
 from constraints.attach import ConstraintSet
 from mechanisms.ledger import Ledger, NoiseSource
+from topdown.blue import Blue
 from topdown.errors import ReleaseError
 from topdown.estimate import LevelStats
 from topdown.measure import Measurements
@@ -72,6 +73,9 @@ class Release:
     constraints: ConstraintSet | None = None
     invariants: dict[int, dict[int, tuple]] = field(default_factory=dict)
     noise: NoiseSource | None = None
+    estimator: str = "topdown"
+    blue: Blue | None = None
+    blue_seconds: float = 0.0
 
     def __post_init__(self) -> None:
         if self.noise is None:
@@ -107,7 +111,8 @@ class Release:
         }
 
     def long_table(self, level: int) -> pd.DataFrame:
-        """One level in long format (node, attribute values, count), non-zero cells only."""
+        """One level in long format (node, attribute values, count), non-zero cells only; with
+        the BLUE (``estimator="blue"``), a ``stderr`` column: its standard error of the cell."""
         counts = self.counts[level]
         node, cell = np.nonzero(counts)
         frame = {"node": self.tree.levels[level].labels.astype(str)[node]}
@@ -116,6 +121,9 @@ class Release:
         ):
             frame[attr.name] = np.asarray(attr.domain_values, dtype=object)[code]
         frame["count"] = counts[node, cell]
+        if self.blue is not None:
+            # the BLUE's standard error of the cell (the same for every cell of a node)
+            frame["stderr"] = np.round(self.blue.stderr(level)[node], 4)
         return pd.DataFrame(frame)
 
     def solver_stats(self) -> pd.DataFrame:

@@ -11,6 +11,9 @@ Contents (``manifest.json`` lists them with sizes and SHA-256)::
     invariants.json                       values published exactly (bound invariants) per node
     config.json                           the resolved configuration (schema, strategy, constraints)
     solver_stats.csv                      estimation statistics per level
+    error_estimates.csv, error_summary.csv  (estimator "blue") per node: the BLUE's totals, their
+                                          standard errors and 90% intervals, the cells' stderr;
+                                          per level: the final counts' distance from the BLUE
     metrics.csv, bias_by_size.csv         accuracy against the truth (when it was given)
     report.html                           the report (see ``topdown.report``)
     manifest.json                         files, versions, timings
@@ -46,7 +49,9 @@ import numpy as np
 import pandas as pd
 
 from mechanisms.ledger import SEEDED_DISCLOSURE, Ledger
+from topdown.blue import blue
 from topdown.config import RunConfig, load_config
+from topdown.error_estimates import error_summary, node_error_table
 from topdown.errors import ReleaseError, TopDownError
 from topdown.estimate import LevelStats
 from topdown.measure import Measurements, QueryMeasurement
@@ -182,6 +187,17 @@ def ledger_summary(rel: Release) -> dict[str, Any]:
         "delta": DELTA,
         "epsilon_at_delta": rel.ledger.epsilon_delta(DELTA) if private else None,
         "by_level": {str(k): str(v.value) for k, v in rel.ledger.by_level().items()},
+        "estimation": {
+            "estimator": rel.estimator,
+            "note": "post-processing of the noisy measurements and their public variances only: "
+            "no privacy cost"
+            + (
+                "; the BLUE pass pools every measurement of the tree and its standard errors "
+                "follow from the noise variances"
+                if rel.estimator == "blue"
+                else ""
+            ),
+        },
     }
 
 
@@ -233,6 +249,11 @@ def _write_contents(rel: Release, cfg: RunConfig, folder: Path, metrics: Any) ->
     write_table(pd.concat(rows, ignore_index=True), folder / "hierarchy.csv")
     write_table(rel.measurements.to_frame(rel.tree), folder / "measurements.csv")
     write_table(rel.solver_stats(), folder / "solver_stats.csv")
+    if rel.blue is not None:
+        write_table(
+            node_error_table(rel.tree, rel.counts, rel.blue), folder / "error_estimates.csv"
+        )
+        write_table(error_summary(rel.tree, rel.counts, rel.blue), folder / "error_summary.csv")
     write_ledger(folder, rel)
     invariants = [
         {
@@ -422,6 +443,9 @@ def load_release(folder: Path) -> tuple[Release, RunConfig]:
         stats=[LevelStats(level=i) for i in range(tree.n_levels)],
         constraints=cfg.constraints,
         invariants=invariants,
+        estimator=cfg.estimator,
+        # post-processing of the published measurements: recomputed, not stored
+        blue=blue(tree, domain, measurements) if cfg.estimator == "blue" else None,
     )
     return rel, cfg
 

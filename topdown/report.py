@@ -7,6 +7,8 @@ when the truth was given, the metrics), so ``topdown report`` can rebuild it at 
 - error by level: mean absolute error of the release and of the raw noisy measurements, for
   node totals and detailed cells,
 - bias by node size (mean signed error of node totals, grouped by true size),
+- error estimates (estimator "blue"): the BLUE's standard errors and 90% intervals by level, and
+  the measured distance of the final counts from the BLUE (``topdown.error_estimates``),
 - solver time by level (L2 pass and rounding pass),
 - the ledger summary: total budget, its (epsilon, delta) equivalent, invariants, disclosures.
 """
@@ -24,6 +26,8 @@ from pathlib import Path
 from typing import Any
 
 import matplotlib
+
+from topdown.error_estimates import error_section
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -48,6 +52,7 @@ def build_report(folder: str | Path, *, name: str | None = None) -> Path:
     stats = _csv(folder / "solver_stats.csv")
     metrics = _csv(folder / "metrics.csv")
     bias = _csv(folder / "bias_by_size.csv")
+    errors = _csv(folder / "error_summary.csv")
 
     sections = [
         ("Privacy ledger", _not_private_html(ledger) + _ledger_html(ledger, config)),
@@ -70,6 +75,8 @@ def build_report(folder: str | Path, *, name: str | None = None) -> Path:
                 "<code>topdown report RELEASE --truth DATA</code> to add them.</p>",
             )
         )
+    if errors is not None and not errors.empty:
+        sections.append(("Error estimates (BLUE standard errors)", error_section(errors)))
     if bias is not None and not bias.empty:
         sections.append(
             ("Bias by node size", _img(_bias_plot(bias), "bias by node size") + _table_html(bias))

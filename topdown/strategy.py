@@ -82,6 +82,11 @@ class Query:
             )
         return tuple(a for a in domain.names if a in self.attributes)
 
+    def n_answers(self, domain: Domain) -> int:
+        """How many answers the query has (the product of the kept attributes' sizes)."""
+        keep = self.kept(domain)
+        return int(np.prod([len(domain.values(a)) for a in keep], dtype=np.int64))
+
     def answer(self, histograms: np.ndarray, domain: Domain) -> np.ndarray:
         """Answers for a stack of histograms: shape (nodes, cells) -> (nodes, answers)."""
         keep = set(self.kept(domain))

@@ -1,0 +1,357 @@
+"""Accuracy of the estimators on the same noisy measurements: BLUE vs TopDown vs the noise.
+
+For each dataset, mechanism, budget, strategy and seed, the data are measured once and the same
+noisy measurements go to every estimator:
+
+- ``noisy``: the raw detailed measurements (totals: the measured total if any, else the sum of
+  the noisy cells); ``clipped``: the noisy cells clipped at zero (totals: their sums);
+- ``census``: today's passes on the raw measurements, an only child copied from its parent
+  (the Census Bureau's 2020 TopDown);
+- ``topdown``: the same passes, an only child's measurements folded into its parent's;
+- ``gls``: the whole-tree BLUE itself (consistent, unbiased, not integer, may be negative);
+- ``blue``: the BLUE's estimates and variances fed to the same passes (non-negative integers).
+
+It prints the command line and tables of cell and total MAE and bias by level (mean over seeds,
+with the standard error across seeds), the same by true cell count (0, 1-5, 6-20, over 20), the
+BLUE pass's share of the release time, and writes a CSV of every figure and a PNG plot. Run from
+the repository root:
+
+    python benchmarks/bench_estimators.py [--seeds 20] [--budgets 0.5 2] [--data acs synthetic]
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import time
+from fractions import Fraction
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.acs import load_acs  # noqa: E402
+from benchmarks.bench_scale import synthetic  # noqa: E402
+from mechanisms.ledger import Ledger  # noqa: E402
+from mechanisms.rng import new_release_key  # noqa: E402
+from topdown import Strategy  # noqa: E402
+from topdown.blue import as_inputs, blue, blue_inputs  # noqa: E402
+from topdown.estimate import estimate  # noqa: E402
+from topdown.estimators import fold_only_children  # noqa: E402
+from topdown.measure import measure  # noqa: E402
+from topdown.strategy import Query  # noqa: E402
+from topdown.tree import build_tree  # noqa: E402
+
+STRATEGIES: dict[str, list[tuple[str, str]]] = {
+    "detailed": [("detailed", "1")],
+    "detailed 3/4 + total 1/4": [("detailed", "3/4"), ("total", "1/4")],
+    "detailed 2/3 + SEX x AGE 1/6 + race 1/6": [
+        ("detailed", "2/3"),
+        ("SEX x AGE", "1/6"),
+        ("RACE", "1/6"),
+    ],
+}
+SIZE_BINS = [(0, 0, "0"), (1, 5, "1-5"), (6, 20, "6-20"), (21, np.inf, ">20")]
+ESTIMATORS = ("noisy", "clipped", "census", "topdown", "gls", "blue")
+
+
+def load(name: str):
+    """The ACS excerpt (nation > state > PUMA) or bench_scale's synthetic state > county >
+    tract data (300 tracts); the race attribute is RAC1P in one and RACE in the other."""
+    if name == "acs":
+        df, schema = load_acs()
+        return df, schema, "RAC1P"
+    df, schema = synthetic(300, seed=7)
+    return df, schema, "RACE"
+
+
+def scores(level: int, est: np.ndarray, truth: np.ndarray, direct_total=None) -> list[dict]:
+    """Cell and total error figures of one level (and cell figures by true count)."""
+    err = est - truth
+    tot_est = est.sum(axis=1) if direct_total is None else direct_total
+    tot_err = tot_est - truth.sum(axis=1)
+    rows = [
+        {
+            "level": level,
+            "what": "cell",
+            "bin": "all",
+            "mae": np.abs(err).mean(),
+            "bias": err.mean(),
+        },
+        {
+            "level": level,
+            "what": "total",
+            "bin": "all",
+            "mae": np.abs(tot_err).mean(),
+            "bias": tot_err.mean(),
+        },
+    ]
+    for lo, hi, label in SIZE_BINS:
+        mask = (truth >= lo) & (truth <= hi)
+        if mask.any():
+            rows.append(
+                {
+                    "level": level,
+                    "what": "cell",
+                    "bin": label,
+                    "mae": np.abs(err[mask]).mean(),
+                    "bias": err[mask].mean(),
+                }
+            )
+    return rows
+
+
+def one_run(tree, truth, domain, strategy, seed: int) -> tuple[list[dict], dict[str, float]]:
+    ledger = Ledger()
+    meas, _ = measure(
+        tree, truth, domain, strategy, release_key=new_release_key(seed), ledger=ledger
+    )
+    first_pass: dict[int, tuple[str, ...]] = {}
+    times: dict[str, float] = {}
+    results: dict[str, list[np.ndarray]] = {}
+    totals: dict[str, list[np.ndarray | None]] = {}
+    noisy_cells, noisy_totals = [], []
+    for level in range(tree.n_levels):
+        d = meas.get(level, "detailed")
+        assert d is not None
+        noisy_cells.append(d.noisy.astype(float))
+        t = meas.get(level, "total")
+        noisy_totals.append(None if t is None else t.noisy[:, 0].astype(float))
+    results["noisy"], totals["noisy"] = noisy_cells, noisy_totals
+    results["clipped"] = [np.maximum(c, 0) for c in noisy_cells]
+    start = time.perf_counter()
+    b = blue(tree, domain, meas)
+    fed = blue_inputs(meas, b)
+    times["blue pass"] = time.perf_counter() - start
+    results["gls"] = list(b.cells)
+    for name, inputs in (
+        ("census", as_inputs(meas)),
+        ("topdown", fold_only_children(tree, as_inputs(meas))),
+        ("blue", fed),
+    ):
+        start = time.perf_counter()
+        counts, _ = estimate(tree, domain, inputs, first_pass=first_pass)
+        times[name] = time.perf_counter() - start
+        results[name] = [c.astype(float) for c in counts]
+    rows = []
+    for name in ESTIMATORS:
+        for level in range(tree.n_levels):
+            direct = totals.get(name, [None] * tree.n_levels)[level]
+            for r in scores(level, results[name][level], truth.counts[level], direct):
+                rows.append({"estimator": name, **r})
+    return rows, times
+
+
+def run(args) -> tuple[pd.DataFrame, pd.DataFrame]:
+    rows, timing = [], []
+    for data_name in args.data:
+        df, schema, race = load(data_name)
+        tree, truth = build_tree(df, schema)
+        for mechanism in args.mechanisms:
+            for budget in args.budgets:
+                for sname, queries in STRATEGIES.items():
+                    strategy = Strategy.from_budgets(
+                        [budget] * tree.n_levels,
+                        mechanism=mechanism,
+                        queries=[
+                            (Query.parse(q.replace("RACE", race)), Fraction(s)) for q, s in queries
+                        ],
+                    )
+                    strategy.check(schema.domain, tree.n_levels)
+                    for seed in range(args.seeds):
+                        res, times = one_run(tree, truth, schema.domain, strategy, 1000 + seed)
+                        key = {
+                            "data": data_name,
+                            "mechanism": mechanism,
+                            "budget": budget,
+                            "strategy": sname,
+                            "seed": seed,
+                        }
+                        rows.extend({**key, **r} for r in res)
+                        timing.append({**key, **times})
+                    logging.info("done %s %s %s %s", data_name, mechanism, budget, sname)
+    return pd.DataFrame(rows), pd.DataFrame(timing)
+
+
+def summarise(raw: pd.DataFrame) -> pd.DataFrame:
+    keys = ["data", "mechanism", "budget", "strategy", "level", "what", "bin", "estimator"]
+    g = raw.groupby(keys, sort=False)
+    out = g.agg(
+        mae=("mae", "mean"),
+        mae_se=("mae", lambda s: s.std(ddof=1) / np.sqrt(len(s))),
+        bias=("bias", "mean"),
+        bias_se=("bias", lambda s: s.std(ddof=1) / np.sqrt(len(s))),
+        seeds=("mae", "size"),
+    )
+    return out.reset_index()
+
+
+def paired(raw: pd.DataFrame, a: str = "blue", b: str = "topdown") -> pd.DataFrame:
+    """Per configuration and level, MAE of ``a`` minus MAE of ``b`` on the same measurements
+    (mean over seeds and its standard error): the default switch reads this table."""
+    keys = ["data", "mechanism", "budget", "strategy", "level", "what", "seed"]
+    sel = raw[raw["bin"] == "all"]
+    wide = sel.pivot_table(index=keys, columns="estimator", values="mae").reset_index()
+    wide["diff"] = wide[a] - wide[b]
+    g = wide.groupby(keys[:-1])["diff"]
+    out = pd.DataFrame({"mean": g.mean(), "se": g.std(ddof=1) / np.sqrt(g.size())})
+    out["verdict"] = np.where(
+        out["mean"] <= 0, "better", np.where(out["mean"] <= 2 * out["se"], "same", "WORSE")
+    )
+    out = out.reset_index()
+    out["fig"] = [
+        f"{m:+.4f}±{e:.4f} {v}"
+        for m, e, v in zip(out["mean"], out["se"], out["verdict"], strict=True)
+    ]
+    return out.pivot_table(
+        index=["data", "mechanism", "budget", "strategy", "level"],
+        columns="what",
+        values="fig",
+        aggfunc="first",
+    )
+
+
+def level_table(
+    summary: pd.DataFrame, estimators=("noisy", "clipped", "census", "topdown", "blue")
+):
+    s = summary[(summary["bin"] == "all") & summary["estimator"].isin(estimators)].copy()
+    s["fig"] = [f"{m:.3f}±{e:.3f}" for m, e in zip(s["mae"], s["mae_se"], strict=True)]
+    wide = s.pivot_table(
+        index=["data", "mechanism", "budget", "strategy", "level"],
+        columns=["what", "estimator"],
+        values="fig",
+        aggfunc="first",
+    )
+    return wide
+
+
+def plot(summary: pd.DataFrame, path: Path) -> None:
+    """Cell and total MAE below the root relative to the Census TopDown's (1 = as good)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    keys = ["data", "mechanism", "budget", "strategy", "level", "what"]
+    s = summary[(summary["bin"] == "all") & (summary["level"] > 0)].copy()
+    base = s[s["estimator"] == "census"].set_index(keys)["mae"]
+    s["relative"] = s["mae"].to_numpy() / base.reindex(pd.MultiIndex.from_frame(s[keys])).to_numpy()
+    s["relative_se"] = (
+        s["mae_se"].to_numpy() / base.reindex(pd.MultiIndex.from_frame(s[keys])).to_numpy()
+    )
+    rows = s[keys[:-1]].drop_duplicates().reset_index(drop=True)
+    fig, axes = plt.subplots(1, 2, figsize=(13, 0.32 * len(rows) + 1.8), sharey=True)
+    for ax, what in zip(axes, ("cell", "total"), strict=True):
+        part = s[s["what"] == what].set_index(keys[:-1])
+        for i, est in enumerate(("clipped", "topdown", "gls", "blue")):
+            sel = part[part["estimator"] == est].reindex(pd.MultiIndex.from_frame(rows))
+            ax.errorbar(
+                sel["relative"],
+                np.arange(len(rows)) + 0.15 * (i - 1.5),
+                xerr=sel["relative_se"],
+                fmt="o",
+                ms=3,
+                color=f"C{i}",
+                label=est,
+            )
+        ax.axvline(1.0, color="grey", lw=0.8)
+        ax.set_xscale("log")
+        ax.set_xlabel(f"{what} MAE / Census TopDown's (mean over seeds, ± s.e.)")
+        ax.legend(fontsize=7)
+    labels = [
+        f"{r.data} {r.mechanism[9:]} {r.budget} {r.strategy[:24]} L{r.level}"
+        for r in rows.itertuples()
+    ]
+    axes[0].set_yticks(np.arange(len(rows)), labels, fontsize=6)
+    axes[0].invert_yaxis()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", type=int, default=20, help="seeds per configuration")
+    parser.add_argument("--budgets", nargs="+", default=["0.5", "2"], help="budget per level")
+    parser.add_argument(
+        "--mechanisms", nargs="+", default=["discrete_gaussian", "discrete_laplace"]
+    )
+    parser.add_argument("--data", nargs="+", default=["acs"], choices=["acs", "synthetic"])
+    parser.add_argument("--out", type=Path, default=Path("bench_estimators"), help="CSV/PNG prefix")
+    parser.add_argument(
+        "--replot", type=Path, help="only redraw the plot from a CSV this script wrote"
+    )
+    args = parser.parse_args(argv)
+    if args.replot:
+        plot(pd.read_csv(args.replot), args.replot.with_suffix(".png"))
+        return 0
+    logging.basicConfig(level=logging.WARNING, format="%(message)s")
+    logging.getLogger("benchmarks").setLevel(logging.INFO)
+    logging.getLogger().setLevel(logging.INFO)
+    for name in ("topdown", "mechanisms", "solvers", "constraints"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+    print("command: python benchmarks/bench_estimators.py " + " ".join(argv or sys.argv[1:]))
+    raw, timing = run(args)
+    summary = summarise(raw)
+    summary.to_csv(f"{args.out}.csv", index=False)
+    pd.set_option("display.width", 250)
+    pd.set_option("display.max_columns", 20)
+    pd.set_option("display.max_rows", 1000)
+    print("\nCell and total MAE by level (mean over seeds ± standard error across seeds)\n")
+    print(level_table(summary).to_string())
+    print(
+        "\nblue minus topdown, paired on the same measurements (MAE difference, mean ± s.e.; "
+        "'same' = worse by at most 2 s.e.)\n"
+    )
+    print(paired(raw).to_string())
+    bins = summary[(summary["what"] == "cell") & (summary["level"] > 0)]
+    bins = bins[bins["estimator"].isin(["census", "topdown", "blue", "gls"])]
+    print("\nCell bias by true count, below the root (mean over seeds ± s.e.)\n")
+    bins = bins.assign(
+        fig=[f"{b:+.3f}±{e:.3f}" for b, e in zip(bins["bias"], bins["bias_se"], strict=True)]
+    )
+    print(
+        bins.pivot_table(
+            index=["data", "mechanism", "budget", "strategy", "level", "estimator"],
+            columns="bin",
+            values="fig",
+            aggfunc="first",
+        )[["all", "0", "1-5", "6-20", ">20"]].to_string()
+    )
+    tb = summary[(summary["what"] == "total") & (summary["bin"] == "all") & (summary["level"] > 0)]
+    tb = tb[tb["estimator"].isin(["census", "topdown", "blue", "gls"])]
+    print("\nTotal bias below the root (mean ± s.e.; |z| > 3 flagged)\n")
+    tb = tb.assign(z=tb["bias"] / tb["bias_se"].replace(0, np.nan))
+    print(
+        tb[
+            [
+                "data",
+                "mechanism",
+                "budget",
+                "strategy",
+                "level",
+                "estimator",
+                "bias",
+                "bias_se",
+                "z",
+            ]
+        ]
+        .round(3)
+        .to_string(index=False)
+    )
+    t = timing.groupby(["data", "mechanism", "budget", "strategy"])[
+        ["blue pass", "census", "topdown", "blue"]
+    ].mean()
+    t["blue pass / blue release"] = t["blue pass"] / (t["blue pass"] + t["blue"])
+    print("\nSeconds per run (mean over seeds; the releases' estimation passes only)\n")
+    print(t.round(4).to_string())
+    plot(summary, Path(f"{args.out}.png"))
+    print(f"\nwrote {args.out}.csv and {args.out}.png")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

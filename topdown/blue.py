@@ -1,0 +1,367 @@
+"""The whole-tree best linear unbiased estimate (BLUE) of every node, and its variance.
+
+TopDown fits each family from its parent's published counts and its children's own
+measurements, so a parent never learns from what was measured below it. The BLUE uses every
+measurement of the tree: generalised least squares with weights 1/variance, children summing
+exactly to their parent, no sign constraint. It reads only the noisy measurements (and their
+public variances): it is post-processing.
+
+How it is computed without a dense (nodes x cells)^2 system. Every query is a marginal, the
+Kronecker product over attributes of an identity (kept) or a row of ones (summed). In the
+"ANOVA" basis (per attribute: the mean direction and its orthogonal complement) the cell space
+splits into orthogonal subspaces, one per attribute subset S (the attributes whose complement
+part is taken). ``Q'Q`` of a marginal keeping K is ``prod_{a not in K} n_a`` times the identity
+on every subspace with S a subset of K, and zero on the others; consistency acts cell by cell.
+So the whole-tree problem splits into independent tree problems, one per subspace, in which
+each node has one scalar precision ``pi_v(S) = sum_q [S subset K_q] prod_{a not in K_q} n_a /
+Var_q(v)``. Subspaces with the same precisions everywhere are solved together, cell by cell,
+by Hay et al. (2010)'s upward and downward recursions, generalised to unequal variances and to
+nodes without information (infinite variance): O(groups x nodes x cells) time. A detailed-only
+strategy is one group; detailed plus total is two.
+
+The variance of every answer follows from the same split: within a group the estimate's
+covariance is a scalar (per node) times the group's projector, so a marginal's answers all have
+the same variance at a node, given by ``Blue.variance(level, query)``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.sparse as sp
+
+from constraints.domain import Domain
+from topdown.measure import Measurements
+from topdown.strategy import Query
+from topdown.tree import Tree
+
+__all__ = ["QueryEstimate", "EstimatorInputs", "Blue", "as_inputs", "blue", "blue_inputs"]
+
+log = logging.getLogger(__name__)
+
+_TINY_VARIANCE = 1e-200  # a variance that underflowed to 0: treated as (almost) exact
+
+
+@dataclass(frozen=True)
+class QueryEstimate:
+    """An input of the estimation passes: one query's values for every node of one level.
+
+    Stands in for a ``QueryMeasurement`` (the passes read ``query``, ``noisy`` and
+    ``variance``): a noisy vector, its query and its variance, like private-pgm's
+    ``LinearMeasurement``. ``variance`` is per node (``inf`` = no information, weight 0).
+
+    Attributes:
+        level: level number (0 = root).
+        query: the query.
+        noisy: float array (nodes, answers): the values fitted by the passes.
+        variance: float array (nodes,): the variance of every answer of each node.
+    """
+
+    level: int
+    query: Query
+    noisy: np.ndarray
+    variance: np.ndarray
+
+    def __post_init__(self) -> None:
+        values = np.asarray(self.noisy, dtype=float)
+        if values.ndim != 2:
+            raise ValueError(f"noisy (shape {values.shape}) must be 2-d: (nodes, answers)")
+        var = np.broadcast_to(np.asarray(self.variance, dtype=float), (values.shape[0],)).copy()
+        if np.isnan(var).any() or (var < 0).any():
+            raise ValueError(f"variance ({var[:5]}...) must be >= 0 (inf = no information)")
+        object.__setattr__(self, "noisy", values)
+        object.__setattr__(self, "variance", var)
+
+    @property
+    def name(self) -> str:
+        return self.query.name
+
+
+@dataclass(frozen=True)
+class EstimatorInputs:
+    """The inputs of the estimation passes, level by level (root first); same ``at`` and
+    ``get`` as ``Measurements``."""
+
+    levels: tuple[tuple[QueryEstimate, ...], ...]
+
+    def at(self, level: int) -> tuple[QueryEstimate, ...]:
+        return self.levels[level]
+
+    def get(self, level: int, query: str) -> QueryEstimate | None:
+        for m in self.levels[level]:
+            if m.query.name == query:
+                return m
+        return None
+
+
+def as_inputs(measurements: Measurements | EstimatorInputs) -> EstimatorInputs:
+    """Raw measurements as float inputs with per-node variances (unchanged values)."""
+    if isinstance(measurements, EstimatorInputs):
+        return measurements
+    return EstimatorInputs(
+        tuple(
+            tuple(QueryEstimate(m.level, m.query, m.noisy, np.asarray(m.variance)) for m in lv)
+            for lv in measurements.levels
+        )
+    )
+
+
+# -- the subspace split ------------------------------------------------------------------
+
+
+def _kept_axes(query: Query, domain: Domain) -> frozenset[int]:
+    kept = set(query.kept(domain))
+    return frozenset(i for i, a in enumerate(domain.names) if a in kept)
+
+
+def _subsets(domain: Domain) -> list[frozenset[int]]:
+    """Attribute subsets with a non-empty subspace (an attribute of one value has none)."""
+    axes = [i for i, n in enumerate(domain.shape) if n > 1]
+    return [frozenset(c) for r in range(len(axes) + 1) for c in itertools.combinations(axes, r)]
+
+
+def _lift(query: Query, domain: Domain) -> float:
+    """``Q'Q`` of a marginal on the subspaces it sees: the product of the summed sizes."""
+    kept = _kept_axes(query, domain)
+    return float(np.prod([n for i, n in enumerate(domain.shape) if i not in kept]))
+
+
+def _coefficient(subset: frozenset[int], kept: frozenset[int], shape: Sequence[int]) -> float:
+    """diag(Q P_S Q') of a marginal keeping ``kept``: the share of subspace S in one answer."""
+    if not subset <= kept:
+        return 0.0
+    c = 1.0
+    for i, n in enumerate(shape):
+        if i in subset:
+            c *= 1.0 - 1.0 / n
+        elif i in kept:
+            c *= 1.0 / n
+        else:
+            c *= n
+    return c
+
+
+def _project(r: np.ndarray, subset: frozenset[int], shape: tuple[int, ...]) -> np.ndarray:
+    """P_S applied to every row of r (nodes, cells): per axis the mean, or minus the mean."""
+    x = r.reshape((r.shape[0],) + shape)
+    for i, n in enumerate(shape):
+        if n == 1:
+            continue
+        mean = x.mean(axis=1 + i, keepdims=True)
+        x = x - mean if i in subset else mean
+    return np.broadcast_to(x, (r.shape[0],) + shape).reshape(r.shape)
+
+
+def _back(query: Query, values: np.ndarray, domain: Domain) -> np.ndarray:
+    """Q' y for a stack of answers (nodes, answers) -> (nodes, cells)."""
+    kept = _kept_axes(query, domain)
+    reduced = tuple(n if i in kept else 1 for i, n in enumerate(domain.shape))
+    x = values.reshape((values.shape[0],) + reduced)
+    return np.broadcast_to(x, (values.shape[0],) + domain.shape).reshape(values.shape[0], -1)
+
+
+def _precision(variance: np.ndarray) -> np.ndarray:
+    v = np.maximum(np.asarray(variance, dtype=float), _TINY_VARIANCE)
+    return np.where(np.isinf(v), 0.0, 1.0 / v)
+
+
+# -- the estimate ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Blue:
+    """The BLUE of every node's cells and the variances needed for any marginal's answers.
+
+    Attributes:
+        domain: the query domain.
+        cells: per level, float (nodes, cells): the estimate (consistent, may be negative).
+        groups: the attribute subsets solved together (same precisions everywhere).
+        scale: per level, float (groups, nodes): each group's per-coordinate variance (inf
+            where the measurements do not identify it).
+    """
+
+    domain: Domain
+    cells: tuple[np.ndarray, ...]
+    groups: tuple[tuple[frozenset[int], ...], ...]
+    scale: tuple[np.ndarray, ...]
+
+    def variance(self, level: int, query: Query | str) -> np.ndarray:
+        """Variance of each answer of ``query`` at every node of ``level`` (nodes,)."""
+        kept = _kept_axes(Query.parse(query), self.domain)
+        out = np.zeros(self.cells[level].shape[0])
+        for g, subsets in enumerate(self.groups):
+            c = sum(_coefficient(s, kept, self.domain.shape) for s in subsets)
+            if c > 0:
+                out = out + c * self.scale[level][g]
+        return out
+
+    def answer(self, level: int, query: Query | str) -> QueryEstimate:
+        """The BLUE of ``query``'s answers at every node of ``level``, with their variance."""
+        q = Query.parse(query)
+        return QueryEstimate(
+            level,
+            q,
+            q.answer(self.cells[level], self.domain).astype(float),
+            self.variance(level, q),
+        )
+
+    def stderr(self, level: int) -> np.ndarray:
+        """Standard error of each cell at every node of ``level`` (nodes,)."""
+        return np.sqrt(self.variance(level, Query(None)))
+
+
+def blue(tree: Tree, domain: Domain, measurements: Measurements | EstimatorInputs) -> Blue:
+    """The whole-tree BLUE from the noisy measurements (see the module docstring).
+
+    Args:
+        tree: the public structure.
+        domain: the query domain.
+        measurements: the noisy measurements (or float inputs with per-node variances).
+    """
+    inputs = as_inputs(measurements)
+    if len(inputs.levels) != tree.n_levels:
+        raise ValueError(
+            f"measurements ({len(inputs.levels)} levels) must have one entry per tree level "
+            f"({tree.n_levels})"
+        )
+    shape = tuple(int(n) for n in domain.shape)
+    subsets = _subsets(domain)
+    # r_v = sum_q Q_q' y_vq / Var_q(v), and the queries (with their lift) seeing each subset
+    weighted = []
+    signature: dict[frozenset[int], list[tuple[int, int]]] = {s: [] for s in subsets}
+    for level, lv in enumerate(inputs.levels):
+        nodes = tree.levels[level].size
+        r = np.zeros((nodes, domain.size))
+        for qi, m in enumerate(lv):
+            prec = _precision(np.broadcast_to(m.variance, (nodes,)))
+            values = np.where(prec[:, None] > 0, m.noisy, 0.0)
+            r += prec[:, None] * _back(m.query, values, domain)
+            kept = _kept_axes(m.query, domain)
+            for s in subsets:
+                if s <= kept:
+                    signature[s].append((level, qi))
+        weighted.append(r)
+    by_sig: dict[tuple[tuple[int, int], ...], list[frozenset[int]]] = {}
+    for s in subsets:
+        by_sig.setdefault(tuple(signature[s]), []).append(s)
+    groups = sorted(by_sig.items(), key=lambda kv: -len(kv[1]))
+    sums = _sum_matrices(tree)
+    cells = [np.zeros((lv.size, domain.size)) for lv in tree.levels]
+    scale = [np.zeros((len(groups), lv.size)) for lv in tree.levels]
+    for g, (sig, members) in enumerate(groups):
+        pis = []
+        for level, lv in enumerate(inputs.levels):
+            nodes = tree.levels[level].size
+            pi = np.zeros(nodes)
+            for lvl, qi in sig:
+                if lvl == level:
+                    m = lv[qi]
+                    pi += _lift(m.query, domain) * _precision(np.broadcast_to(m.variance, (nodes,)))
+            pis.append(pi)
+        zs = []
+        for level in range(tree.n_levels):
+            if g == 0:
+                # the largest group: the identity minus the other groups' projectors
+                proj = weighted[level].copy()
+                for _, others in groups[1:]:
+                    for s in others:
+                        proj -= _project(weighted[level], s, shape)
+            else:
+                proj = sum(_project(weighted[level], s, shape) for s in members)
+            pi = pis[level]
+            with np.errstate(divide="ignore", invalid="ignore"):
+                zs.append(np.where(pi[:, None] > 0, proj / pi[:, None], 0.0))
+        u, f = _tree_gls(zs, pis, sums)
+        for level in range(tree.n_levels):
+            cells[level] += u[level]
+            scale[level][g] = f[level]
+    log.debug("BLUE: %d subspace group(s) over %d level(s)", len(groups), tree.n_levels)
+    return Blue(domain, tuple(cells), tuple(tuple(m) for _, m in groups), tuple(scale))
+
+
+def _sum_matrices(tree: Tree) -> list[sp.csr_matrix]:
+    """Per level l < last: the (parents x children) 0/1 matrix summing level l + 1 into l."""
+    out = []
+    for level in range(tree.n_levels - 1):
+        parent = tree.levels[level + 1].parent
+        n_children = len(parent)
+        out.append(
+            sp.csr_matrix(
+                (np.ones(n_children), (parent, np.arange(n_children))),
+                shape=(tree.levels[level].size, n_children),
+            )
+        )
+    return out
+
+
+def _tree_gls(
+    z: list[np.ndarray], pi: list[np.ndarray], sums: list[sp.csr_matrix]
+) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """Cell-by-cell tree GLS: minimise sum_v pi_v ||u_v - z_v||^2 with u_parent = sum u_child.
+
+    Upward: each node's estimate from its own subtree (its own value combined by inverse
+    variance with the sum of its children's). Downward: each child's subtree estimate corrected
+    by its share (its variance over the children's total variance) of the gap between its
+    parent's final estimate and the children's sum. Infinite variances mean no information: a
+    child without any takes the whole gap if it is alone, an equal share (infinite variance)
+    if not. Returns the estimates and their per-coordinate variances, per level.
+    """
+    n_levels = len(z)
+    sub_est: list[np.ndarray] = [np.empty(0)] * n_levels
+    sub_var: list[np.ndarray] = [np.empty(0)] * n_levels
+    child_sum: list[np.ndarray] = [np.empty(0)] * n_levels
+    child_var: list[np.ndarray] = [np.empty(0)] * n_levels
+    with np.errstate(divide="ignore", invalid="ignore"):
+        for level in range(n_levels - 1, -1, -1):
+            own = pi[level]
+            if level == n_levels - 1:
+                m_prec = np.zeros_like(own)
+                m_term = np.zeros_like(z[level])
+            else:
+                S = sums[level]
+                m = S @ sub_est[level + 1]
+                M = S @ sub_var[level + 1]
+                M = np.where(S.getnnz(axis=1) > 0, M, np.inf)  # childless: no information
+                child_sum[level], child_var[level] = m, M
+                m_prec = np.where(np.isinf(M), 0.0, 1.0 / M)
+                m_term = m * m_prec[:, None]
+            prec = own + m_prec
+            V = np.where(prec > 0, 1.0 / prec, np.inf)
+            est = np.where(prec[:, None] > 0, (own[:, None] * z[level] + m_term) / prec[:, None], 0)
+            sub_est[level], sub_var[level] = est, V
+        u = [sub_est[0]]
+        f = [sub_var[0]]
+        for level in range(1, n_levels):
+            S = sums[level - 1]
+            par = np.asarray(S.T.argmax(axis=1)).ravel()  # each child's parent (one 1 per column)
+            V = sub_var[level]
+            inf = np.isinf(V)
+            n_inf = (S @ inf.astype(float))[par]
+            finite_sum = (S @ np.where(inf, 0.0, V))[par]
+            M = child_var[level - 1][par]
+            M_inf = np.isinf(M)
+            ratio = np.where(inf, 1.0 / np.maximum(n_inf, 1.0), np.where(M_inf, 0.0, V / M))
+            gap = u[level - 1] - child_sum[level - 1]
+            u.append(sub_est[level] + ratio[:, None] * gap[par])
+            Fp = f[level - 1][par]
+            informed = V * (M - V) / M + ratio**2 * Fp  # both finite: Var(c | sum) + share of F_p
+            uninformed = np.where(n_inf == 1, finite_sum + Fp, np.inf)  # takes the whole gap
+            f.append(np.where(inf, uninformed, np.where(M_inf, V, informed)))
+    return u, f
+
+
+def blue_inputs(measurements: Measurements | EstimatorInputs, estimate: Blue) -> EstimatorInputs:
+    """The passes' inputs under ``estimator="blue"``: per level the BLUE of the detailed
+    cells, of the node totals (always: the passes need them weighted by their own variance)
+    and of every other query the level measured, each with its per-node variance."""
+    out = []
+    for level, lv in enumerate(as_inputs(measurements).levels):
+        names = ["detailed", "total"] + [
+            m.query.name for m in lv if m.query.name not in ("detailed", "total")
+        ]
+        out.append(tuple(estimate.answer(level, name) for name in names))
+    return EstimatorInputs(tuple(out))

@@ -1,0 +1,133 @@
+"""The estimator option: what the top-down passes fit, and with which weights.
+
+Two estimators share the non-negative L2 pass and the controlled rounding (``topdown.estimate``,
+``topdown.family``); they differ in the passes' inputs:
+
+- ``"topdown"``: the Census Bureau's 2020 method. Each family is fitted from its parent's
+  published counts and its children's own noisy measurements. One change: an only child's
+  measurements are folded into its parent's by inverse variance before the parent's family is
+  solved (a chain of only children folds up to its first ancestor with siblings), instead of
+  being discarded when the child is copied from its parent.
+- ``"blue"``: a first pass computes the whole-tree BLUE (``topdown.blue``); its estimates of
+  every node's cells, totals and measured marginals, with their per-node variances, replace the
+  raw measurements as the passes' inputs.
+
+Both read only the noisy measurements and their public variances: post-processing.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+
+import numpy as np
+
+from constraints.domain import Domain
+from topdown.blue import Blue, EstimatorInputs, QueryEstimate, as_inputs, blue, blue_inputs
+from topdown.errors import StrategyError
+from topdown.measure import Measurements, QueryMeasurement
+from topdown.tree import Tree
+
+__all__ = [
+    "ESTIMATORS",
+    "DEFAULT_ESTIMATOR",
+    "check_estimator",
+    "prepare_inputs",
+    "fold_only_children",
+    "family_weights",
+]
+
+log = logging.getLogger(__name__)
+
+ESTIMATORS = ("blue", "topdown")
+#: "blue" is better on the ACS excerpt at every level below the root, but on bench_scale's sparse
+#: synthetic tracts (about 60 people over 144 cells) its tract totals are 4-11% worse than
+#: "topdown"'s for strategies without a measured total (benchmarks/bench_estimators.py), so the
+#: default stays the Census Bureau's method until that is fixed.
+DEFAULT_ESTIMATOR = "topdown"
+
+
+def check_estimator(value: object, name: str = "estimator") -> str:
+    """The estimator's name, or a StrategyError naming the argument and the choices."""
+    if not isinstance(value, str) or value not in ESTIMATORS:
+        raise StrategyError(
+            f"{name} ({value!r}) is unknown; it must be one of {list(ESTIMATORS)} ('topdown' is "
+            "the Census Bureau's 2020 method, 'blue' first pools every measurement of the tree)"
+        )
+    return value
+
+
+def prepare_inputs(
+    estimator: str, tree: Tree, domain: Domain, measurements: Measurements
+) -> tuple[EstimatorInputs, Blue | None, float]:
+    """The passes' inputs under ``estimator``, the BLUE (None under ``"topdown"``) and the
+    seconds the BLUE pass took."""
+    check_estimator(estimator)
+    if estimator == "topdown":
+        return fold_only_children(tree, as_inputs(measurements)), None, 0.0
+    start = time.perf_counter()
+    estimate = blue(tree, domain, measurements)
+    inputs = blue_inputs(measurements, estimate)
+    seconds = time.perf_counter() - start
+    log.info("BLUE pass: %.3f s", seconds)
+    return inputs, estimate, seconds
+
+
+def _combine(
+    y1: np.ndarray, v1: np.ndarray, y2: np.ndarray, v2: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Inverse-variance mean of two unbiased estimates (per node), and its variance."""
+    p1 = np.where(np.isinf(v1), 0.0, 1.0 / np.maximum(v1, 1e-200))
+    p2 = np.where(np.isinf(v2), 0.0, 1.0 / np.maximum(v2, 1e-200))
+    p = p1 + p2
+    with np.errstate(divide="ignore", invalid="ignore"):
+        y = np.where(p[:, None] > 0, (p1[:, None] * y1 + p2[:, None] * y2) / p[:, None], 0.0)
+        v = np.where(p > 0, 1.0 / p, np.inf)
+    return y, v
+
+
+def fold_only_children(tree: Tree, inputs: EstimatorInputs) -> EstimatorInputs:
+    """Fold every only child's inputs into its parent's (bottom-up, so chains fold to the first
+    ancestor with siblings). A query the parent's level does not measure is added to it, with
+    infinite variance (no information) at the parents that receive nothing."""
+    levels: list[dict[str, QueryEstimate]] = [{m.query.name: m for m in lv} for lv in inputs.levels]
+    for level in range(tree.n_levels - 1, 0, -1):
+        parent = tree.levels[level].parent
+        n_parents = tree.levels[level - 1].size
+        only = np.flatnonzero(np.bincount(parent, minlength=n_parents)[parent] == 1)
+        if not len(only):
+            continue
+        dest = parent[only]
+        for name, m in levels[level].items():
+            target = levels[level - 1].get(name)
+            if target is None:
+                values = np.zeros((n_parents, m.noisy.shape[1]))
+                variance = np.full(n_parents, np.inf)
+            else:
+                values, variance = target.noisy.copy(), target.variance.copy()
+            values[dest], variance[dest] = _combine(
+                values[dest], variance[dest], m.noisy[only], m.variance[only]
+            )
+            levels[level - 1][name] = QueryEstimate(level - 1, m.query, values, variance)
+        log.debug("folded %d only child(ren) of level %d into their parents", len(only), level)
+    return EstimatorInputs(tuple(tuple(lv.values()) for lv in levels))
+
+
+def family_weights(
+    queries: Sequence[QueryMeasurement | QueryEstimate], children: np.ndarray
+) -> list[np.ndarray]:
+    """Per query, the L2 pass's weight of each child (k,): inverse variances scaled so the most
+    precise answer of the family weighs 1 (only ratios matter; scaling keeps the objective well
+    conditioned). A variance of 0 (a huge budget) makes its answers weigh 1 and all others
+    about 0; an infinite one (no information) weighs 0."""
+    precisions = []
+    for m in queries:
+        variance = np.asarray(m.variance, dtype=float)
+        nodes = np.asarray(m.noisy).shape[0]
+        v = np.broadcast_to(variance, (nodes,))[children]
+        precisions.append(np.where(np.isinf(v), 0.0, 1.0 / np.maximum(v, 1e-200)))
+    top = max((float(p.max(initial=0.0)) for p in precisions), default=0.0)
+    if top <= 0.0:
+        return [np.zeros_like(p) for p in precisions]
+    return [p / top for p in precisions]
