@@ -26,7 +26,7 @@ from __future__ import annotations
 import json
 import math
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from pathlib import Path
@@ -46,6 +46,10 @@ if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
     import tomli as tomllib
+
+#: ``fail(key, rule)`` builds a ConfigError; ``bad(key, rule)`` raises it.
+_Fail = Callable[[str, str], "ConfigError"]
+_Bad = Callable[[str, str], NoReturn]
 
 __all__ = [
     "ConfigError",
@@ -375,7 +379,7 @@ def parse_config(raw: Mapping[str, Any], file: str, *, base: Path) -> RunConfig:
     )
 
 
-def _schema(spec: Mapping, dictionary: Any, base: Path, fail, bad) -> Schema:
+def _schema(spec: Mapping, dictionary: Any, base: Path, fail: _Fail, bad: _Bad) -> Schema:
     _known(spec, {"hierarchy", "attributes"}, "schema", bad)
     hierarchy = spec.get("hierarchy")
     if not isinstance(hierarchy, list) or not all(isinstance(h, str) and h for h in hierarchy):
@@ -456,7 +460,7 @@ def _schema(spec: Mapping, dictionary: Any, base: Path, fail, bad) -> Schema:
         raise fail("schema", str(err)) from None
 
 
-def _strategy(spec: Mapping, schema: Schema, fail, bad) -> Strategy:
+def _strategy(spec: Mapping, schema: Schema, fail: _Fail, bad: _Bad) -> Strategy:
     _known(
         spec,
         {"mechanism", "neighbouring", "budgets", "queries", "first_pass", "levels"},
@@ -542,7 +546,9 @@ def _strategy(spec: Mapping, schema: Schema, fail, bad) -> Strategy:
     return Strategy(tuple(out), mechanism, neighbouring)
 
 
-def _queries(spec: Any, schema: Schema, key: str, fail, bad) -> tuple[tuple[Query, Fraction], ...]:
+def _queries(
+    spec: Any, schema: Schema, key: str, fail: _Fail, bad: _Bad
+) -> tuple[tuple[Query, Fraction], ...]:
     if spec is None:
         return ((Query(None), Fraction(1)),)
     if isinstance(spec, Mapping):
@@ -570,7 +576,7 @@ def _queries(spec: Any, schema: Schema, key: str, fail, bad) -> tuple[tuple[Quer
     return tuple(out)
 
 
-def _solver_choice(name: Any, strict: Any, fail, bad) -> SolverChoice:
+def _solver_choice(name: Any, strict: Any, fail: _Fail, bad: _Bad) -> SolverChoice:
     """``[solver] name`` (one backend, or a table pass -> backend) and ``strict``."""
     if not isinstance(strict, bool):
         bad("solver.strict", f"must be true or false; got {strict!r}")
@@ -599,14 +605,14 @@ def _check_solver(name: Any, fail, key: str) -> str:
     raise fail(key, f"{rule}; installed solvers are {['auto'] + available}")
 
 
-def _table(raw: Mapping, key: str, bad, prefix: str = "") -> Mapping:
+def _table(raw: Mapping, key: str, bad: _Bad, prefix: str = "") -> Mapping:
     value = raw.get(key, {})
     if not isinstance(value, Mapping):
         bad(prefix + key, f"must be a table; got {value!r}")
     return value
 
 
-def _known(table: Mapping, allowed: set[str], key: str, bad) -> None:
+def _known(table: Mapping, allowed: set[str], key: str, bad: _Bad) -> None:
     unknown = sorted(set(table) - allowed)
     if unknown:
         where = f"{key}.{unknown[0]}" if key else unknown[0]

@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 
 from constraints.attach import ConstraintSet
+from mechanisms.accounting import ZCDP, PureDP
 from mechanisms.ledger import Ledger, NoiseSource
 from topdown.blue import Blue
 from topdown.errors import ReleaseError
@@ -167,8 +168,8 @@ class Release:
             for p in bad:
                 diff = int(np.abs(sums[p] - self.counts[level - 1][p]).sum())
                 out.append(
-                    f"level {level}: children of {self.tree.label_of(level - 1, p)!r} differ from "
-                    f"it by {diff} unit(s)"
+                    f"level {level}: children of {self.tree.label_of(level - 1, int(p))!r} "
+                    f"differ from it by {diff} unit(s)"
                 )
         return out
 
@@ -202,7 +203,10 @@ class Release:
 
     def _ledger_failures(self) -> list[str]:
         total = self.ledger.total()
-        spent = total.epsilon if self.strategy.mechanism == "discrete_laplace" else total.rho
+        kind = PureDP if self.strategy.mechanism == "discrete_laplace" else ZCDP
+        if not isinstance(total, kind):
+            return [f"ledger total {total} is not of the strategy's kind ({kind.__name__})"]
+        spent = total.epsilon if isinstance(total, PureDP) else total.rho
         if spent != self.strategy.total():
             return [
                 f"ledger total {spent} differs from the strategy's total {self.strategy.total()}"

@@ -48,6 +48,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from constraints.contextual_constraints import ContextualConstraint
 from mechanisms.ledger import SEEDED_DISCLOSURE, Ledger
 from topdown.blue import blue
 from topdown.config import RunConfig, load_config
@@ -543,7 +544,11 @@ def _invariants(folder: Path, tree: Tree, cfg: RunConfig) -> dict[int, dict[int,
     path = folder / "invariants.json"
     if not path.is_file():
         return {}
-    by_name = {a.constraint.name: a.constraint for a in cfg.constraints.invariants()}
+    by_name = {
+        a.constraint.name: a.constraint
+        for a in cfg.constraints.invariants()
+        if isinstance(a.constraint, ContextualConstraint)
+    }
     out: dict[int, dict[int, list]] = {}
     for item in read_json(folder, "invariants.json"):
         level = int(item["level"])
