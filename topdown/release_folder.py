@@ -48,7 +48,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from constraints.contextual_constraints import ContextualConstraint
+from constraints.contextual_constraints import InvariantConstraint
 from mechanisms.ledger import SEEDED_DISCLOSURE, Ledger
 from topdown.blue import blue
 from topdown.config import RunConfig, load_config
@@ -547,7 +547,7 @@ def _invariants(folder: Path, tree: Tree, cfg: RunConfig) -> dict[int, dict[int,
     by_name = {
         a.constraint.name: a.constraint
         for a in cfg.constraints.invariants()
-        if isinstance(a.constraint, ContextualConstraint)
+        if isinstance(a.constraint, InvariantConstraint)
     }
     out: dict[int, dict[int, list]] = {}
     for item in read_json(folder, "invariants.json"):
