@@ -25,7 +25,7 @@ import scipy.sparse as sp
 
 import solvers
 from mechanisms.accounting import ZCDP, Budget, PureDP, split
-from mechanisms.discrete import make_mechanism
+from mechanisms.discrete import make_mechanism, sensitivity
 from mechanisms.ledger import Ledger
 from synth._domains import SynthError
 
@@ -87,20 +87,28 @@ def measure_marginals(
     ledger: Ledger,
     rng: np.random.Generator,
     mechanism: str = "discrete_laplace",
+    neighbouring: str = "add_remove",
     note: str = "",
 ) -> list[Measurement]:
     """Answer each marginal query on the confidential codes with exact discrete noise.
 
-    Under add/remove neighbours one person changes one cell of a marginal by one, so each
-    query has L1 = L2 = 1 and costs its budget; the queries compose sequentially (one ledger
-    entry each, at level 0).
+    Under add/remove neighbours one person changes one cell of a marginal by one (L1 = L2 =
+    1); under replace-one, two cells (L1 = 2, L2^2 = 2), from :func:`mechanisms.sensitivity`.
+    Each query costs its budget; the queries compose sequentially (one ledger entry each, at
+    level 0).
     """
+    l1, l2_squared = sensitivity(neighbouring)
     out = []
     for attrs, budget, name in zip(marginals, budgets, names, strict=True):
-        noise = make_mechanism(mechanism, budget, 1)
+        if mechanism == "discrete_gaussian":
+            noise = make_mechanism(mechanism, budget, l2_sensitivity_squared=l2_squared)
+            recorded = l2_squared
+        else:
+            noise = make_mechanism(mechanism, budget, l1)
+            recorded = l1
         true = histogram(codes, sizes, attrs)
         noisy = noise.release(true.reshape(-1), rng).reshape(true.shape)
-        ledger.record(name, 0, noise.name, budget, sensitivity=1, note=note)
+        ledger.record(name, 0, noise.name, budget, sensitivity=recorded, note=note)
         out.append(Measurement(tuple(attrs), noisy, float(noise.variance)))
     return out
 

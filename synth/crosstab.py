@@ -12,6 +12,7 @@ consistent with them (its margins are released alongside).
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Hashable, Mapping, Sequence
 from fractions import Fraction
 from typing import Any
@@ -36,11 +37,17 @@ __all__ = ["NoisyCrosstab", "crosstab_errors"]
 logger = logging.getLogger(__name__)
 
 
-def check_epsilon(epsilon: object) -> Fraction:
-    """The budget as an exact positive Fraction (named in the error otherwise)."""
+def check_epsilon(epsilon: object, name: str = "epsilon") -> Fraction:
+    """A budget (or share) as an exact positive Fraction, named in the error otherwise.
+
+    A float is read through its shortest decimal form (0.1 -> 1/10, which is at most one
+    unit in the last place from the float), so ledgers show the budget the user typed.
+    """
     from mechanisms.exact import as_fraction
 
-    return as_fraction(epsilon, "epsilon", error=SynthError)
+    if isinstance(epsilon, float) and math.isfinite(epsilon):
+        epsilon = repr(epsilon)
+    return as_fraction(epsilon, name, error=SynthError)
 
 
 class NoisyCrosstab:
