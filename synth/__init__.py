@@ -15,10 +15,12 @@ makes them non-negative, integer and mutually consistent with the solvers' estim
 from synth._domains import SynthError
 from synth.class_conditional import ClassConditional, generate
 from synth.crosstab import NoisyCrosstab, crosstab_errors
+from synth.dp2pub import DP2Pub
 from synth.privbayes import PrivBayes
 
 __all__ = [
     "ClassConditional",
+    "DP2Pub",
     "NoisyCrosstab",
     "PrivBayes",
     "SynthError",
