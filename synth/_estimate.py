@@ -190,8 +190,9 @@ def consistent_tables(
     Step 1 (L2): minimise ``sum_t (1 / var_t) ||x_t - y_t||^2`` over ``x >= 0`` with the
     consistency rows. Step 2 (L1): round to integers at minimal L1 distance with the same rows
     (rounding window 1, then 2 if that is infeasible). If both fail (overlapping tables whose
-    shared cells cannot all be rounded alike), each table is rounded on its own and a warning
-    says the tables are then consistent only up to rounding.
+    shared cells cannot all be rounded alike) or the integer program runs out of time, each
+    cell is rounded on its own and a warning says the tables are then consistent only up to
+    rounding.
     """
     attr_sets = [m.attrs for m in measurements]
     y = np.concatenate([m.noisy.reshape(-1).astype(float) for m in measurements])
@@ -223,7 +224,12 @@ def consistent_tables(
 
 
 def _round(
-    x: np.ndarray, rows: sp.csr_matrix | None, zeros: np.ndarray, name: str, solver: str
+    x: np.ndarray,
+    rows: sp.csr_matrix | None,
+    zeros: np.ndarray,
+    name: str,
+    solver: str,
+    time_limit: float = 20.0,
 ) -> np.ndarray:
     """Integer counts near ``x`` satisfying ``rows @ counts == 0`` (see consistent_tables)."""
     if rows is None:
@@ -239,14 +245,17 @@ def _round(
             name=f"{name} / rounding pass (width {width})",
         )
         try:
-            result = solvers.solve(problem, solver if solver != "auto" else "auto")
+            result = solvers.solve(problem, solver, time_limit=time_limit)
         except solvers.InfeasibleError:
             continue
+        except solvers.SolverLimitError:
+            break
         return solvers.rounding_solution(result.x, floor)
     logger.warning(
-        "%s: no integer rounding keeps every shared sub-marginal equal; tables rounded one by "
-        "one (consistent up to rounding)",
+        "%s: no integer rounding keeping every shared sub-marginal equal was found (infeasible "
+        "or over %g s); cells rounded one by one (consistent up to rounding)",
         name,
+        time_limit,
     )
     return np.round(x).astype(np.int64)
 

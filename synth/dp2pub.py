@@ -131,6 +131,14 @@ def _randomize_columns(
     return out
 
 
+def _round_down(epsilon: Fraction, denominator: int = 10**6) -> Fraction:
+    """epsilon rounded down to a multiple of 1 / denominator (at least that), so the exact
+    randomized-response coins run on the samplers' vectorised path (coefficients built from
+    entropies have huge denominators, which fall back to per-draw big integers). Rounding
+    down spends at most the budget."""
+    return max(Fraction(math.floor(epsilon * denominator), denominator), Fraction(1, denominator))
+
+
 class DP2Pub:
     """Local-DP publication with Markov-blanket clusters and invariant PRAM.
 
@@ -216,7 +224,7 @@ class DP2Pub:
         publication = codes[~in_structure]
         released = codes.copy()
         for cluster, coefficient in zip(clusters, coefficients, strict=True):
-            cluster_eps = self.epsilon * coefficient
+            cluster_eps = _round_down(self.epsilon * coefficient)
             csizes = [sizes[a] for a in cluster]
             if self.randomizer == "joint":
                 flat = np.ravel_multi_index(tuple(publication[:, a] for a in cluster), csizes)

@@ -89,7 +89,11 @@ class PrivBayes:
         structure_share: fraction of epsilon spent on the structure (the paper's beta, 0.3).
         score: ``"mi"`` (mutual information) or ``"r"`` (the R score).
         mechanism: ``"discrete_laplace"`` (default) or ``"discrete_gaussian"``.
-        max_cells: largest (X, Pi) table considered (keeps tables of large domains small).
+        max_cells: largest (X, Pi) table considered, or ``"auto"``: the paper's
+            theta-usefulness, cells <= n eps_2 / (S d theta) with eps_2 the tables' budget
+            and S = 2 their sensitivity, i.e. the average count per cell stays theta times the
+            noise scale (computed from public n, epsilon and domain sizes only).
+        theta: the usefulness threshold for ``max_cells="auto"`` (the paper uses 4).
 
     Attributes:
         network: (node, parents) by attribute name, in the order they were added.
@@ -107,7 +111,8 @@ class PrivBayes:
         structure_share: object = Fraction(3, 10),
         score: str = "mi",
         mechanism: str = "discrete_laplace",
-        max_cells: int = 100_000,
+        max_cells: int | str = "auto",
+        theta: float = 4.0,
     ) -> None:
         self.epsilon = check_epsilon(epsilon)
         if isinstance(k, bool) or not isinstance(k, int) or k < 0:
@@ -123,7 +128,12 @@ class PrivBayes:
         self.structure_share = share
         self.score = score
         self.mechanism = mechanism
+        if max_cells != "auto" and (
+            isinstance(max_cells, bool) or not isinstance(max_cells, int) or max_cells < 1
+        ):
+            raise SynthError(f"max_cells ({max_cells!r}) must be 'auto' or an integer >= 1")
         self.max_cells = max_cells
+        self.theta = float(theta)
         self.ledger = Ledger()
         self.domains: Domains = {}
         self.columns: list[str] = []
@@ -164,33 +174,41 @@ class PrivBayes:
                 total, [self.structure_share, 1 - self.structure_share]
             )
         self._network = self._structure(codes, sizes, structure)
-        k = min(self.k, d - 1)
-        measured_nodes = self._network[k:]
-        marginals = [(x, *parents) for x, parents in measured_nodes]
+        # a node whose (X, Pi) lies inside another node's table is that table's marginal (as
+        # the first k nodes are marginals of the (k+1)-th in the paper): measure only the
+        # maximal tables
+        sets = [frozenset((x, *parents)) for x, parents in self._network]
+        container = {
+            i: max((j for j in range(d) if sets[i] < sets[j]), key=lambda j: len(sets[j]))
+            for i in range(d)
+            if any(sets[i] < other for other in sets)
+        }
+        while any(j in container for j in container.values()):
+            container = {i: container.get(j, j) for i, j in container.items()}
+        measured_ids = [i for i in range(d) if i not in container]
+        marginals = [(self._network[i][0], *self._network[i][1]) for i in measured_ids]
         budgets = split(tables_budget, [Fraction(1, len(marginals))] * len(marginals))
         names = [
-            " | ".join([self.columns[x], ", ".join(self.columns[p] for p in parents)])
-            for x, parents in measured_nodes
+            "table " + " | ".join([c[0], ", ".join(c[1:])])
+            for c in ([self.columns[a] for a in m] for m in marginals)
         ]
         measured = measure_marginals(
             codes,
             sizes,
             marginals,
             budgets,
-            names=[f"table {name}" for name in names],
+            names=names,
             ledger=self.ledger,
             rng=self._rng,
             mechanism=self.mechanism,
             neighbouring="replace_one",
         )
         tables = consistent_tables(measured, sizes, name="privbayes")
+        by_node = dict(zip(measured_ids, range(len(measured_ids)), strict=True))
         self._conditionals = {}
-        first = marginals[0]
         for i, (x, parents) in enumerate(self._network):
-            if i < k:  # a marginal of the (k+1)-th table
-                self._conditionals[x] = marginalize(tables[0], first, (x, *parents))
-            else:
-                self._conditionals[x] = tables[i - k]
+            source = by_node[container.get(i, i)]
+            self._conditionals[x] = marginalize(tables[source], marginals[source], (x, *parents))
         return self
 
     def _structure(self, codes: np.ndarray, sizes: Sequence[int], budget: Budget | None) -> Network:
@@ -221,9 +239,12 @@ class PrivBayes:
         def choose(scores: list[float]) -> int:
             return exponential_mechanism(scores, epsilon, sens, rng=self._rng)
 
-        network = greedy_network(
-            sizes, self.k, score, choose, first=first, max_cells=self.max_cells
-        )
+        if self.max_cells == "auto":
+            eps2 = float(self.epsilon * (1 - self.structure_share))
+            max_cells = max(2, int(n * eps2 / (2 * d * self.theta)))
+        else:
+            max_cells = int(self.max_cells)
+        network = greedy_network(sizes, self.k, score, choose, first=first, max_cells=max_cells)
         for step, (x, parents) in enumerate(network[1:], start=1):
             self.ledger.record(
                 f"structure choice {step}",
