@@ -143,6 +143,37 @@ def _row(
     return row
 
 
+def _generators(
+    real: pd.DataFrame,
+    domains: dict,
+    target: str | None,
+    eps: float,
+    seed: int,
+    peers: dict[str, Callable[[pd.DataFrame, float], pd.DataFrame]],
+) -> dict[str, Callable[[], pd.DataFrame]]:
+    """The runs at one epsilon, each a no-argument callable returning the synthetic data."""
+    n = len(real)
+    out: dict[str, Callable[[], pd.DataFrame]] = {
+        "PrivBayes k=2": lambda: (
+            PrivBayes(eps, k=2, domains=domains, seed=seed).fit(real).sample(n)
+        ),
+        "PrivBayes k=3": lambda: (
+            PrivBayes(eps, k=3, domains=domains, seed=seed).fit(real).sample(n)
+        ),
+        "DP2-Pub (local DP)": lambda: DP2Pub(eps, domains=domains, seed=seed).fit_transform(real),
+        "GRR+PRAM floor (local DP)": lambda: grr_pram_baseline(
+            real, eps, domains=domains, seed=seed
+        ),
+    }
+    if target is not None:
+        out["ClassConditional"] = lambda: (
+            ClassConditional(eps, target=target, domains=domains, seed=seed).fit(real).sample(n)
+        )
+    for label, peer in peers.items():
+        out[label] = lambda peer=peer: peer(real, eps)
+    return out
+
+
 def run(datasets: list[str], epsilons: list[float], seed: int) -> pd.DataFrame:
     rows = []
     peers = _peers()
@@ -157,28 +188,7 @@ def run(datasets: list[str], epsilons: list[float], seed: int) -> pd.DataFrame:
         indep = pd.DataFrame({c: rng.permutation(real[c].to_numpy()) for c in real.columns})
         rows.append(_row("independent columns", "-", real, indep, 0.0, target))
         for eps in epsilons:
-            generators: dict[str, Callable[[], pd.DataFrame]] = {
-                "PrivBayes k=2": lambda: (
-                    PrivBayes(eps, k=2, domains=domains, seed=seed).fit(real).sample(n)
-                ),
-                "PrivBayes k=3": lambda: (
-                    PrivBayes(eps, k=3, domains=domains, seed=seed).fit(real).sample(n)
-                ),
-                "DP2-Pub (local DP)": lambda: DP2Pub(eps, domains=domains, seed=seed).fit_transform(
-                    real
-                ),
-                "GRR+PRAM floor (local DP)": lambda: grr_pram_baseline(
-                    real, eps, domains=domains, seed=seed
-                ),
-            }
-            if target is not None:
-                generators["ClassConditional"] = lambda: (
-                    ClassConditional(eps, target=target, domains=domains, seed=seed)
-                    .fit(real)
-                    .sample(n)
-                )
-            for label, peer in peers.items():
-                generators[label] = lambda peer=peer: peer(real, eps)
+            generators = _generators(real, domains, target, eps, seed, peers)
             for label, make in generators.items():
                 start = time.perf_counter()
                 try:
