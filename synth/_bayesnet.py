@@ -72,7 +72,8 @@ def greedy_network(
 
     At each step the candidates are every (X, Pi) with X not yet added and Pi a set of
     ``min(k, added)`` added nodes (smaller sets when every such table would exceed
-    ``max_cells`` cells, a bound on public domain sizes only). ``choose`` picks one index from
+    ``max_cells`` cells, a bound on public domain sizes only; no parents at all is always a
+    candidate). ``choose`` picks one index from
     the candidates' scores: the exponential mechanism in PrivBayes, the argmax in DP2-Pub.
     """
     d = len(sizes)
@@ -85,7 +86,7 @@ def greedy_network(
             for x in remaining:
                 for parents in itertools.combinations(added, size):
                     cells = sizes[x] * int(np.prod([sizes[p] for p in parents]))
-                    if cells <= max_cells:
+                    if cells <= max_cells or not parents:  # X alone is always allowed
                         candidates.append((x, parents))
             if candidates:
                 break

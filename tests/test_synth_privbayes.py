@@ -73,7 +73,7 @@ def test_greedy_network_with_argmax_follows_the_scores():
     assert network == [(0, ()), (2, (0,)), (1, (2,))]
     # max_cells excludes every parent set: parents shrink to the empty set
     network = greedy_network([2, 2, 2], 1, score, lambda s: int(np.argmax(s)), max_cells=2)
-    assert [p for _, p in network] == [(), (), ()]
+    assert [p for _, p in network] == [(), (), ()]  # even though 2 cells > max_cells 1
 
 
 def test_sample_network_deterministic_and_statistical():
