@@ -76,8 +76,9 @@ def entropy_coefficients(cluster_entropies: Sequence[float]) -> list[Fraction]:
     1 / (2m) + (H - H_c) / (2 (m - 1) H): half the budget split equally, half by how much of
     the total entropy the cluster does NOT hold. Why not 1 / H_c: entropies estimated from
     noisy reports are often near 0 for a small cluster, and 1 / H_c then hands it nearly the
-    whole budget. Entropies are rounded to Fractions (denominator <= 10^6) so the
-    coefficients are exact. One cluster gets 1; all-zero entropies give equal shares.
+    whole budget. The coefficients are exact Fractions: all but the last rounded down to a
+    multiple of 1/10^4, the last taking the rest. One cluster gets 1; all-zero entropies give
+    equal shares.
     """
     m = len(cluster_entropies)
     if m == 0:
@@ -86,11 +87,14 @@ def entropy_coefficients(cluster_entropies: Sequence[float]) -> list[Fraction]:
         raise SynthError(f"cluster_entropies ({list(cluster_entropies)}) must be finite and >= 0")
     if m == 1:
         return [Fraction(1)]
-    exact = [Fraction(float(h)).limit_denominator(10**6) for h in cluster_entropies]
-    total = sum(exact, Fraction(0))
+    total = float(sum(cluster_entropies))
     if total == 0:
-        return [Fraction(1, m)] * m
-    return [Fraction(1, 2 * m) + (total - h) / (2 * (m - 1) * total) for h in exact]
+        raw = [1.0 / m] * m
+    else:
+        raw = [1 / (2 * m) + (total - h) / (2 * (m - 1) * total) for h in cluster_entropies]
+    # exact and readable: all but the last rounded down to 1/10^4, the last takes the rest
+    head = [Fraction(math.floor(c * 10**4), 10**4) for c in raw[:-1]]
+    return [*head, 1 - sum(head, Fraction(0))]
 
 
 def cluster_attributes(

