@@ -153,7 +153,11 @@ class DP2Pub:
         seed: integer for reproducible runs (tests only); None is secure.
         structure_fraction: share of the records in the structure group (step 1).
         randomizer: ``"joint"`` or ``"attribute"`` (step 5).
-        max_cluster_cells: largest compound domain of a cluster.
+        max_cluster_cells: largest compound domain of a cluster (16: on NLTCS this beat
+            per-attribute post-randomization at epsilon 0.5-16 except 1 in
+            benchmarks/bench_synth.py; a cluster of K cells reported jointly has per-cell
+            variance (e^eps_c + K - 2) / (n (e^eps_c - 1)^2), so large clusters need large
+            budgets).
 
     Attributes:
         network, clusters, coefficients: the learned structure (attribute names) and the
@@ -184,6 +188,12 @@ class DP2Pub:
         self.seed = seed
         self.structure_fraction = structure_fraction
         self.randomizer = randomizer
+        if (
+            isinstance(max_cluster_cells, bool)
+            or not isinstance(max_cluster_cells, int)
+            or max_cluster_cells < 1
+        ):
+            raise SynthError(f"max_cluster_cells ({max_cluster_cells!r}) must be an integer >= 1")
         self.max_cluster_cells = max_cluster_cells
         self.ledger = Ledger()
         self.domains: Domains = {}
@@ -279,7 +289,7 @@ class DP2Pub:
             score,
             lambda scores: int(np.argmax(scores)),
             first=first,
-            max_cells=self.max_cluster_cells * 16,
+            max_cells=4096,
         )
 
     def _record(
