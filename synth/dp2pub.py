@@ -306,6 +306,9 @@ class DP2Pub:
         self.coefficients = coefficients
         from mechanisms.accounting import PureDP
 
+        self.ledger.record_disclosure(
+            "number of records", f"n = {n}: every record is published (post-randomized)"
+        )
         self.ledger.record(
             "generalized randomized response",
             0,
