@@ -1,10 +1,30 @@
-"""Simpler generators run as flat, one-level trees (planned; no generator is implemented yet).
+"""Simpler generators run as flat, one-level trees of the engine's framework.
 
-The project's design note (``shared/DESIGN.md`` in the shared folder beside the repository, not
-shipped with the package) places the class-conditional (naive-Bayes) synthesizer, noisy
-crosstabs, PrivBayes (Zhang et al., SIGMOD 2014) and DP2-Pub here, built on the engine's
-measure/estimate framework. Until their issue lands this
-package only reserves the name, so that ``import synth`` fails loudly on nothing.
+Each generator measures noisy marginals of the root with the project's exact mechanisms,
+makes them non-negative, integer and mutually consistent with the solvers' estimator
+(:mod:`synth._estimate`), and samples records or releases tables; each keeps a
+:class:`mechanisms.Ledger`. The design note behind them is ``shared/DESIGN.md`` (beside the
+repository, not shipped with the package), section "The simpler generators as flat trees".
+
+- :class:`ClassConditional` and :func:`generate`: the DP naive-Bayes synthesizer.
+- :class:`NoisyCrosstab`: a noisy k-way crosstab with its error table.
+- :class:`PrivBayes`: Bayesian-network synthesizer (Zhang et al.).
+- :class:`DP2Pub`: local-DP publication with invariant post-randomization.
+- :mod:`synth.metrics` (TVD, marginal TVD, TSTR) and :mod:`synth.fairness`.
 """
 
-__all__: list[str] = []
+from synth._domains import SynthError
+from synth.class_conditional import ClassConditional, generate
+from synth.crosstab import NoisyCrosstab, crosstab_errors
+from synth.dp2pub import DP2Pub
+from synth.privbayes import PrivBayes
+
+__all__ = [
+    "ClassConditional",
+    "DP2Pub",
+    "NoisyCrosstab",
+    "PrivBayes",
+    "SynthError",
+    "crosstab_errors",
+    "generate",
+]

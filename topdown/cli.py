@@ -7,6 +7,7 @@ Commands (``topdown COMMAND --help`` for each)::
     topdown check RELEASE
     topdown report RELEASE [--truth DATA]
     topdown bench {estimators,samplers,solvers,scale} [ARGS...]
+    topdown synth METHOD DATA --epsilon E [--domains FILE] [--out FILE]
 
 ``topdown run`` without a config runs the embedded default (``topdown/data/default.toml`` over
 the embedded ACS 2019 excerpt). Global ``--quiet`` shows warnings and errors only; ``--verbose``
@@ -40,6 +41,7 @@ from typing import Any
 import pandas as pd
 
 from constraints.errors import ConstraintError, DomainError
+from synth.cli import add_synth_parser, run_synth
 from topdown.config import DEFAULT_CONFIG, ConfigError, RunConfig, load_config
 from topdown.errors import DataError, ReleaseError, TopDownError
 from topdown.io import read_data
@@ -160,6 +162,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     bench.add_argument("name", choices=sorted(_BENCHES), help="which benchmark")
     bench.add_argument("args", nargs=argparse.REMAINDER, help="arguments passed to the benchmark")
+    add_synth_parser(sub)
     return parser
 
 
@@ -177,9 +180,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         parser.print_help(sys.stderr)
         return EXIT_USAGE
-    command = {"run": _cmd_run, "check": _cmd_check, "report": _cmd_report, "bench": _cmd_bench}[
-        args.command
-    ]
+    command = {
+        "run": _cmd_run,
+        "check": _cmd_check,
+        "report": _cmd_report,
+        "bench": _cmd_bench,
+        "synth": run_synth,
+    }[args.command]
     previous = _handle_sigterm()
     try:
         return command(args)

@@ -1,0 +1,129 @@
+"""Randomized response matrices, their inverses, simplex projection and invariant PRAM.
+
+The steps of DP2-Pub's publication phase, each on its own:
+
+- :func:`grr_inverse`: the inverse of the k-ary randomized-response matrix
+  Q = (p - q) I + q J (rows: true value, columns: report), which is (I - q J) / (p - q)
+  because p + (k - 1) q = 1.
+- :func:`estimate_distribution`: the true distribution of a compound variable from the
+  counts of its reports, when each component was randomized independently (Q is the
+  Kronecker product of the components' matrices, so its inverse is applied axis by axis),
+  then the Euclidean projection onto the probability simplex. Projection, not "shift by
+  the minimum and renormalise": the latter is not an inverse any more and biases the
+  estimate towards uniform.
+- :func:`post_randomization_matrix`: invariant PRAM's Q'[j, i] = pi_i Q[i, j] / lambda_j,
+  lambda = pi Q, so that post-randomizing the reports with Q' leaves a data set whose
+  expected distribution is pi (lambda Q' = pi).
+- :func:`post_randomize`: draw each record's released value from its report's row of Q'.
+
+The post-randomization draws are floating-point sampling of post-processing (no privacy
+cost); the client-side reports are exact (:func:`mechanisms.randomized_response`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from mechanisms.randomized_response import rr_probabilities, transition_matrix
+
+__all__ = [
+    "grr_inverse",
+    "compound_matrix",
+    "project_simplex",
+    "estimate_distribution",
+    "post_randomization_matrix",
+    "post_randomize",
+]
+
+Factors = Sequence[tuple[int, object]]
+"""(domain size, epsilon) of each independently randomized component, in axis order."""
+
+
+def grr_inverse(k: int, epsilon: object) -> np.ndarray:
+    """The inverse of the k-ary randomized-response matrix: (I - q J) / (p - q)."""
+    p, q = rr_probabilities(k, epsilon)
+    return (np.eye(k) - q) / (p - q)
+
+
+def compound_matrix(factors: Factors) -> np.ndarray:
+    """Q of the compound variable: the Kronecker product of the components' matrices."""
+    matrix = np.ones((1, 1))
+    for k, epsilon in factors:
+        matrix = np.kron(matrix, transition_matrix(k, epsilon))
+    return matrix
+
+
+def project_simplex(v: np.ndarray) -> np.ndarray:
+    """The Euclidean projection of ``v`` onto {x >= 0, sum x = 1} (sort-based algorithm of
+    Held, Wolfe & Crowder 1974; see also Duchi et al. 2008)."""
+    v = np.asarray(v, dtype=float).reshape(-1)
+    u = np.sort(v)[::-1]
+    cumulative = np.cumsum(u) - 1.0
+    ranks = np.arange(1, v.size + 1)
+    positive = np.flatnonzero(u - cumulative / ranks > 0)
+    rho = positive[-1] if positive.size else 0  # only float cancellation leaves none
+    theta = cumulative[rho] / (rho + 1)
+    return np.maximum(v - theta, 0.0)
+
+
+def estimate_distribution(counts: np.ndarray, factors: Factors) -> np.ndarray:
+    """The compound variable's true distribution from its report counts (shape: the
+    components' sizes), inverted axis by axis and projected onto the simplex."""
+    table = np.asarray(counts, dtype=float)
+    total = table.sum()
+    if total <= 0:
+        return np.full(table.shape, 1.0 / table.size)
+    freq = table / total
+    for axis, (k, epsilon) in enumerate(factors):
+        p, q = rr_probabilities(k, epsilon)
+        if k == 1:
+            continue
+        # (I - qJ)/(p - q) along this axis: subtract q times the axis sum
+        freq = (freq - q * freq.sum(axis=axis, keepdims=True)) / (p - q)
+    return project_simplex(freq.reshape(-1)).reshape(table.shape)
+
+
+def post_randomization_matrix(q_matrix: np.ndarray, pi: np.ndarray) -> np.ndarray:
+    """Q'[j, i] = pi_i Q[i, j] / lambda_j with lambda = pi Q (a report never seen under pi
+    gets the row pi itself)."""
+    pi = np.asarray(pi, dtype=float).reshape(-1)
+    joint = pi[:, None] * q_matrix  # P(true i, report j)
+    lam = joint.sum(axis=0)
+    out = np.where(lam[None, :] > 0, joint / np.where(lam > 0, lam, 1.0)[None, :], pi[:, None])
+    return out.T
+
+
+def post_randomize(
+    reports: np.ndarray, pi: np.ndarray, factors: Factors, rng: np.random.Generator
+) -> np.ndarray:
+    """Released codes: each flat compound report j replaced by a draw from row j of Q'.
+
+    Rows are built only for the reports that occur (one Kronecker column each), so the cost
+    is (distinct reports) x (compound domain), never the full matrix. With one component
+    the row has a closed form: keep j with probability (p - q) pi_j / lambda_j, else draw
+    from pi.
+    """
+    reports = np.asarray(reports, dtype=np.int64).reshape(-1)
+    pi = np.asarray(pi, dtype=float).reshape(-1)
+    out = np.empty_like(reports)
+    if len(factors) == 1:
+        k, epsilon = factors[0]
+        p, q = rr_probabilities(k, epsilon)
+        lam = q + (p - q) * pi
+        keep = rng.random(reports.size) < (p - q) * pi[reports] / lam[reports]
+        draws = rng.choice(pi.size, size=reports.size, p=pi / pi.sum())
+        return np.where(keep, reports, draws)
+    sizes = [k for k, _ in factors]
+    matrices = [transition_matrix(k, eps) for k, eps in factors]
+    for j in np.unique(reports):
+        parts = np.unravel_index(int(j), sizes)
+        column = np.ones(1)
+        for matrix, part in zip(matrices, parts, strict=True):
+            column = np.kron(column, matrix[:, part])
+        row = pi * column
+        row = row / row.sum() if row.sum() > 0 else pi / pi.sum()
+        where = np.flatnonzero(reports == j)
+        out[where] = rng.choice(pi.size, size=where.size, p=row)
+    return out

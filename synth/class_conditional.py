@@ -1,0 +1,170 @@
+"""The class-conditional (DP naive-Bayes) synthesizer and the seed's ``generate`` function.
+
+For each attribute A other than the class, a noisy (A, class) histogram is measured with an
+equal share of the budget. The estimator (:func:`synth._estimate.consistent_tables`) makes
+the tables non-negative, integer and consistent: every table has the same class totals,
+which a plain implementation (normalising each noisy table on its own) does not give. Rows
+are then generated per class: the class counts follow the class totals and, within a class,
+each attribute's value counts follow P(A | class), both by largest-remainder rounding; each
+attribute's column is shuffled within the class, so attributes are independent given the
+class, as in naive Bayes.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Hashable, Mapping, Sequence
+from fractions import Fraction
+
+import numpy as np
+import pandas as pd
+
+from mechanisms.ledger import Ledger
+from mechanisms.rng import make_rng
+from synth._domains import Domains, SynthError, check_frame, decode, encode, resolve_domains
+from synth._estimate import (
+    consistent_tables,
+    largest_remainder,
+    measure_marginals,
+    split_budget,
+)
+from synth.crosstab import check_epsilon
+
+__all__ = ["ClassConditional", "generate", "check_rows"]
+
+logger = logging.getLogger(__name__)
+
+
+def check_rows(n: object, name: str = "n") -> int:
+    """A number of rows: an integer >= 0 (bools refused)."""
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0:
+        raise SynthError(f"{name} ({n!r}) must be an integer >= 0")
+    return int(n)
+
+
+class ClassConditional:
+    """DP naive-Bayes synthesizer: noisy (attribute, class) tables with shared class totals.
+
+    Args:
+        epsilon: total budget (> 0, exact), split equally over the (A, class) tables.
+        target: the class column (default: the last column of the data).
+        domains: declared domain per column; omitted ones are read from the data (disclosed
+            in the ledger).
+        seed: integer for reproducible noise and sampling (tests only); None is secure.
+        mechanism: ``"discrete_laplace"`` (epsilon-DP, default) or ``"discrete_gaussian"``
+            (rho = epsilon^2 / 2 zCDP).
+
+    Attributes:
+        ledger: the measurements and disclosures.
+        tables: the estimated (A, class) tables, by attribute name (integer counts).
+        class_totals: the class totals every table agrees on.
+    """
+
+    def __init__(
+        self,
+        epsilon: object,
+        target: str | None = None,
+        domains: Mapping[str, Sequence[Hashable]] | None = None,
+        seed: int | None = None,
+        *,
+        mechanism: str = "discrete_laplace",
+    ) -> None:
+        self.epsilon = check_epsilon(epsilon)
+        self.target = target
+        self.domains_declared = domains
+        self.seed = seed
+        self.mechanism = mechanism
+        self.ledger = Ledger()
+        self.domains: Domains = {}
+        self.columns: list[str] = []
+        self.tables: dict[str, np.ndarray] = {}
+        self.class_totals: np.ndarray | None = None
+        self._rng = make_rng(seed)
+
+    def fit(self, data: pd.DataFrame) -> ClassConditional:
+        """Measure the (A, class) tables and estimate consistent integer tables."""
+        data = check_frame(data)
+        self.columns = list(data.columns)
+        target = self.columns[-1] if self.target is None else self.target
+        if target not in self.columns:
+            raise SynthError(f"target ({target!r}) is not a column of the data ({self.columns})")
+        self.target = target
+        self.ledger = Ledger()
+        self.domains = resolve_domains(data, self.domains_declared, self.ledger)
+        sizes = [len(self.domains[c]) for c in self.columns]
+        codes = encode(data, self.domains, self.columns)
+        t = self.columns.index(target)
+        features = [j for j in range(len(self.columns)) if j != t]
+        marginals: list[tuple[int, ...]] = [(j, t) for j in features] or [(t,)]
+        names = [f"{self.columns[j]} x {target}" for j in features] or [target]
+        budgets = split_budget(
+            self.epsilon, self.mechanism, [Fraction(1, len(marginals))] * len(marginals)
+        )
+        measured = measure_marginals(
+            codes,
+            sizes,
+            marginals,
+            budgets,
+            names=names,
+            ledger=self.ledger,
+            rng=self._rng,
+            mechanism=self.mechanism,
+        )
+        tables = consistent_tables(measured, sizes, name="class-conditional")
+        self.class_totals = tables[0].sum(axis=0) if features else tables[0]
+        self.tables = {self.columns[j]: tables[i] for i, j in enumerate(features)}
+        return self
+
+    def sample(self, n: int) -> pd.DataFrame:
+        """``n`` synthetic rows with the data's columns (see the module docstring)."""
+        n = check_rows(n)
+        if self.class_totals is None:
+            raise SynthError("the generator is not fitted: call fit(data) first")
+        per_class = largest_remainder(self.class_totals, n)
+        t = self.columns.index(str(self.target))
+        codes = np.empty((n, len(self.columns)), dtype=np.int64)
+        codes[:, t] = np.repeat(np.arange(per_class.size), per_class)
+        starts = np.concatenate([[0], np.cumsum(per_class)])
+        for name, table in self.tables.items():
+            j = self.columns.index(name)
+            for c, count in enumerate(per_class):
+                if count == 0:
+                    continue
+                values = np.repeat(np.arange(table.shape[0]), largest_remainder(table[:, c], count))
+                codes[starts[c] : starts[c + 1], j] = self._rng.permutation(values)
+        codes = codes[self._rng.permutation(n)]
+        return decode(codes, self.domains, self.columns)
+
+
+def generate(
+    df: pd.DataFrame,
+    numTuples: int | None = None,  # noqa: N803 (the seed's signature)
+    numClass: str | int | None = None,  # noqa: N803
+    epsilon: float = 1.0,
+    random_state: int | None = 42,
+) -> pd.DataFrame:
+    """The seed's entry point: a DP naive-Bayes synthetic copy of ``df``.
+
+    Args:
+        df: the confidential records (domains are read from it, which is disclosed).
+        numTuples: rows to generate (default: as many as ``df``).
+        numClass: the class column, by name or position (default: the last column).
+        epsilon: total budget.
+        random_state: seed of the noise and the sampling (42, as in the seed; reproducible,
+            so NOT for a production release: pass None for a secure random source).
+
+    Returns:
+        A DataFrame with ``df``'s columns.
+    """
+    df = check_frame(df, "df")
+    if numClass is None:
+        target = str(df.columns[-1])
+    elif isinstance(numClass, (int, np.integer)) and not isinstance(numClass, bool):
+        if not -df.shape[1] <= numClass < df.shape[1]:
+            raise SynthError(f"numClass ({numClass}) must be a column position of df")
+        target = str(df.columns[int(numClass)])
+    else:
+        target = str(numClass)
+    n = len(df) if numTuples is None else check_rows(numTuples, "numTuples")
+    model = ClassConditional(epsilon, target=target, seed=random_state).fit(df)
+    return model.sample(n)

@@ -1,0 +1,186 @@
+"""A noisy two-way (or k-way) crosstab over declared domains, with its error table.
+
+Every cell of the full cross product of the declared domains is measured, including those
+whose true count is zero: skipping real zeros (as ``pd.crosstab`` does) would publish where
+nobody is. The noise is the geometric mechanism, i.e. the discrete Laplace distribution
+(two-sided geometric, :func:`mechanisms.geometric_mechanism`), sampled exactly. The noisy
+table is post-processed to non-negative integers by the generators' estimator; with
+``margins=True`` part of the budget measures each one-way margin and the released table is
+consistent with them (its margins are released alongside).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Hashable, Mapping, Sequence
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from mechanisms.ledger import Ledger
+from mechanisms.rng import make_rng
+from synth._domains import (
+    Domains,
+    SynthError,
+    check_frame,
+    encode,
+    resolve_domains,
+    sizes_of,
+)
+from synth._estimate import consistent_tables, histogram, measure_marginals, split_budget
+
+__all__ = ["NoisyCrosstab", "crosstab_errors"]
+
+logger = logging.getLogger(__name__)
+
+
+def check_epsilon(epsilon: object, name: str = "epsilon") -> Fraction:
+    """A budget (or share) as an exact positive Fraction, named in the error otherwise.
+
+    A float is read through its shortest decimal form (0.1 -> 1/10, which is at most one
+    unit in the last place from the float), so ledgers show the budget the user typed.
+    """
+    from mechanisms.exact import as_fraction
+
+    if isinstance(epsilon, float) and math.isfinite(epsilon):
+        epsilon = repr(epsilon)
+    return as_fraction(epsilon, name, error=SynthError)
+
+
+class NoisyCrosstab:
+    """Noisy contingency table of ``columns`` under epsilon-DP (add/remove neighbours).
+
+    Args:
+        epsilon: total budget (> 0, converted exactly).
+        columns: the crosstab's columns (default: every column of the data, at least 2).
+        domains: declared domain per column; omitted ones are read from the data (disclosed).
+        margins: also measure each one-way margin (half the budget to the table, the other
+            half split over the margins) and make the table consistent with them.
+        seed: integer for a reproducible stream (tests only); None for a secure one.
+
+    Example:
+        >>> import pandas as pd
+        >>> df = pd.DataFrame({"sex": ["F", "M", "M"], "own": ["y", "n", "y"]})
+        >>> ct = NoisyCrosstab(50, domains={"sex": ["F", "M"], "own": ["n", "y"]}, seed=1)
+        >>> ct.fit(df).release().shape
+        (2, 2)
+    """
+
+    def __init__(
+        self,
+        epsilon: object,
+        columns: Sequence[str] | None = None,
+        *,
+        domains: Mapping[str, Sequence[Hashable]] | None = None,
+        margins: bool = False,
+        seed: int | None = None,
+    ) -> None:
+        self.epsilon = check_epsilon(epsilon)
+        self.columns = None if columns is None else list(columns)
+        self.domains_declared = domains
+        self.margins = bool(margins)
+        self.seed = seed
+        self.ledger = Ledger()
+        self.domains: Domains = {}
+        self.table: np.ndarray | None = None
+        self.noisy: np.ndarray | None = None
+        self.margin_tables: list[np.ndarray] = []
+
+    def fit(self, data: pd.DataFrame) -> NoisyCrosstab:
+        """Measure the table (and margins) once and estimate the released counts."""
+        data = check_frame(data)
+        columns = list(data.columns) if self.columns is None else self.columns
+        if len(columns) < 2:
+            raise SynthError(f"columns ({columns!r}) must name at least 2 columns")
+        self.columns = columns
+        self.ledger = Ledger()
+        self.domains = resolve_domains(data, self.domains_declared, self.ledger, columns=columns)
+        sizes = sizes_of(self.domains, columns)
+        codes = encode(data, self.domains, columns)
+        k = len(columns)
+        full = tuple(range(k))
+        if self.margins:
+            marginals = [full] + [(j,) for j in range(k)]
+            shares = [Fraction(1, 2)] + [Fraction(1, 2 * k)] * k
+            names = ["crosstab " + " x ".join(columns)] + [f"margin {c}" for c in columns]
+        else:
+            marginals, shares, names = [full], [Fraction(1)], ["crosstab " + " x ".join(columns)]
+        budgets = split_budget(self.epsilon, "discrete_laplace", shares)
+        rng = make_rng(self.seed)
+        measured = measure_marginals(
+            codes,
+            sizes,
+            marginals,
+            budgets,
+            names=names,
+            ledger=self.ledger,
+            rng=rng,
+            note="geometric mechanism (discrete Laplace), every cell of the declared domains",
+        )
+        self.noisy = measured[0].noisy
+        tables = consistent_tables(measured, sizes, name="crosstab")
+        self.table = tables[0]
+        self.margin_tables = tables[1:]
+        return self
+
+    def _check_fitted(self) -> np.ndarray:
+        if self.table is None:
+            raise SynthError("the crosstab is not fitted: call fit(data) first")
+        return self.table
+
+    def release(self) -> pd.DataFrame:
+        """The released counts: a wide table for two columns, else one row per cell."""
+        table = self._check_fitted()
+        columns = self.columns or []
+        if len(columns) == 2:
+            return pd.DataFrame(
+                table,
+                index=pd.Index(self.domains[columns[0]], name=columns[0]),
+                columns=pd.Index(self.domains[columns[1]], name=columns[1]),
+            )
+        return _long(table, self.domains, columns, "count")
+
+    def errors(self, data: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, float]]:
+        """The error table against the true counts of ``data`` (reads the confidential data,
+        so it is for evaluation, not for publication)."""
+        table = self._check_fitted()
+        columns = self.columns or []
+        codes = encode(check_frame(data), self.domains, columns)
+        true = histogram(codes, sizes_of(self.domains, columns), tuple(range(len(columns))))
+        return crosstab_errors(true, table, self.domains, columns)
+
+
+def _long(table: np.ndarray, domains: Domains, columns: Sequence[str], name: str) -> pd.DataFrame:
+    """One row per cell: the columns' values and the count."""
+    index = pd.MultiIndex.from_product([domains[c] for c in columns], names=list(columns))
+    return pd.DataFrame({name: table.reshape(-1)}, index=index).reset_index()
+
+
+def crosstab_errors(
+    true: np.ndarray, released: np.ndarray, domains: Domains, columns: Sequence[str]
+) -> tuple[pd.DataFrame, dict[str, float]]:
+    """Cell by cell: true and released counts, absolute and relative error; and the totals.
+
+    The relative error of a cell is ``|released - true| / true`` (NaN where the true count is
+    0). Totals: ``total_l1 = sum |released - true|`` and ``relative_l1 = total_l1 / sum true``.
+    """
+    true = np.asarray(true)
+    released = np.asarray(released)
+    if true.shape != released.shape:
+        raise SynthError(f"true {true.shape} and released {released.shape} shapes differ")
+    frame = _long(true, domains, columns, "true")
+    frame["released"] = released.reshape(-1)
+    frame["abs_error"] = (frame["released"] - frame["true"]).abs()
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rel = frame["abs_error"].to_numpy(dtype=float) / frame["true"].to_numpy(dtype=float)
+    frame["rel_error"] = np.where(frame["true"].to_numpy() > 0, rel, np.nan)
+    total_l1 = float(frame["abs_error"].sum())
+    total = float(frame["true"].sum())
+    summary: dict[str, Any] = {
+        "total_l1": total_l1,
+        "relative_l1": total_l1 / total if total > 0 else float("nan"),
+    }
+    return frame, summary
