@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -31,6 +32,8 @@ __all__ = [
     "decode",
     "check_frame",
     "sizes_of",
+    "Encoded",
+    "encode_records",
 ]
 
 logger = logging.getLogger(__name__)
@@ -158,3 +161,28 @@ def decode(codes: np.ndarray, domains: Domains, columns: Sequence[str]) -> pd.Da
 def sizes_of(domains: Domains, columns: Sequence[str]) -> tuple[int, ...]:
     """The domain size of each column, in order."""
     return tuple(len(domains[c]) for c in columns)
+
+
+@dataclass(frozen=True)
+class Encoded:
+    """Records as every generator takes them: columns, their domains, sizes and codes."""
+
+    columns: list[str]
+    domains: Domains
+    sizes: tuple[int, ...]
+    codes: np.ndarray
+
+
+def encode_records(
+    data: object,
+    declared: Mapping[str, Sequence[Hashable]] | None,
+    ledger: Ledger,
+    *,
+    columns: Sequence[str] | None = None,
+) -> Encoded:
+    """Check the frame, resolve the domains of ``columns`` (default: every column; inferred
+    ones recorded in ``ledger``) and encode the records: the preamble of every ``fit``."""
+    frame = check_frame(data)
+    names = list(frame.columns) if columns is None else list(columns)
+    domains = resolve_domains(frame, declared, ledger, columns=columns)
+    return Encoded(names, domains, sizes_of(domains, names), encode(frame, domains, names))

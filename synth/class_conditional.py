@@ -21,7 +21,13 @@ import pandas as pd
 
 from mechanisms.ledger import Ledger
 from mechanisms.rng import make_rng
-from synth._domains import Domains, SynthError, check_frame, decode, encode, resolve_domains
+from synth._domains import (
+    Domains,
+    SynthError,
+    check_frame,
+    decode,
+    encode_records,
+)
 from synth._estimate import (
     consistent_tables,
     largest_remainder,
@@ -83,16 +89,15 @@ class ClassConditional:
 
     def fit(self, data: pd.DataFrame) -> ClassConditional:
         """Measure the (A, class) tables and estimate consistent integer tables."""
-        data = check_frame(data)
-        self.columns = list(data.columns)
-        target = self.columns[-1] if self.target is None else self.target
-        if target not in self.columns:
-            raise SynthError(f"target ({target!r}) is not a column of the data ({self.columns})")
+        columns = list(check_frame(data).columns)
+        target = columns[-1] if self.target is None else self.target
+        if target not in columns:
+            raise SynthError(f"target ({target!r}) is not a column of the data ({columns})")
         self.target = target
         self.ledger = Ledger()
-        self.domains = resolve_domains(data, self.domains_declared, self.ledger)
-        sizes = [len(self.domains[c]) for c in self.columns]
-        codes = encode(data, self.domains, self.columns)
+        records = encode_records(data, self.domains_declared, self.ledger)
+        self.columns, self.domains = records.columns, records.domains
+        sizes, codes = records.sizes, records.codes
         t = self.columns.index(target)
         features = [j for j in range(len(self.columns)) if j != t]
         marginals: list[tuple[int, ...]] = [(j, t) for j in features] or [(t,)]

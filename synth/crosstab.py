@@ -27,7 +27,7 @@ from synth._domains import (
     SynthError,
     check_frame,
     encode,
-    resolve_domains,
+    encode_records,
     sizes_of,
 )
 from synth._estimate import consistent_tables, histogram, measure_marginals, split_budget
@@ -97,9 +97,8 @@ class NoisyCrosstab:
             raise SynthError(f"columns ({columns!r}) must name at least 2 columns")
         self.columns = columns
         self.ledger = Ledger()
-        self.domains = resolve_domains(data, self.domains_declared, self.ledger, columns=columns)
-        sizes = sizes_of(self.domains, columns)
-        codes = encode(data, self.domains, columns)
+        records = encode_records(data, self.domains_declared, self.ledger, columns=columns)
+        self.domains, sizes, codes = records.domains, records.sizes, records.codes
         k = len(columns)
         full = tuple(range(k))
         if self.margins:

@@ -46,7 +46,12 @@ from mechanisms.ledger import Ledger
 from mechanisms.randomized_response import randomized_response
 from mechanisms.rng import make_rng
 from synth._bayesnet import Network, greedy_network, markov_blanket, mutual_information, to_graph
-from synth._domains import Domains, SynthError, check_frame, decode, encode, resolve_domains
+from synth._domains import (
+    Domains,
+    SynthError,
+    decode,
+    encode_records,
+)
 from synth._estimate import histogram
 from synth._pram import estimate_distribution, post_randomize
 from synth.crosstab import check_epsilon
@@ -205,12 +210,10 @@ class DP2Pub:
 
     def fit_transform(self, data: pd.DataFrame) -> pd.DataFrame:
         """The post-randomized records (same rows, same columns, same order)."""
-        data = check_frame(data)
-        self.columns = list(data.columns)
         self.ledger = Ledger()
-        self.domains = resolve_domains(data, self.domains_declared, self.ledger)
-        sizes = [len(self.domains[c]) for c in self.columns]
-        codes = encode(data, self.domains, self.columns)
+        records = encode_records(data, self.domains_declared, self.ledger)
+        self.columns, self.domains = records.columns, records.domains
+        sizes, codes = list(records.sizes), records.codes
         n, d = codes.shape
         rng = self._rng
         in_structure = np.zeros(n, dtype=bool)
@@ -334,11 +337,9 @@ def grr_pram_baseline(
     """The local-DP floor: each attribute by randomized response with epsilon / d, then each
     attribute post-randomized on its own by invariant PRAM (no clusters, no network)."""
     eps = check_epsilon(epsilon)
-    data = check_frame(data)
-    columns = list(data.columns)
-    resolved = resolve_domains(data, domains, Ledger())
-    sizes = [len(resolved[c]) for c in columns]
-    codes = encode(data, resolved, columns)
+    records = encode_records(data, domains, Ledger())
+    columns, resolved = records.columns, records.domains
+    sizes, codes = list(records.sizes), records.codes
     rng = make_rng(seed)
     per = [eps / len(columns)] * len(columns)
     reports = _randomize_columns(codes, sizes, per, rng)

@@ -49,7 +49,12 @@ from synth._bayesnet import (
     sample_network,
     to_graph,
 )
-from synth._domains import Domains, SynthError, check_frame, decode, encode, resolve_domains
+from synth._domains import (
+    Domains,
+    SynthError,
+    decode,
+    encode_records,
+)
 from synth._estimate import (
     consistent_tables,
     histogram,
@@ -156,12 +161,10 @@ class PrivBayes:
 
     def fit(self, data: pd.DataFrame) -> PrivBayes:
         """Learn the structure, measure the tables and derive the conditionals."""
-        data = check_frame(data)
-        self.columns = list(data.columns)
         self.ledger = Ledger()
-        self.domains = resolve_domains(data, self.domains_declared, self.ledger)
-        sizes = [len(self.domains[c]) for c in self.columns]
-        codes = encode(data, self.domains, self.columns)
+        records = encode_records(data, self.domains_declared, self.ledger)
+        self.columns, self.domains = records.columns, records.domains
+        sizes, codes = list(records.sizes), records.codes
         n, d = codes.shape
         self.ledger.record_disclosure(
             "number of records", f"n = {n} is public (PrivBayes's replace-one neighbours)"
