@@ -26,7 +26,7 @@ from __future__ import annotations
 import json
 import math
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from pathlib import Path
@@ -149,23 +149,13 @@ class RunConfig:
             )
             out = replace(out, solver=SolverChoice.of(name, strict=out.solver.strict))
         if executor is not None:
-            if executor not in EXECUTORS:
-                raise ConfigError(
-                    "command line",
-                    "--executor",
-                    f"{executor!r} is unknown; executors are {list(EXECUTORS)}",
-                )
-            out = replace(out, executor=executor)
+            out = replace(out, executor=_choice("--executor", executor, EXECUTORS, "executors"))
         if capture is not None:
             out = replace(out, capture=capture)
         if estimator is not None:
-            if estimator not in ESTIMATORS:
-                raise ConfigError(
-                    "command line",
-                    "--estimator",
-                    f"{estimator!r} is unknown; estimators are {list(ESTIMATORS)}",
-                )
-            out = replace(out, estimator=estimator)
+            out = replace(
+                out, estimator=_choice("--estimator", estimator, ESTIMATORS, "estimators")
+            )
         return out
 
     def input_paths(self) -> list[Path]:
@@ -249,6 +239,13 @@ class RunConfig:
             "output": {"format": self.output_format},
             "metrics": {"truth": str(self.truth) if isinstance(self.truth, Path) else self.truth},
         }
+
+
+def _choice(flag: str, value: str, known: Iterable[str], what: str) -> str:
+    """A command-line override that must be one of ``known``."""
+    if value not in known:
+        raise ConfigError("command line", flag, f"{value!r} is unknown; {what} are {list(known)}")
+    return value
 
 
 def load_config(path: str | Path) -> RunConfig:
