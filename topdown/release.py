@@ -66,6 +66,7 @@ class Release:
     stats: list[LevelStats]
     constraints: ConstraintSet | None = None
     invariants: dict[int, dict[int, tuple]] = field(default_factory=dict)
+    timings: dict[str, float] = field(default_factory=dict)  # seconds by phase (benchmarks)
 
     # -- published artefacts -----------------------------------------------------------
     @cached_property
