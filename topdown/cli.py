@@ -43,7 +43,7 @@ __all__ = ["main", "load_data", "EXIT_OK", "EXIT_FAILURE", "EXIT_USAGE"]
 log = logging.getLogger("topdown.cli")
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 _INPUT_ERRORS = (TopDownError, ConstraintError, DomainError, BudgetError, MechanismError)
-_BENCHES = {"samplers": "bench_samplers.py", "solvers": "solvers", "scale": "bench_scale.py"}
+_BENCHES = {"samplers": "bench_samplers.py", "solvers": "solvers", "scale": "bench_pl94.py"}
 
 
 class _Parser(argparse.ArgumentParser):
