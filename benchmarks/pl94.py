@@ -148,7 +148,7 @@ def _units(persons: int) -> dict[str, int]:
 
 
 def _categorical_from_codes(codes: np.ndarray, labels: list[str]) -> pd.Categorical:
-    return pd.Categorical.from_codes(codes, categories=labels)
+    return pd.Categorical.from_codes(codes, categories=pd.Index(labels))
 
 
 def make_state(persons: int, seed: int = 0) -> PL94State:
