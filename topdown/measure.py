@@ -275,7 +275,9 @@ def measure(
                 )
                 for c in chunks
             ]
-            results = executor.map(measure_chunk, tasks, progress, f"measure level {level}")
+            results = executor.map(
+                measure_chunk, tasks, progress, f"measure level {level} ({size}-node chunks)"
+            )
             for c, res in zip(chunks, results, strict=True):
                 if res.pid != os.getpid():
                     worker_cpu += res.cpu_seconds
