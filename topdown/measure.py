@@ -159,8 +159,9 @@ def chunk_nodes(cells: int) -> int:
     ``MAX_CHUNK_NODES`` nodes.
 
     A function of the domain size only (public, fixed by the schema), so the streams do not
-    depend on the executor. About 10^6 cells keeps one sampler call's working arrays to some
-    hundred MB while its per-call overhead (about 5 ms) stays under 1% of its time.
+    depend on the executor. About 10^6 cells keeps one sampler call's working arrays to about
+    100 MB (measured for the discrete Gaussian at sigma^2 = 4.9) while its per-call overhead
+    (about 5 ms) stays under 1% of its time.
     """
     if cells < 1:
         raise ValueError(f"cells ({cells}) must be at least 1")
