@@ -30,6 +30,7 @@ import resource
 import shlex
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -289,7 +290,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--measure-only", action="store_true")
     parser.add_argument("--repo", default=str(ROOT), help="checkout whose engine runs")
-    parser.add_argument("--plot", default="pl94_scale.png", help="PNG to write ('' for none)")
+    parser.add_argument(
+        "--plot",
+        default=str(Path(tempfile.gettempdir()) / "pl94_scale.png"),
+        help="PNG to write ('' for none)",
+    )
     parser.add_argument("--one", nargs=2, metavar=("PERSONS", "EXECUTOR"), help=argparse.SUPPRESS)
     raw = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(raw)
