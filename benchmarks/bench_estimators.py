@@ -34,7 +34,7 @@ import pandas as pd
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.acs import load_acs  # noqa: E402
-from benchmarks.bench_scale import synthetic  # noqa: E402
+from benchmarks.synthetic import synthetic  # noqa: E402
 from mechanisms.ledger import Ledger  # noqa: E402
 from mechanisms.rng import new_release_key  # noqa: E402
 from topdown import Strategy  # noqa: E402
@@ -59,7 +59,7 @@ ESTIMATORS = ("noisy", "clipped", "census", "topdown", "gls", "blue")
 
 
 def load(name: str):
-    """The ACS excerpt (nation > state > PUMA) or bench_scale's synthetic state > county >
+    """The ACS excerpt (nation > state > PUMA) or the sparse synthetic state > county >
     tract data (300 tracts); the race attribute is RAC1P in one and RACE in the other."""
     if name == "acs":
         df, schema = load_acs()

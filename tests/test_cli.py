@@ -251,7 +251,7 @@ def test_bench_without_the_repository(tmp_path: Path, monkeypatch, capsys) -> No
     assert "benchmarks folder is not there" in capsys.readouterr().err
     (tmp_path / "benchmarks").mkdir()
     assert main(["bench", "scale"]) == 2
-    assert "bench_scale.py" in capsys.readouterr().err
+    assert "bench_pl94.py" in capsys.readouterr().err
 
 
 def test_a_query_missing_from_measurements_is_an_error(released: Path, tmp_path: Path) -> None:

@@ -56,7 +56,7 @@ _BENCHES = {
     "estimators": "bench_estimators.py",
     "samplers": "bench_samplers.py",
     "solvers": "solvers",
-    "scale": "bench_scale.py",
+    "scale": "bench_pl94.py",
 }
 
 

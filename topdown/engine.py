@@ -12,7 +12,9 @@ and is recorded in the ledger).
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+import time
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -111,24 +113,16 @@ def release(
     needs_records = constraints is not None and any(
         isinstance(a.constraint, ContextualConstraint) for a in constraints.invariants()
     )
-    tree, truth = build_tree(data, schema, keep_records=needs_records, geography=geography)
+    timings: dict[str, float] = {}
+    clock = _PhaseClock(timings)
+    with clock("tree"):
+        tree, truth = build_tree(data, schema, keep_records=needs_records, geography=geography)
     if geography is None and schema.hierarchy:
         ledger.record_disclosure(
             "units read from data",
             f"the units of {list(schema.hierarchy)} are those with at least one record; pass "
             "geography= (the published list of units) to avoid this",
         )
-    measurements, invariants = measure(
-        tree,
-        truth,
-        schema.domain,
-        strategy,
-        release_key=new_release_key(seed),
-        ledger=ledger,
-        constraints=constraints,
-        progress=progress,
-    )
-    del truth  # nothing after measurement reads the confidential histograms
     options = EstimateOptions(
         solver=choice,
         solver_options=dict(solver_options or {}),
@@ -136,21 +130,36 @@ def release(
         capture=capture,
     )
     first_pass = {i: ls.first_pass for i, ls in enumerate(strategy.levels)}
-    inputs, blue_estimate, blue_seconds = prepare_inputs(
-        estimator, tree, schema.domain, measurements
-    )
     with make_executor(executor, workers=workers, address=address) as ex:
-        counts, stats = estimate(
-            tree,
-            schema.domain,
-            inputs,
-            first_pass=first_pass,
-            constraints=constraints,
-            invariants=invariants,
-            options=options,
-            executor=ex,
-            progress=progress,
-        )
+        with clock("measure"):
+            measurements, invariants = measure(
+                tree,
+                truth,
+                schema.domain,
+                strategy,
+                release_key=new_release_key(seed),
+                ledger=ledger,
+                constraints=constraints,
+                progress=progress,
+                executor=ex,
+                stats=timings,
+            )
+        del truth  # nothing after measurement reads the confidential histograms
+        with clock("estimate"):
+            inputs, blue_estimate, blue_seconds = prepare_inputs(
+                estimator, tree, schema.domain, measurements
+            )
+            counts, stats = estimate(
+                tree,
+                schema.domain,
+                inputs,
+                first_pass=first_pass,
+                constraints=constraints,
+                invariants=invariants,
+                options=options,
+                executor=ex,
+                progress=progress,
+            )
     return Release(
         schema=schema,
         tree=tree,
@@ -165,7 +174,23 @@ def release(
         estimator=estimator,
         blue=blue_estimate,
         blue_seconds=blue_seconds,
+        timings=timings,
     )
+
+
+class _PhaseClock:
+    """Wall and CPU (this process) seconds of each phase, into ``timings`` as
+    ``<phase>_wall`` and ``<phase>_cpu`` (for benchmarks and logs)."""
+
+    def __init__(self, timings: dict[str, float]):
+        self.timings = timings
+
+    @contextmanager
+    def __call__(self, phase: str) -> Iterator[None]:
+        wall, cpu = time.perf_counter(), time.process_time()
+        yield
+        self.timings[f"{phase}_wall"] = time.perf_counter() - wall
+        self.timings[f"{phase}_cpu"] = time.process_time() - cpu
 
 
 def make_schema(

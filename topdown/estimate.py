@@ -9,6 +9,7 @@ already bound to their published values by ``topdown.measure``.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -22,6 +23,7 @@ from constraints.constraint import LinearRows
 from constraints.diagnostics import check_children, check_node
 from constraints.domain import Domain
 from topdown import capture
+from topdown.batched import batched_l2, detailed_only
 from topdown.blue import EstimatorInputs, QueryEstimate, as_inputs
 from topdown.estimators import family_weights
 from topdown.executors import Executor
@@ -76,13 +78,13 @@ def estimate(
             up = tree.levels[level - 1]
             families = lv.children_of(up.size)
             parents = [_Parent(str(up.labels[p]), counts[-1][p]) for p in range(up.size)]
+        batch, total = _batched(inputs, lv.parent, counts[-1] if level else None, families)
         tasks = [
-            _family_task(inputs, children, parent)
+            _family_task(inputs, children, parent, batch)
             for parent, children in zip(parents, families, strict=True)
         ]
         results = executor.map(solve_family, tasks, progress, f"estimate level {level}")
         level_counts = np.zeros((lv.size, domain.size), dtype=np.int64)
-        total = SolveStats()
         for task, children, res in zip(tasks, families, results, strict=True):
             level_counts[np.ix_(children, task.support)] = res.counts
             total += res.stats
@@ -147,7 +149,43 @@ class _LevelInputs:
         )
 
 
-def _family_task(inputs: _LevelInputs, children: np.ndarray, parent: _Parent | None) -> FamilyTask:
+def _batched(
+    inputs: _LevelInputs,
+    parent_of: np.ndarray,
+    parent_counts: np.ndarray | None,
+    families: Sequence[np.ndarray],
+) -> tuple[np.ndarray | None, SolveStats]:
+    """The whole level's L2 answer in one vectorised closed form (``topdown.batched``), when it
+    is that of every family: the level measures the detailed histogram only, nothing is
+    attached to any node, the L2 pass may use the closed form, and no capture was asked for
+    (a capture records each family's problem). Returns (None, empty stats) otherwise."""
+    book, options = inputs.book, inputs.options
+    if (
+        parent_counts is None
+        or (book.constraints is not None and len(book.constraints) > 0)
+        or book.invariants
+        or options.solver.l2 not in ("auto", "closed_form")
+        or options.capture is not None
+        or not detailed_only([m.query for m in inputs.measurements], inputs.first_pass)
+    ):
+        return None, SolveStats()
+    m = inputs.measurements[0]
+    variance = np.broadcast_to(np.asarray(m.variance, dtype=float), (m.noisy.shape[0],))
+    if not np.all(np.isfinite(variance) & (variance > 0)):
+        return None, SolveStats()  # exact or missing answers: the per-family path weighs them
+    start = time.perf_counter()
+    x = batched_l2(m.noisy, parent_counts, parent_of, weights=1.0 / variance)
+    solved = sum(1 for children in families if len(children) > 1)
+    took = time.perf_counter() - start
+    return x, SolveStats(problems=solved, l2_time=took, solved=(("l2", "closed_form", solved),))
+
+
+def _family_task(
+    inputs: _LevelInputs,
+    children: np.ndarray,
+    parent: _Parent | None,
+    batch: np.ndarray | None = None,
+) -> FamilyTask:
     """The estimation task of one parent's children (of the root when ``parent`` is None).
 
     Runs the constraint diagnostics first, so contradictions are reported with names and
@@ -168,6 +206,7 @@ def _family_task(inputs: _LevelInputs, children: np.ndarray, parent: _Parent | N
         rows=_joint_rows(inputs.book, per_child, labels, support),
         ub=None if parent is None else _structural_zeros(inputs.book, per_child, support),
         options=inputs.options,
+        l2=None if batch is None else batch[np.ix_(children, support)],
     )
 
 

@@ -41,10 +41,11 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 ESTIMATORS = ("blue", "topdown")
-#: "blue" is better on the ACS excerpt at every level below the root, but on bench_scale's sparse
-#: synthetic tracts (about 60 people over 144 cells) its tract totals are 4-11% worse than
-#: "topdown"'s for strategies without a measured total (benchmarks/bench_estimators.py), so the
-#: default stays the Census Bureau's method until that is fixed.
+#: "blue" is better on the ACS excerpt at every level below the root, but on the sparse
+#: synthetic tracts of benchmarks/synthetic.py (about 60 people over 144 cells) its tract
+#: totals are 4-11% worse than "topdown"'s for strategies without a measured total
+#: (benchmarks/bench_estimators.py), so the default stays the Census Bureau's method until that
+#: is fixed.
 DEFAULT_ESTIMATOR = "topdown"
 
 

@@ -64,6 +64,8 @@ class FamilyTask:
             names prefixed with the child's label), or None without any.
         ub: upper bounds of the joint vector (0 on a child's structural zeros), or None.
         options: the estimation options (solver per pass, failsafe, tolerances).
+        l2: the L2 answer (k x n) when the level-batched pass (``topdown.batched``) solved it;
+            the failsafe, which changes the parent, solves its own.
     """
 
     level: int
@@ -76,6 +78,7 @@ class FamilyTask:
     rows: LinearRows | None = None
     ub: np.ndarray | None = None
     options: EstimateOptions = EstimateOptions()
+    l2: np.ndarray | None = None
 
     @property
     def n(self) -> int:
@@ -117,7 +120,10 @@ def solve_family(task: FamilyTask) -> FamilyResult:
 
 
 def _passes(task: FamilyTask, parent: np.ndarray | None, stats: SolveStats) -> FamilyResult:
-    x_tilde, l2 = _l2(task, parent)
+    if task.l2 is not None and parent is task.parent_values:
+        x_tilde, l2 = task.l2, SolveStats()  # the level-batched pass solved it (and counts it)
+    else:
+        x_tilde, l2 = _l2(task, parent)
     counts, rounding = _round(task, x_tilde, parent)
     return FamilyResult(counts, stats + l2 + rounding)
 

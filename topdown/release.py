@@ -77,6 +77,7 @@ class Release:
     estimator: str = "topdown"
     blue: Blue | None = None
     blue_seconds: float = 0.0
+    timings: dict[str, float] = field(default_factory=dict)  # seconds by phase (benchmarks)
 
     def __post_init__(self) -> None:
         if self.noise is None:

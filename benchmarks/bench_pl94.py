@@ -1,0 +1,322 @@
+"""Census scale: TopDown on PL94-shaped states, by size and executor.
+
+For each size (persons) and executor, one release runs in its own process (so peak memory and
+CPU time are that run's): a state from ``benchmarks/pl94.py`` (declared geography, 2,016
+cells), the production-shaped strategy by default (rho 2.56 split by the 2020 geolevel shares,
+detailed plus marginals per level, the state's total population invariant). Printed per run:
+wall and CPU seconds in all and by phase (tree, measurement, estimation with its per-level
+task seconds, microdata), output cells (nodes x cells over all levels) per CPU-second, peak
+resident memory of the main process and of the largest worker, correctness, and accuracy
+(mean absolute error of the released total and detailed cells by level, beside the noisy
+measurements'). A PNG plots seconds and memory against size.
+
+Run from the repository root, e.g.:
+
+    python benchmarks/bench_pl94.py --sizes 10000 100000 --executors serial processes
+    python benchmarks/bench_pl94.py --sizes 100000 --measure-only --repo /work/main
+
+``--measure-only`` times the tree and the measurement step alone; ``--repo`` runs another
+checkout's engine on the same data (before/after comparisons).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import logging
+import os
+import resource
+import shlex
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+MIB = 1024.0  # ru_maxrss is in KiB on Linux
+
+
+def _cpu() -> tuple[float, float]:
+    """CPU seconds of this process, and of its finished (waited-for) children."""
+    me = resource.getrusage(resource.RUSAGE_SELF)
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime, kids.ru_utime + kids.ru_stime
+
+
+def _load_pl94():
+    """The generator module, loaded by path (so ``--repo`` changes only the engine)."""
+    spec = importlib.util.spec_from_file_location("pl94", ROOT / "benchmarks" / "pl94.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["pl94"] = module  # dataclasses look their module up while the class is built
+    spec.loader.exec_module(module)
+    return module
+
+
+def run_one(persons: int, executor: str, args: argparse.Namespace) -> dict[str, Any]:
+    """One release (or one measurement) in this process; returns the row of figures."""
+    sys.path.insert(0, str(Path(args.repo).resolve()))
+    from topdown import release
+    from topdown.metrics import compute_metrics
+    from topdown.progress import Progress
+    from topdown.tree import build_tree
+
+    pl94 = _load_pl94()
+    state = pl94.make_state(persons, args.seed)
+    schema = pl94.pl94_schema(args.tract_groups)
+    if args.strategy == "production":
+        strategy = pl94.production_strategy(args.tract_groups)
+        constraints = pl94.state_total_invariant()
+    else:
+        strategy = pl94.detailed_strategy(args.tract_groups)
+        constraints = None
+    row: dict[str, Any] = {"persons": state.persons, "executor": executor}
+    own0, kids0 = _cpu()
+    wall0 = time.perf_counter()
+    if args.measure_only:
+        return row | _measure_only(state, schema, strategy, executor, args, own0, kids0, wall0)
+    rel = release(
+        state.records,
+        schema,
+        strategy,
+        constraints=constraints,
+        seed=args.seed + 1,
+        executor=executor,
+        workers=args.workers,
+        geography=state.geography,
+        progress=Progress(enabled=False),
+    )
+    cpu_micro = time.process_time()
+    wall_micro = time.perf_counter()
+    micro_rows = len(rel.microdata)
+    micro_cpu = time.process_time() - cpu_micro
+    micro_wall = time.perf_counter() - wall_micro
+    wall = time.perf_counter() - wall0
+    own1, kids1 = _cpu()
+    cpu = (own1 - own0) + (kids1 - kids0)
+    peak_main = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / MIB
+    peak_worker = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / MIB
+    cells = sum(lv.size for lv in rel.tree.levels) * schema.domain.size
+    t = getattr(rel, "timings", {})
+    measure_cpu = t.get("measure_cpu", float("nan")) + t.get("measure_worker_cpu", 0.0)
+    tree_cpu = t.get("tree_cpu", float("nan"))
+    row |= {
+        "nodes": "/".join(str(lv.size) for lv in rel.tree.levels),
+        "wall_s": wall,
+        "cpu_s": cpu,
+        "tree_cpu": tree_cpu,
+        "measure_cpu": measure_cpu,
+        "measure_wall": t.get("measure_wall", float("nan")),
+        # on a parallel executor the workers' share of estimation is only known in total
+        "estimate_cpu": (
+            t.get("estimate_cpu", float("nan"))
+            if executor == "serial"
+            else cpu - tree_cpu - measure_cpu - micro_cpu
+        ),
+        "estimate_wall": t.get("estimate_wall", float("nan")),
+        "level_task_s": [round(s.l2_time + s.round_time, 2) for s in rel.stats],
+        "microdata_cpu": micro_cpu,
+        "microdata_wall": micro_wall,
+        "records_out": micro_rows,
+        "cells": cells,
+        "cells_per_cpu_s": cells / cpu,
+        "peak_main_MiB": peak_main,
+        "peak_worker_MiB": peak_worker,
+    }
+    start = time.perf_counter()
+    row["correct"] = bool(rel.check_correctness().ok)
+    row["check_s"] = time.perf_counter() - start
+    _, truth = build_tree(state.records, schema, geography=state.geography)
+    del state
+    accuracy = _accuracy(rel, truth.counts, compute_metrics)
+    row["accuracy"] = accuracy
+    return row
+
+
+def _accuracy(rel, truth_counts, compute_metrics, nodes_per_slice: int = 2000) -> dict[str, float]:
+    """Mean absolute error of the released and noisy total and detailed cells, by level.
+
+    ``topdown.metrics.compute_metrics`` on slices of at most ``nodes_per_slice`` nodes (its
+    float temporaries for a whole block level of a large state would take several GB), the
+    slices' errors combined weighted by their number of answers.
+    """
+    import dataclasses
+
+    from topdown.measure import Measurements
+
+    sums: dict[str, list[float]] = {}
+    for level, (released, truth) in enumerate(zip(rel.counts, truth_counts, strict=True)):
+        for first in range(0, released.shape[0], nodes_per_slice):
+            cut = slice(first, first + nodes_per_slice)
+            qms = tuple(
+                dataclasses.replace(m, noisy=m.noisy[cut]) for m in rel.measurements.at(level)
+            )
+            table = compute_metrics(
+                rel.schema.domain, [released[cut]], [truth[cut]], Measurements((qms,))
+            ).table
+            for r in table[table["query"].isin(["total", "detailed"])].itertuples():
+                entry = sums.setdefault(f"L{level} {r.query} {r.estimator}", [0.0, 0.0])
+                entry[0] += r.mae * r.answers
+                entry[1] += r.answers
+    return {name: round(total / count, 3) for name, (total, count) in sums.items()}
+
+
+def _measure_only(state, schema, strategy, executor, args, own0, kids0, wall0) -> dict[str, Any]:
+    """Tree and measurement only (for before/after comparisons of the measurement step)."""
+    import inspect
+
+    from mechanisms.ledger import Ledger
+    from mechanisms.rng import new_release_key
+    from topdown.executors import make_executor
+    from topdown.measure import measure
+    from topdown.tree import build_tree
+
+    tree, truth = build_tree(state.records, schema, geography=state.geography)
+    own_t, kids_t = _cpu()
+    kwargs: dict[str, Any] = {"release_key": new_release_key(args.seed + 1), "ledger": Ledger()}
+    with make_executor(executor, workers=args.workers) as ex:
+        if "executor" in inspect.signature(measure).parameters:
+            kwargs["executor"] = ex
+        elif executor != "serial":
+            logging.warning("this checkout's measure() runs in the main process only")
+        start = time.perf_counter()
+        measure(tree, truth, schema.domain, strategy, **kwargs)
+        measure_wall = time.perf_counter() - start
+    own1, kids1 = _cpu()
+    measure_cpu = (own1 - own_t) + (kids1 - kids_t)
+    cells = sum(lv.size for lv in tree.levels) * schema.domain.size
+    return {
+        "nodes": "/".join(str(lv.size) for lv in tree.levels),
+        "measure_wall": measure_wall,
+        "tree_cpu": (own_t - own0) + (kids_t - kids0),
+        "measure_cpu": measure_cpu,
+        "cells": cells,
+        "measured_cells_per_cpu_s": cells / measure_cpu,
+        "peak_main_MiB": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / MIB,
+        "peak_worker_MiB": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / MIB,
+    }
+
+
+def _child(persons: int, executor: str, argv: list[str]) -> dict[str, Any]:
+    """Run one (size, executor) in a fresh process and read its JSON row."""
+    cmd = [sys.executable, __file__, *argv, "--one", str(persons), executor]
+    out = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+    if out.returncode != 0:
+        return {"persons": persons, "executor": executor, "error": out.stderr.strip()[-400:]}
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def _print_tables(rows: list[dict[str, Any]], measure_only: bool) -> None:
+    import pandas as pd
+
+    frame = pd.DataFrame(rows)
+    if "error" in frame:
+        for r in rows:
+            if "error" in r:
+                print(f"FAILED {r['persons']} {r['executor']}: {r['error']}")
+        frame = frame[frame["error"].isna()].drop(columns="error")
+    if frame.empty:
+        return
+    if measure_only:
+        cols = ["persons", "executor", "nodes", "tree_cpu", "measure_wall", "measure_cpu"]
+        cols += ["cells", "measured_cells_per_cpu_s", "peak_main_MiB", "peak_worker_MiB"]
+        print(frame[cols].round(2).to_string(index=False))
+        return
+    cols = ["persons", "executor", "nodes", "wall_s", "cpu_s", "tree_cpu", "measure_cpu"]
+    cols += ["estimate_cpu", "microdata_cpu", "cells_per_cpu_s", "peak_main_MiB"]
+    cols += ["peak_worker_MiB", "correct"]
+    shown = frame[cols].copy()
+    shown["cells_per_cpu_s"] = shown["cells_per_cpu_s"].round(-3).astype(int)
+    print(shown.round(2).to_string(index=False))
+    print("\nestimation task seconds by level (L2 + rounding, root first):")
+    for r in rows:
+        if "error" not in r:
+            print(f"  {r['persons']:>9} {r['executor']:<10} {r['level_task_s']}")
+    print("\naccuracy: mean absolute error by level, released vs noisy (total, detailed cells):")
+    acc = pd.DataFrame(
+        [r["accuracy"] | {"persons": r["persons"], "executor": r["executor"]} for r in rows]
+    ).set_index(["persons", "executor"])
+    print(acc.T.to_string())
+
+
+def _plot(rows: list[dict[str, Any]], path: Path, measure_only: bool) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax_t, ax_m) = plt.subplots(1, 2, figsize=(11, 4.2))
+    executors = sorted({r["executor"] for r in rows if "error" not in r})
+    for ex in executors:
+        sub = sorted((r for r in rows if r["executor"] == ex and "error" not in r), key=_size)
+        x = [r["persons"] for r in sub]
+        if measure_only:
+            ax_t.plot(x, [r["measure_wall"] for r in sub], "o-", label=f"{ex} measure wall")
+            ax_t.plot(x, [r["measure_cpu"] for r in sub], "s--", label=f"{ex} measure CPU")
+        else:
+            ax_t.plot(x, [r["wall_s"] for r in sub], "o-", label=f"{ex} wall")
+            ax_t.plot(x, [r["cpu_s"] for r in sub], "s--", label=f"{ex} CPU")
+        ax_m.plot(x, [r["peak_main_MiB"] for r in sub], "o-", label=f"{ex} main")
+        if any(r["peak_worker_MiB"] > 0 for r in sub):
+            ax_m.plot(x, [r["peak_worker_MiB"] for r in sub], "s--", label=f"{ex} worker")
+    for ax, label in ((ax_t, "seconds"), (ax_m, "peak resident memory (MiB)")):
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("persons")
+        ax.set_ylabel(label)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.suptitle("TopDown on PL94-shaped states (2,016 cells per node)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def _size(row: dict[str, Any]) -> int:
+    return int(row["persons"])
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", nargs="+", type=int, default=[10_000, 100_000])
+    parser.add_argument(
+        "--executors", nargs="+", default=["serial"], choices=["serial", "processes", "dask"]
+    )
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--strategy", choices=["production", "detailed"], default="production")
+    parser.add_argument("--tract-groups", action="store_true", help="add the tract-group level")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--measure-only", action="store_true")
+    parser.add_argument("--repo", default=str(ROOT), help="checkout whose engine runs")
+    parser.add_argument(
+        "--plot",
+        default=str(Path(tempfile.gettempdir()) / "pl94_scale.png"),
+        help="PNG to write ('' for none)",
+    )
+    parser.add_argument("--one", nargs=2, metavar=("PERSONS", "EXECUTOR"), help=argparse.SUPPRESS)
+    raw = list(sys.argv[1:] if argv is None else argv)
+    args = parser.parse_args(raw)
+    logging.basicConfig(level=logging.ERROR)
+    if args.one:
+        row = run_one(int(args.one[0]), args.one[1], args)
+        print(json.dumps(row))
+        return 0
+    print("command: python benchmarks/bench_pl94.py", shlex.join(raw))
+    print(f"machine: {os.cpu_count()} CPUs; load average {os.getloadavg()[0]:.2f}")
+    rows = []
+    for persons in args.sizes:
+        for executor in args.executors:
+            rows.append(_child(persons, executor, raw))
+            # each row as soon as it is known (a long run may be stopped before the table)
+            print(f"  row: {json.dumps(rows[-1])}", file=sys.stderr, flush=True)
+    _print_tables(rows, args.measure_only)
+    if args.plot and any("error" not in r for r in rows):
+        _plot(rows, Path(args.plot), args.measure_only)
+        print(f"\nplot: {args.plot}")
+    return 0 if all("error" not in r and r.get("correct", True) for r in rows) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
