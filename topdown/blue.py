@@ -57,7 +57,7 @@ class QueryEstimate:
     Attributes:
         level: level number (0 = root).
         query: the query.
-        noisy: float array (nodes, answers): the values fitted by the passes.
+        noisy: the values fitted by the passes (nodes, answers): raw integer answers, or floats.
         variance: float array (nodes,): the variance of every answer of each node.
     """
 
@@ -67,7 +67,9 @@ class QueryEstimate:
     variance: np.ndarray
 
     def __post_init__(self) -> None:
-        values = np.asarray(self.noisy, dtype=float)
+        values = np.asarray(self.noisy)
+        if values.dtype.kind not in "iuf":  # raw integer answers stay integers (no copy)
+            values = values.astype(float)
         if values.ndim != 2:
             raise ValueError(f"noisy (shape {values.shape}) must be 2-d: (nodes, answers)")
         var = np.broadcast_to(np.asarray(self.variance, dtype=float), (values.shape[0],)).copy()

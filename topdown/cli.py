@@ -36,7 +36,7 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import Any, NoReturn
 
 import pandas as pd
 
@@ -63,7 +63,7 @@ _BENCHES = {
 class _Parser(argparse.ArgumentParser):
     """argparse that raises instead of exiting, so ``main`` returns the usage exit code."""
 
-    def error(self, message: str) -> None:  # type: ignore[override]
+    def error(self, message: str) -> NoReturn:
         raise _UsageError(f"{self.prog}: {message}")
 
 

@@ -106,7 +106,7 @@ def fold_only_children(tree: Tree, inputs: EstimatorInputs) -> EstimatorInputs:
                 values = np.zeros((n_parents, m.noisy.shape[1]))
                 variance = np.full(n_parents, np.inf)
             else:
-                values, variance = target.noisy.copy(), target.variance.copy()
+                values, variance = target.noisy.astype(float), target.variance.copy()
             values[dest], variance[dest] = _combine(
                 values[dest], variance[dest], m.noisy[only], m.variance[only]
             )

@@ -54,10 +54,10 @@ class Backend:
     as keyword options, plus any backend-specific options passed through by the caller.
     """
 
-    name: ClassVar[str] = ""
-    supports_lp: ClassVar[bool] = False
-    supports_qp: ClassVar[bool] = False
-    supports_milp: ClassVar[bool] = False
+    name: str = ""
+    supports_lp: bool = False
+    supports_qp: bool = False
+    supports_milp: bool = False
     REQUIRED_MODULES: ClassVar[tuple[str, ...]] = ()
 
     def is_installed(self) -> bool:

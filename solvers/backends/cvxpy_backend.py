@@ -131,9 +131,9 @@ class CvxpyBackend(Backend):
 
     def __init__(self, solver: str) -> None:
         self.solver = solver.upper()
-        self.name = f"cvxpy:{self.solver}"  # type: ignore[misc]
+        self.name = f"cvxpy:{self.solver}"
         lp, qp, milp = _CAPABILITIES.get(self.solver, (True, False, False))
-        self.supports_lp, self.supports_qp, self.supports_milp = lp, qp, milp  # type: ignore[misc]
+        self.supports_lp, self.supports_qp, self.supports_milp = lp, qp, milp
 
     def solve(
         self,
