@@ -16,7 +16,14 @@ import numpy as np
 from solvers.problem import Problem
 from solvers.status import SolveResult, SolveStatus
 
-__all__ = ["Backend", "BackendProtocol", "decline_reason", "failed_result", "kind_refusal"]
+__all__ = [
+    "Backend",
+    "BackendProtocol",
+    "decline_reason",
+    "failed_result",
+    "kind_refusal",
+    "solved_result",
+]
 
 
 @runtime_checkable
@@ -102,6 +109,27 @@ def decline_reason(verdict: bool | str, backend_name: str, problem: Problem) -> 
     if verdict:
         return None
     return f"{backend_name} declines {problem.kind} problem {problem.name!r}"
+
+
+def solved_result(
+    problem: Problem,
+    x: np.ndarray,
+    solver: str,
+    elapsed: float,
+    iterations: int | None = None,
+    status: SolveStatus = SolveStatus.OPTIMAL,
+) -> SolveResult:
+    """A result carrying an answer: the objective is computed from ``problem`` itself, the
+    same way for every backend (the registry then checks the answer's rows and bounds)."""
+    return SolveResult(
+        status=status,
+        x=x,
+        objective=problem.objective_value(x),
+        time=elapsed,
+        solver=solver,
+        problem=problem.name,
+        iterations=iterations,
+    )
 
 
 def failed_result(

@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from solvers.backends.base import Backend, failed_result
+from solvers.backends.base import Backend, failed_result, solved_result
 from solvers.backends.transport import TransportInfeasible, round_groups, transport_round
 from solvers.problem import Problem
 from solvers.status import SolverError, SolveResult, SolveStatus, error_for_status
@@ -250,15 +250,7 @@ class ClosedFormBackend(Backend):
             x = self._projection(problem, part)
         else:
             x = self._rounding(problem, part)
-        return SolveResult(
-            status=SolveStatus.OPTIMAL,
-            x=x,
-            objective=problem.objective_value(x),
-            time=time.perf_counter() - start,
-            solver=self.name,
-            problem=problem.name,
-            iterations=0,
-        )
+        return solved_result(problem, x, self.name, time.perf_counter() - start, iterations=0)
 
     def _error(self, status: SolveStatus, problem: Problem, detail: str) -> SolverError:
         return error_for_status(status, solver=self.name, problem=problem.name, detail=detail)

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from solvers.backends.base import Backend, failed_result
+from solvers.backends.base import Backend, failed_result, solved_result
 from solvers.problem import Problem
 from solvers.status import SolveResult, SolveStatus
 
@@ -204,15 +204,8 @@ class CvxpyBackend(Backend):
         xv = np.asarray(x.value, dtype=float).reshape(-1)
         if problem.integrality is not None:
             xv = np.where(problem.integrality, np.round(xv), xv)
-        return SolveResult(
-            status=status,
-            x=xv,
-            objective=problem.objective_value(xv),
-            time=elapsed,
-            solver=self.name,
-            problem=problem.name,
-            iterations=None if iterations is None else int(iterations),
-        )
+        its = None if iterations is None else int(iterations)
+        return solved_result(problem, xv, self.name, elapsed, its, status=status)
 
     @staticmethod
     def _row_constraints(cp: Any, problem: Problem, x: Any) -> list[Any]:

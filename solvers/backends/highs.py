@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from solvers.backends.base import Backend, failed_result
+from solvers.backends.base import Backend, failed_result, solved_result
 from solvers.problem import Problem
 from solvers.status import SolveResult, SolveStatus
 
@@ -111,15 +111,7 @@ class HighsBackend(Backend):
                 "highs on %r: model status %s", problem.name, h.modelStatusToString(model_status)
             )
             return failed_result(problem, status, self.name, elapsed, iterations)
-        return SolveResult(
-            status=status,
-            x=x,
-            objective=problem.objective_value(x),
-            time=elapsed,
-            solver=self.name,
-            problem=problem.name,
-            iterations=iterations,
-        )
+        return solved_result(problem, x, self.name, elapsed, iterations, status=status)
 
     @staticmethod
     def _pass_model(h: Any, problem: Problem) -> None:

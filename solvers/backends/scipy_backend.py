@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from solvers.backends.base import Backend, failed_result
+from solvers.backends.base import Backend, failed_result, solved_result
 from solvers.problem import Problem
 from solvers.status import SolveResult, SolveStatus
 
@@ -117,14 +117,7 @@ class ScipyBackend(Backend):
         x = np.asarray(res.x, dtype=float)
         if problem.integrality is not None:
             x = np.where(problem.integrality, np.round(x), x)
-        return SolveResult(
-            status=status,
-            x=x,
-            objective=problem.objective_value(x),
-            time=elapsed,
-            solver=self.name,
-            problem=problem.name,
-        )
+        return solved_result(problem, x, self.name, elapsed, status=status)
 
     def _solve_qp(
         self, problem: Problem, start: float, tolerance: float | None, options: dict[str, Any]
@@ -151,12 +144,4 @@ class ScipyBackend(Backend):
         if status is not SolveStatus.OPTIMAL:
             return failed_result(problem, status, self.name, elapsed, int(res.nit))
         x = np.asarray(res.x, dtype=float)
-        return SolveResult(
-            status=status,
-            x=x,
-            objective=problem.objective_value(x),
-            time=elapsed,
-            solver=self.name,
-            problem=problem.name,
-            iterations=int(res.nit),
-        )
+        return solved_result(problem, x, self.name, elapsed, int(res.nit), status=status)
