@@ -35,7 +35,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from constraints.domain import Domain
-from topdown.measure import Measurements
+from topdown.measure import ByLevel, Measurements
 from topdown.strategy import Query
 from topdown.tree import Tree
 
@@ -84,20 +84,10 @@ class QueryEstimate:
 
 
 @dataclass(frozen=True)
-class EstimatorInputs:
-    """The inputs of the estimation passes, level by level (root first); same ``at`` and
-    ``get`` as ``Measurements``."""
+class EstimatorInputs(ByLevel[QueryEstimate]):
+    """The inputs of the estimation passes, level by level (root first)."""
 
     levels: tuple[tuple[QueryEstimate, ...], ...]
-
-    def at(self, level: int) -> tuple[QueryEstimate, ...]:
-        return self.levels[level]
-
-    def get(self, level: int, query: str) -> QueryEstimate | None:
-        for m in self.levels[level]:
-            if m.query.name == query:
-                return m
-        return None
 
 
 def as_inputs(measurements: Measurements | EstimatorInputs) -> EstimatorInputs:

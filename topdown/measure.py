@@ -45,7 +45,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any
+from typing import Any, Generic, Protocol, TypeVar
 
 import numpy as np
 import pandas as pd
@@ -64,6 +64,7 @@ from topdown.tree import ConfidentialHistograms, Tree
 __all__ = [
     "QueryMeasurement",
     "Measurements",
+    "ByLevel",
     "MeasureTask",
     "measure",
     "measure_chunk",
@@ -102,20 +103,35 @@ class QueryMeasurement:
     noisy: np.ndarray
 
 
-@dataclass(frozen=True)
-class Measurements:
-    """All noisy measurements of a release, level by level (root first)."""
+class _Named(Protocol):
+    @property
+    def query(self) -> Query: ...
 
-    levels: tuple[tuple[QueryMeasurement, ...], ...]
 
-    def at(self, level: int) -> tuple[QueryMeasurement, ...]:
+_Q = TypeVar("_Q", bound=_Named)
+
+
+class ByLevel(Generic[_Q]):
+    """Per-query values of every level, root first: the shape shared by the raw measurements
+    and the estimator's inputs (``topdown.blue.EstimatorInputs``)."""
+
+    levels: tuple[tuple[_Q, ...], ...]
+
+    def at(self, level: int) -> tuple[_Q, ...]:
         return self.levels[level]
 
-    def get(self, level: int, query: str) -> QueryMeasurement | None:
+    def get(self, level: int, query: str) -> _Q | None:
         for m in self.levels[level]:
             if m.query.name == query:
                 return m
         return None
+
+
+@dataclass(frozen=True)
+class Measurements(ByLevel[QueryMeasurement]):
+    """All noisy measurements of a release, level by level (root first)."""
+
+    levels: tuple[tuple[QueryMeasurement, ...], ...]
 
     def to_frame(self, tree: Tree) -> pd.DataFrame:
         """Long format: level, node, query, answer index, noisy answer, variance."""
