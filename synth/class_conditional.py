@@ -19,7 +19,7 @@ from fractions import Fraction
 import numpy as np
 import pandas as pd
 
-from mechanisms.ledger import Ledger
+from mechanisms.ledger import Ledger, NoiseSource
 from mechanisms.rng import make_rng
 from synth._domains import (
     Domains,
@@ -94,7 +94,7 @@ class ClassConditional:
         if target not in columns:
             raise SynthError(f"target ({target!r}) is not a column of the data ({columns})")
         self.target = target
-        self.ledger = Ledger()
+        self.ledger = Ledger(NoiseSource.from_seed(self.seed))
         records = encode_records(data, self.domains_declared, self.ledger)
         self.columns, self.domains = records.columns, records.domains
         sizes, codes = records.sizes, records.codes

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from mechanisms.ledger import Ledger
+from mechanisms.ledger import Ledger, NoiseSource
 from mechanisms.rng import make_rng
 from synth._domains import (
     Domains,
@@ -96,7 +96,7 @@ class NoisyCrosstab:
         if len(columns) < 2:
             raise SynthError(f"columns ({columns!r}) must name at least 2 columns")
         self.columns = columns
-        self.ledger = Ledger()
+        self.ledger = Ledger(NoiseSource.from_seed(self.seed))
         records = encode_records(data, self.domains_declared, self.ledger, columns=columns)
         self.domains, sizes, codes = records.domains, records.sizes, records.codes
         k = len(columns)

@@ -42,7 +42,7 @@ from fractions import Fraction
 import numpy as np
 import pandas as pd
 
-from mechanisms.ledger import Ledger
+from mechanisms.ledger import Ledger, NoiseSource
 from mechanisms.randomized_response import randomized_response
 from mechanisms.rng import make_rng
 from synth._bayesnet import Network, greedy_network, markov_blanket, mutual_information, to_graph
@@ -141,11 +141,13 @@ def _randomize_columns(
 
 
 def _round_down(epsilon: Fraction, denominator: int = 10**6) -> Fraction:
-    """epsilon rounded down to a multiple of 1 / denominator (at least that), so the exact
-    randomized-response coins run on the samplers' vectorised path (coefficients built from
-    entropies have huge denominators, which fall back to per-draw big integers). Rounding
-    down spends at most the budget."""
-    return max(Fraction(math.floor(epsilon * denominator), denominator), Fraction(1, denominator))
+    """epsilon rounded down to a multiple of 1 / denominator, so the exact randomized-response
+    coins run on the samplers' vectorised path (coefficients built from entropies have huge
+    denominators, which fall back to per-draw big integers). Never above ``epsilon``: a budget
+    below 1 / denominator is kept exact (slower coins) rather than raised, which would spend
+    more than the ledger records."""
+    rounded = Fraction(math.floor(epsilon * denominator), denominator)
+    return rounded if rounded > 0 else epsilon
 
 
 class DP2Pub:
@@ -210,7 +212,7 @@ class DP2Pub:
 
     def fit_transform(self, data: pd.DataFrame) -> pd.DataFrame:
         """The post-randomized records (same rows, same columns, same order)."""
-        self.ledger = Ledger()
+        self.ledger = Ledger(NoiseSource.from_seed(self.seed))
         records = encode_records(data, self.domains_declared, self.ledger)
         self.columns, self.domains = records.columns, records.domains
         sizes, codes = list(records.sizes), records.codes
@@ -240,8 +242,12 @@ class DP2Pub:
         # step 5: the publication group's reports, cluster by cluster
         publication = codes[~in_structure]
         released = codes.copy()
-        for cluster, coefficient in zip(clusters, coefficients, strict=True):
-            cluster_eps = _round_down(self.epsilon * coefficient)
+        cluster_budgets = [_round_down(self.epsilon * c) for c in coefficients]
+        if sum(cluster_budgets, Fraction(0)) > self.epsilon:  # the clusters compose sequentially
+            raise SynthError(
+                f"cluster budgets ({sum(cluster_budgets)}) exceed epsilon ({self.epsilon})"
+            )
+        for cluster, cluster_eps in zip(clusters, cluster_budgets, strict=True):
             csizes = [sizes[a] for a in cluster]
             if self.randomizer == "joint":
                 flat = np.ravel_multi_index(tuple(publication[:, a] for a in cluster), csizes)

@@ -38,7 +38,7 @@ import numpy as np
 import pandas as pd
 
 from mechanisms.accounting import Budget, split
-from mechanisms.ledger import Ledger
+from mechanisms.ledger import Ledger, NoiseSource
 from mechanisms.rng import make_rng
 from mechanisms.selection import exponential_mechanism
 from synth._bayesnet import (
@@ -161,7 +161,7 @@ class PrivBayes:
 
     def fit(self, data: pd.DataFrame) -> PrivBayes:
         """Learn the structure, measure the tables and derive the conditionals."""
-        self.ledger = Ledger()
+        self.ledger = Ledger(NoiseSource.from_seed(self.seed))
         records = encode_records(data, self.domains_declared, self.ledger)
         self.columns, self.domains = records.columns, records.domains
         sizes, codes = list(records.sizes), records.codes

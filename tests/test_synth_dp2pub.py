@@ -148,3 +148,27 @@ def test_dp2pub_bad_input():
         DP2Pub(1, structure_fraction=1.5)
     with pytest.raises(SynthError, match=r"epsilon \(-1\) must be > 0"):
         DP2Pub(-1)
+
+
+def test_dp2pub_never_spends_more_than_epsilon(monkeypatch):
+    """At a budget far below the rounding grid (1e-9 over several clusters) each person's
+    reports still spend at most epsilon in each group: the cluster budgets are never rounded
+    up to the grid (they were raised to 1e-6 each, 1,000 times the ledger's total)."""
+    import synth.dp2pub as dp2pub
+
+    spent: list[Fraction] = []
+    real = dp2pub.randomized_response
+
+    def recording(values, domain, epsilon, rng):
+        spent.append(Fraction(epsilon))
+        return real(values, domain, epsilon, rng)
+
+    monkeypatch.setattr(dp2pub, "randomized_response", recording)
+    eps = Fraction(1, 10**9)
+    model = DP2Pub(eps, k=1, domains=DOMAINS, seed=3, max_cluster_cells=2)
+    model.fit_transform(_data(600))
+    d = len(DOMAINS)
+    structure, publication = spent[:d], spent[d:]
+    assert len(model.clusters) > 1 and len(publication) >= len(model.clusters)
+    assert sum(structure) <= eps and sum(publication) <= eps
+    assert model.ledger.total().value == eps

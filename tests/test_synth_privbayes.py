@@ -110,7 +110,7 @@ def test_privbayes_large_epsilon_close_to_truth_and_ledger():
     assert two_way[("a", "b")] < 0.04 and two_way[("b", "c")] < 0.04
     # 3 structure choices + d - k = 2 tables; total exactly epsilon
     assert len(model.ledger) == 5 and model.ledger.total().value == 2000
-    assert [d.name for d in model.ledger.disclosures] == ["number of records"]
+    assert [d.name for d in model.ledger.disclosures] == ["seeded noise", "number of records"]
     assert model.graph.number_of_nodes() == 4
     assert all(len(parents) <= 2 for _, parents in model.network)
 
