@@ -172,9 +172,10 @@ def test_release_uses_the_batched_pass_and_matches_the_per_family_path(tmp_path)
     )
     assert batched.check_correctness().ok
     for level in range(1, batched.tree.n_levels):
+        up = batched.tree.levels[level - 1]
         families = sum(
-            len(c) > 1
-            for c in batched.tree.levels[level].children_of(batched.tree.levels[level - 1].size)
+            len(c) > 1 and batched.counts[level - 1][p].any()
+            for p, c in enumerate(batched.tree.levels[level].children_of(up.size))
         )
         assert families > 0
         assert batched.stats[level].solved_in("l2") == {"closed_form": families}

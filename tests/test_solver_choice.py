@@ -42,8 +42,9 @@ COUPLED = Strategy(tuple(LevelStrategy(Fraction(1), HALVES) for _ in range(3)), 
 
 
 def _families(rel) -> list[int]:
-    """Families that needed a solver per level: the root, then parents with 2+ children (an
-    only child without constraints is copied from its parent)."""
+    """Families that needed a solver per level: the root, then parents with 2+ children and
+    some count (an only child without constraints is copied from its parent; an empty parent
+    has empty children)."""
     out = []
     for level in range(rel.tree.n_levels):
         if level == 0:
@@ -51,7 +52,8 @@ def _families(rel) -> list[int]:
             continue
         parents = rel.tree.levels[level].parent
         sizes = np.bincount(parents, minlength=rel.tree.levels[level - 1].size)
-        out.append(int(np.count_nonzero(sizes > 1)))
+        occupied = rel.counts[level - 1].any(axis=1)
+        out.append(int(np.count_nonzero((sizes > 1) & occupied)))
     return out
 
 

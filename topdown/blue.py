@@ -91,7 +91,8 @@ class EstimatorInputs(ByLevel[QueryEstimate]):
 
 
 def as_inputs(measurements: Measurements | EstimatorInputs) -> EstimatorInputs:
-    """Raw measurements as float inputs with per-node variances (unchanged values)."""
+    """Raw measurements as estimator inputs with per-node variances (values unchanged: raw
+    integer answers stay integers)."""
     if isinstance(measurements, EstimatorInputs):
         return measurements
     return EstimatorInputs(
@@ -197,7 +198,7 @@ class Blue:
         return QueryEstimate(
             level,
             q,
-            q.answer(self.cells[level], self.domain).astype(float),
+            np.asarray(q.answer(self.cells[level], self.domain), dtype=float),
             self.variance(level, q),
         )
 

@@ -120,7 +120,7 @@ class _LevelInputs:
     level: int
     labels: np.ndarray
     measurements: tuple[QueryEstimate, ...]
-    matrices: tuple[sp.csr_matrix, ...]
+    matrices: tuple[sp.csr_matrix | None, ...]  # None for the detailed query
     first_pass: tuple[int, ...]
     book: NodeConstraints
     options: EstimateOptions
@@ -140,7 +140,10 @@ class _LevelInputs:
             level=level,
             labels=tree.levels[level].labels,
             measurements=qms,
-            matrices=tuple(m.query.matrix(book.domain) for m in qms),
+            # the detailed query is the identity on each family's support (see _measurements)
+            matrices=tuple(
+                None if m.query.attributes is None else m.query.matrix(book.domain) for m in qms
+            ),
             first_pass=tuple(
                 i for i, m in enumerate(qms) if m.query.name in first_pass.get(level, ())
             ),
@@ -170,12 +173,15 @@ def _batched(
     ):
         return None, SolveStats()
     m = inputs.measurements[0]
-    variance = np.broadcast_to(np.asarray(m.variance, dtype=float), (m.noisy.shape[0],))
+    variance = m.variance  # float (nodes,), as QueryEstimate stores it
     if not np.all(np.isfinite(variance) & (variance > 0)):
         return None, SolveStats()  # exact or missing answers: the per-family path weighs them
     start = time.perf_counter()
     x = batched_l2(m.noisy, parent_counts, parent_of, weights=1.0 / variance)
-    solved = sum(1 for children in families if len(children) > 1)
+    # what the per-family path solves: a parent with several children and some count
+    solved = sum(
+        1 for p, children in enumerate(families) if len(children) > 1 and parent_counts[p].any()
+    )
     took = time.perf_counter() - start
     return x, SolveStats(problems=solved, l2_time=took, solved=(("l2", "closed_form", solved),))
 
@@ -200,7 +206,8 @@ def _family_task(
         parent_label=None if parent is None else parent.label,
         child_labels=labels,
         parent_values=None if parent is None else parent.counts[support].astype(float),
-        measurements=_measurements(inputs, children, support),
+        # a level-batched L2 answer leaves the measurements unused: do not build or ship them
+        measurements=() if batch is not None else _measurements(inputs, children, support),
         support=support,
         first_pass=inputs.first_pass,
         rows=_joint_rows(inputs.book, per_child, labels, support),
@@ -265,7 +272,7 @@ def _measurements(
     out = []
     weights = family_weights(inputs.measurements, children)
     for m, Q, w in zip(inputs.measurements, inputs.matrices, weights, strict=True):
-        if m.query.attributes is None:
+        if Q is None:
             # the detailed query on the support is the identity; the answers of cells known to
             # be zero only add a constant to the objective
             Q_s = sp.identity(len(support), format="csr")

@@ -261,8 +261,9 @@ def _solve_integral(problem: Problem, task: FamilyTask) -> tuple[np.ndarray, Sol
 
     Cell consistency and per-child totals form a bipartite incidence matrix (TU) and the
     window bounds and right-hand sides are integers, so a simplex vertex is integral and the
-    LP is much cheaper than branch and bound. User rows can break that: the LP answer is
-    checked and the MILP solved when it is fractional.
+    LP is much cheaper than branch and bound. User rows can break that, so a family with
+    rows of its own goes straight to the integer program; without them the LP answer is still
+    checked and the integer program solved if it is fractional.
     """
     tried = SolveStats()
     if task.rows is None and problem.integrality is not None:

@@ -1,6 +1,6 @@
 """Exact fast paths for the separable TopDown problems, detected from the matrices.
 
-Two structures are recognised without any hint from the caller:
+Three structures are recognised without any hint from the caller:
 
 (a) Partition projection (QP). ``P`` diagonal and positive, every column of ``A`` holds at
     most one nonzero and it is 1 (the rows partition the variables into groups), every row is
@@ -22,7 +22,7 @@ Two structures are recognised without any hint from the caller:
     (integer bounds): a bipartite transportation problem, solved exactly as a min-cost flow by
     :func:`solvers.backends.transport.transport_round`.
 
-Both are vectorised: groups are bucketed by size and each bucket is one 2-D numpy array, so
+(a) and (b) are vectorised: groups are bucketed by size and each bucket is one 2-D numpy array, so
 the equal-size TopDown case (k children in every cell) is a single sort.
 """
 
