@@ -107,8 +107,8 @@ def test_same_noise_on_every_executor_and_batching(small_chunks, monkeypatch):
     serial, _, _ = _measure(300)
     with ProcessExecutor(workers=2, min_tasks=1) as pool:
         two, _, _ = _measure(300, executor=pool)
-    with ProcessExecutor(workers=1) as one_worker:
-        one, _, _ = _measure(300, executor=one_worker)
+    with ProcessExecutor(workers=3, min_tasks=1) as three_workers:
+        one, _, _ = _measure(300, executor=three_workers)
     monkeypatch.setattr(measure_module, "_CHUNKS_PER_BATCH", 1)
     batched, _, _ = _measure(300)
     for other in (two, one, batched):

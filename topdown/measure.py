@@ -267,7 +267,6 @@ def measure(
     size = chunk_nodes(domain.size)
     worker_cpu = 0.0
     levels = []
-    l1, l2_squared = sensitivity(strategy.neighbouring)
     for level in range(tree.n_levels):
         mechanisms = make_level_mechanisms(strategy, level)
         counts = truth.counts[level]
@@ -303,19 +302,17 @@ def measure(
                     noisy[j][c * size : c * size + len(values)] = values
         row = []
         for (query, share, mech), values in zip(mechanisms, noisy, strict=True):
+            # the sensitivity the mechanism was calibrated with, not a second derivation
+            laplace = isinstance(mech, DiscreteLaplaceMechanism)
             ledger.record(
                 query.name,
                 level,
                 mech.name,
                 mech.budget,
-                sensitivity=l1 if strategy.mechanism == "discrete_laplace" else l2_squared,
+                sensitivity=mech.l1_sensitivity if laplace else mech.l2_sensitivity_squared,
                 nodes=n_nodes,
                 note=f"{strategy.neighbouring} neighbours; share {share} of the level's budget; "
-                + (
-                    "L1 sensitivity"
-                    if strategy.mechanism == "discrete_laplace"
-                    else "L2 sensitivity squared"
-                ),
+                + ("L1 sensitivity" if laplace else "L2 sensitivity squared"),
             )
             row.append(
                 QueryMeasurement(
