@@ -13,7 +13,6 @@ the measurement step to sampling; :func:`decode` turns codes back into a DataFra
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -36,7 +35,6 @@ __all__ = [
     "encode_records",
 ]
 
-logger = logging.getLogger(__name__)
 
 Domains = dict[str, list[Hashable]]
 """Domain values by column name, in code order."""

@@ -1,8 +1,9 @@
 """``topdown synth METHOD DATA``: synthetic data (or a noisy crosstab) from a CSV/Parquet file.
 
-Writes three files, atomically (each to a temporary name in the output's folder, then all
-renamed; on any error nothing is left behind): the synthetic table (CSV, or Parquet for a
-``.parquet`` name), its ledger (``NAME.ledger.json``) and a short report
+Writes three files, each to a temporary name in the output's folder, then all renamed (on an
+error the temporary files and any output that did not exist before are removed; with
+``--overwrite`` an output already replaced stays replaced): the synthetic table (CSV, or
+Parquet for a ``.parquet`` name), its ledger (``NAME.ledger.json``) and a short report
 (``NAME.report.html``: TVD per attribute and a few two-way comparisons as plots). The report's
 figures compare with the confidential data, so they are not differentially private; the
 ledger says so.
@@ -162,6 +163,7 @@ def write_outputs(out: Path, table: pd.DataFrame, ledger: Ledger, report: str) -
     """Write the table, ledger and report under temporary names, then rename them all."""
     targets = _outputs(out)
     temps: list[Path] = []
+    placed: list[Path] = []  # targets renamed into place that did not exist before
     try:
         for target in targets:
             fd, name = tempfile.mkstemp(prefix=f".{target.name}.partial-", dir=target.parent)
@@ -175,10 +177,13 @@ def write_outputs(out: Path, table: pd.DataFrame, ledger: Ledger, report: str) -
         temps[2].write_text(report, encoding="utf-8")
         for temp, target in zip(temps, targets, strict=True):
             os.chmod(temp, 0o644)
+            existed = target.exists()
             os.replace(temp, target)
+            if not existed:
+                placed.append(target)
     except BaseException:
-        for temp in temps:
-            temp.unlink(missing_ok=True)
+        for path in temps + placed:
+            path.unlink(missing_ok=True)
         raise
     log.info("wrote %s and its ledger and report", out)
 

@@ -34,7 +34,6 @@ post-processing.
 
 from __future__ import annotations
 
-import logging
 import math
 from collections.abc import Hashable, Mapping, Sequence
 from fractions import Fraction
@@ -63,8 +62,6 @@ __all__ = [
     "entropy_coefficients",
     "grr_pram_baseline",
 ]
-
-logger = logging.getLogger(__name__)
 
 
 def entropy(distribution: np.ndarray) -> float:

@@ -29,7 +29,6 @@ up by a relative 1e-9 to cover it, and the selection itself is exact
 
 from __future__ import annotations
 
-import logging
 import math
 from collections.abc import Hashable, Mapping, Sequence
 from fractions import Fraction
@@ -67,7 +66,6 @@ from synth.crosstab import check_epsilon
 
 __all__ = ["PrivBayes", "mi_sensitivity"]
 
-logger = logging.getLogger(__name__)
 
 _FLOAT_MARGIN = 1 + 1e-9
 

@@ -174,3 +174,16 @@ def test_topdown_synth_command(data_file, tmp_path):
     assert topdown_main(argv) == 0
     assert len(pd.read_csv(out)) == 50
     assert topdown_main(["synth", "privbayes", str(data), "--epsilon", "-1"]) == 2
+
+
+def test_a_failed_write_leaves_no_new_output(tmp_path):
+    """The report's name is taken by a folder, so its rename fails after the table's and the
+    ledger's: both are removed again (they did not exist before), and no temporary is left."""
+    from mechanisms.ledger import Ledger
+    from synth.cli import write_outputs
+
+    out = tmp_path / "x.csv"
+    (tmp_path / "x.report.html").mkdir()
+    with pytest.raises(OSError):
+        write_outputs(out, pd.DataFrame({"a": [1]}), Ledger(), "<html></html>")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["x.report.html"]

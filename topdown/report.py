@@ -27,6 +27,7 @@ from typing import Any
 
 import matplotlib
 
+from mechanisms.ledger import NoiseSource
 from topdown.error_estimates import error_section
 
 matplotlib.use("Agg")
@@ -229,12 +230,10 @@ def _noise(ledger: dict[str, Any]) -> tuple[bool, str]:
     noise = ledger.get("noise")
     if not isinstance(noise, dict):
         return False, "not recorded: the privacy of this release cannot be stated"
-    if noise.get("kind") == "secure":
-        return True, "secure random source"
-    return False, (
-        f"seed {noise.get('seed')}: reproducible, NOT PRIVATE (anyone with the seed regenerates "
-        "the noise and recovers every true answer); for tests and experiments only"
-    )
+    source = NoiseSource.from_dict(noise)
+    if source.private:
+        return True, source.describe()
+    return False, f"{source.describe()}; for tests and experiments only"
 
 
 def _not_private_html(ledger: dict[str, Any]) -> str:
