@@ -13,7 +13,7 @@ from cli_helpers import embedded_subset
 from mechanisms.errors import BudgetError
 from topdown import Attribute, Schema, Strategy, TopDown, release
 from topdown.errors import DataError
-from topdown.release_folder import _write_json
+from topdown.product.release_folder import _write_json
 
 
 @pytest.mark.parametrize(

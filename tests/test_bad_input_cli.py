@@ -1,6 +1,6 @@
 """Bad input to ``topdown run``: one clear message on stderr, the right exit code, nothing left behind.
 
-Each case edits a small valid project (config + data), runs ``topdown.cli.main`` in-process and
+Each case edits a small valid project (config + data), runs ``topdown.product.cli.main`` in-process and
 checks the exit code (2 for usage, config and input-data errors), the message (file, key or
 column, value, rule), that there is no traceback, and that no output or temporary folder exists.
 """
@@ -16,7 +16,7 @@ import pandas as pd
 import pytest
 from cli_helpers import SEX_AGE, embedded_subset
 
-from topdown.cli import main
+from topdown.product.cli import main
 
 CONFIG = (
     """
@@ -298,8 +298,8 @@ def test_an_output_folder_holding_the_inputs_is_refused(
 def test_unwritable_output_parent_is_refused_before_any_work(
     tmp_path: Path, monkeypatch, capsys
 ) -> None:
-    import topdown.cli as cli
-    import topdown.output_claim as output_claim
+    import topdown.product.cli as cli
+    import topdown.product.output_claim as output_claim
 
     config = _project(tmp_path)
     locked = tmp_path / "locked"
@@ -324,7 +324,7 @@ def test_unwritable_output_parent_is_refused_before_any_work(
 
 
 def test_disk_full_names_the_folder(tmp_path: Path, monkeypatch, capsys) -> None:
-    import topdown.release_folder as release_folder
+    import topdown.product.release_folder as release_folder
 
     config = _project(tmp_path)
 

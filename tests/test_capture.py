@@ -109,8 +109,8 @@ def test_structure_classes() -> None:
 def test_config_key_and_command_line_flag(tmp_path) -> None:
     import tomllib
 
-    from topdown.cli import build_parser
-    from topdown.config import DEFAULT_CONFIG, ConfigError, load_config, parse_config
+    from topdown.product.cli import build_parser
+    from topdown.product.config import DEFAULT_CONFIG, ConfigError, load_config, parse_config
 
     raw = tomllib.loads(DEFAULT_CONFIG.read_text())
     raw["solver"]["capture"] = "problems"

@@ -10,8 +10,8 @@ import pandas as pd
 import pytest
 from cli_helpers import SEX_AGE, embedded_subset
 
-import topdown.release_folder as release_folder
-from topdown.cli import main
+import topdown.product.release_folder as release_folder
+from topdown.product.cli import main
 
 SMALL_CONFIG = (
     """
@@ -244,7 +244,7 @@ def test_usage_errors(capsys) -> None:
 
 
 def test_bench_without_the_repository(tmp_path: Path, monkeypatch, capsys) -> None:
-    import topdown.cli as cli
+    import topdown.product.cli as cli
 
     monkeypatch.setattr(cli, "_repo_root", lambda: tmp_path)
     assert main(["bench", "samplers"]) == 2

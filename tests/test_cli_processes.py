@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from cli_helpers import data_config, embedded_subset
 
-from topdown.cli import main
+from topdown.product.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = data_config(4, ("STATE", "PUMA"))
@@ -92,13 +92,13 @@ def test_sigterm_while_writing_removes_the_partial_folder(tmp_path: Path) -> Non
     config = _project(tmp_path)
     script = (
         "import os, signal, sys, time\n"
-        "import topdown.release_folder as rf\n"
+        "import topdown.product.release_folder as rf\n"
         "def slow(folder, *args):\n"
         "    assert any(folder.iterdir())\n"
         "    os.kill(os.getpid(), signal.SIGTERM)\n"
         "    time.sleep(30)\n"
         "rf._write_manifest = slow\n"
-        "from topdown.cli import main\n"
+        "from topdown.product.cli import main\n"
         f"sys.exit(main(['-q', 'run', {str(config)!r}, '--out', 'rel']))\n"
     )
     proc = subprocess.run(

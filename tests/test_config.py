@@ -19,7 +19,7 @@ from constraints import (
     SumEqual,
     SumEqualRealTotal,
 )
-from topdown.config import DEFAULT_CONFIG, ConfigError, load_config
+from topdown.product.config import DEFAULT_CONFIG, ConfigError, load_config
 from topdown.schema import Attribute
 
 BASE = """
@@ -182,7 +182,7 @@ def test_overrides_are_validated() -> None:
 def test_default_constraint_holds_in_the_data() -> None:
     """The default run's invariant is bound to the data's true total: any data satisfies it, and
     the default domain covers every record of the embedded data."""
-    from topdown.cli import load_data
+    from topdown.product.cli import load_data
 
     cfg = load_config(DEFAULT_CONFIG)
     data = load_data(cfg)

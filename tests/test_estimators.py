@@ -14,8 +14,6 @@ from cli_helpers import SEX_AGE, embedded_subset
 from constraints.domain import Domain
 from topdown import Attribute, Schema, Strategy, TopDown, release
 from topdown.blue import EstimatorInputs, QueryEstimate, blue
-from topdown.cli import main
-from topdown.config import DEFAULT_CONFIG, ConfigError, load_config, parse_config
 from topdown.error_estimates import Z90, error_summary, node_error_table
 from topdown.errors import StrategyError
 from topdown.estimate import estimate
@@ -25,6 +23,8 @@ from topdown.estimators import (
     family_weights,
     fold_only_children,
 )
+from topdown.product.cli import main
+from topdown.product.config import DEFAULT_CONFIG, ConfigError, load_config, parse_config
 from topdown.progress import Progress
 from topdown.strategy import Query
 from topdown.tree import Level, Tree

@@ -21,10 +21,10 @@ from cli_helpers import data_config, embedded_subset
 from mechanisms.errors import BudgetError
 from mechanisms.ledger import Ledger, NoiseSource
 from topdown import Attribute, Schema, Strategy, release
-from topdown.cli import main
-from topdown.config import load_config
-from topdown.release_folder import load_release, write_release_folder
-from topdown.report import build_report
+from topdown.product.cli import main
+from topdown.product.config import load_config
+from topdown.product.release_folder import load_release, write_release_folder
+from topdown.product.report import build_report
 
 CONFIG = data_config(
     5,

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from cli_helpers import data_config, embedded_subset
 
-from topdown.cli import main
-from topdown.report import build_report
+from topdown.product.cli import main
+from topdown.product.report import build_report
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = data_config(11, ("STATE",), "[metrics]\ntruth = true\n")

@@ -12,9 +12,9 @@ import pytest
 
 from solvers import UnknownSolverError, UnsupportedProblemError
 from topdown import Attribute, Query, Schema, Strategy, release
-from topdown.config import ConfigError, load_config
 from topdown.errors import OptionsError
 from topdown.estimate import LevelStats, SolverChoice, SolveStats
+from topdown.product.config import ConfigError, load_config
 from topdown.strategy import LevelStrategy
 
 

@@ -165,7 +165,7 @@ def test_bad_files(data_file, tmp_path, capsys):
 
 def test_topdown_synth_command(data_file, tmp_path):
     """``topdown synth`` (the real command line) runs the generator and exits like the rest."""
-    from topdown.cli import main as topdown_main
+    from topdown.product.cli import main as topdown_main
 
     data, domains = data_file
     out = tmp_path / "pb.csv"

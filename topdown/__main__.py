@@ -1,8 +1,8 @@
-"""``python -m topdown``: the command line (see ``topdown.cli``)."""
+"""``python -m topdown``: the command line (see ``topdown.product.cli``)."""
 
 import sys
 
-from topdown.cli import main
+from topdown.product.cli import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -42,8 +42,8 @@ QUARTER_STATE = 750_000
 def capture_default(out: Path, seed: int, *, detailed: bool = False) -> Path:
     """The embedded default release (``detailed``: its budgets on the detailed query alone),
     captured into ``out``."""
-    from topdown.cli import load_data
-    from topdown.config import DEFAULT_CONFIG, load_config
+    from topdown.product.cli import load_data
+    from topdown.product.config import DEFAULT_CONFIG, load_config
 
     cfg = load_config(DEFAULT_CONFIG)
     strategy = cfg.strategy

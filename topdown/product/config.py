@@ -7,7 +7,7 @@ Layout (see ``topdown/data/default.toml`` for a commented example)::
     [schema]     hierarchy = [...],
                  [[schema.attributes]] name, column, values | range | bins, labels
     [strategy]   mechanism, neighbouring, budgets + queries + first_pass, or [[strategy.levels]]
-    [[constraints]]                    # see topdown.config_constraints
+    [[constraints]]                    # see topdown.product.config_constraints
     [estimation] method ("blue" | "topdown")
     [solver]     name (one backend, or a table per pass: l2, rounding), strict, options,
                  failsafe, capture (a folder: every problem solved, as MPS)
@@ -34,11 +34,11 @@ from typing import Any, NoReturn
 
 from constraints import ConstraintSet
 from topdown import budget_bounds
-from topdown.config_constraints import parse_constraints
 from topdown.errors import TopDownError
 from topdown.estimators import DEFAULT_ESTIMATOR, ESTIMATORS
 from topdown.executors import EXECUTORS
 from topdown.passes import PASSES, SolverChoice
+from topdown.product.config_constraints import parse_constraints
 from topdown.schema import Attribute, Schema, attributes_from_dictionary
 from topdown.strategy import MECHANISMS, NEIGHBOURING, LevelStrategy, Query, Strategy, parse_budget
 
@@ -61,7 +61,7 @@ __all__ = [
     "DEFAULT_CONFIG",
 ]
 
-DEFAULT_CONFIG = Path(__file__).parent / "data" / "default.toml"
+DEFAULT_CONFIG = Path(__file__).parents[1] / "data" / "default.toml"
 _TOP = {
     "seed",
     "data",

@@ -15,7 +15,7 @@ Contents (``manifest.json`` lists them with sizes and SHA-256)::
                                           standard errors and 90% intervals, the cells' stderr;
                                           per level: the final counts' distance from the BLUE
     metrics.csv, bias_by_size.csv         accuracy against the truth (when it was given)
-    report.html                           the report (see ``topdown.report``)
+    report.html                           the report (see ``topdown.product.report``)
     manifest.json                         files, versions, timings
 
 Everything is written into a hidden sibling folder that is renamed into place only when complete,
@@ -51,13 +51,13 @@ import pandas as pd
 from constraints.contextual_constraints import InvariantConstraint
 from mechanisms.ledger import SEEDED_DISCLOSURE, Ledger
 from topdown.blue import blue
-from topdown.config import RunConfig, load_config
 from topdown.error_estimates import error_summary, node_error_table
 from topdown.errors import ReleaseError, TopDownError
 from topdown.estimate import LevelStats
 from topdown.measure import Measurements, QueryMeasurement
 from topdown.microdata import write_table
-from topdown.output_claim import OutputClaim, OutputExistsError, check_output, claim_output
+from topdown.product.config import RunConfig, load_config
+from topdown.product.output_claim import OutputClaim, OutputExistsError, check_output, claim_output
 from topdown.release import Release
 from topdown.schema import Schema
 from topdown.strategy import Query

@@ -42,14 +42,14 @@ import pandas as pd
 
 from constraints.errors import ConstraintError, DomainError
 from synth.cli import add_synth_parser, run_synth
-from topdown.config import DEFAULT_CONFIG, ConfigError, RunConfig, load_config
 from topdown.errors import DataError, ReleaseError, TopDownError
 from topdown.io import read_data
+from topdown.product.config import DEFAULT_CONFIG, ConfigError, RunConfig, load_config
 from topdown.tree import ROOT_LABEL
 
 __all__ = ["main", "load_data", "EXIT_OK", "EXIT_FAILURE", "EXIT_USAGE"]
 
-log = logging.getLogger("topdown.cli")
+log = logging.getLogger("topdown.product.cli")
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 EXIT_TERMINATED = 128 + signal.SIGTERM
 _BENCHES = {
@@ -307,9 +307,9 @@ def _check_attribute(attr, data: pd.DataFrame) -> None:
 
 def _cmd_run(args: argparse.Namespace) -> int:
     from topdown.engine import release
+    from topdown.product.release_folder import claim_output, write_release_folder
+    from topdown.product.report import build_report
     from topdown.progress import Progress
-    from topdown.release_folder import claim_output, write_release_folder
-    from topdown.report import build_report
 
     timings: dict[str, float] = {}
     start = time.perf_counter()
@@ -401,7 +401,7 @@ def _existing_release(path: Path) -> Path:
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
-    from topdown.release_folder import verify_release_folder
+    from topdown.product.release_folder import verify_release_folder
 
     folder = _existing_release(args.release)
     verdict = verify_release_folder(folder)
@@ -420,7 +420,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    from topdown.release_folder import (
+    from topdown.product.release_folder import (
         REBUILT_BY_REPORT,
         REBUILT_WITH_TRUTH,
         load_release,
@@ -431,7 +431,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
         write_ledger,
         write_metrics,
     )
-    from topdown.report import build_report
+    from topdown.product.report import build_report
 
     folder = _existing_release(args.release)
     with_truth = args.truth is not None
@@ -459,7 +459,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
 def _repo_root() -> Path:
     """The checkout this module runs from (benchmarks/ lives beside the packages)."""
-    return Path(__file__).resolve().parents[1]
+    return Path(__file__).resolve().parents[2]
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
