@@ -27,10 +27,7 @@ import numpy as np
 
 __all__ = ["TransportInfeasible", "round_groups", "transport_round"]
 
-# costs are O(1) (distances to the L2 answer); an improvement below this is float noise: with
-# near-tied costs (L2 answers a hair from an integer) a smaller tolerance let Bellman-Ford chase
-# a rounding-error "negative cycle"
-_EPS = 1e-9
+_EPS = 1e-12
 
 
 class TransportInfeasible(Exception):
