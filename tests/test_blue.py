@@ -227,4 +227,96 @@ def test_blue_inputs_carry_detailed_total_and_measured_marginals() -> None:
     total = fed.get(1, "total")
     assert total is not None
     np.testing.assert_allclose(total.noisy[:, 0], est.cells[1].sum(axis=1))
-    np.testing.assert_allclose(total.variance, est.variance(1, "total"))
+    # below the root the weights are the subtree estimates' variances; at the root the final
+    np.testing.assert_allclose(total.variance, est.variance(1, "total", subtree=True))
+    assert np.all(est.variance(1, "total", subtree=True) > est.variance(1, "total"))
+    root = fed.get(0, "detailed")
+    assert root is not None
+    np.testing.assert_allclose(root.variance, est.variance(0, "detailed"))
+
+
+def test_leaf_subtree_variance_is_its_own_measurements() -> None:
+    rng = np.random.default_rng(8)
+    tree = random_tree(rng, (2, 2), only_child=True)
+    inputs = random_inputs(rng, tree, STRATEGIES["detailed only"], per_node=True)
+    est = blue(tree, DOMAIN, inputs)
+    np.testing.assert_allclose(est.variance(2, "detailed", subtree=True), inputs.at(2)[0].variance)
+    np.testing.assert_allclose(
+        est.variance(0, "detailed", subtree=True), est.variance(0, "detailed")
+    )
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_weighted_projection_of_the_blue_is_the_gls_given_the_parent(seed: int) -> None:
+    """The passes fix the published parent. Projecting the BLUE children onto it with the
+    subtree weights (what ``blue_inputs`` feeds) is the BLUE given the parent exactly (the
+    parent level re-measured with variance 0), wherever nothing is clipped. Per-node variances
+    make siblings' subtree and final variances disagree, so the final ones would fail."""
+    from topdown.batched import batched_l2
+
+    rng = np.random.default_rng(seed)
+    tree = random_tree(rng, (2, 2), only_child=False)
+    inputs = random_inputs(rng, tree, STRATEGIES["detailed only"], per_node=True)
+    truth = leaves_under(tree)  # consistent counts far from zero, noised with each variance
+    leaves = rng.uniform(100, 200, (truth[0].shape[1], DOMAIN.size))
+    inputs = EstimatorInputs(
+        tuple(
+            tuple(
+                QueryEstimate(
+                    m.level,
+                    m.query,
+                    truth[m.level] @ leaves
+                    + rng.normal(size=m.noisy.shape) * np.sqrt(m.variance)[:, None],
+                    m.variance,
+                )
+                for m in lv
+            )
+            for lv in inputs.levels
+        )
+    )
+    est = blue(tree, DOMAIN, inputs)
+    published = np.round(est.cells[1]) + rng.integers(-3, 4, est.cells[1].shape)
+    fixed = list(inputs.levels)
+    nodes = tree.levels[1].size
+    fixed[1] = fixed[1] + (QueryEstimate(1, Query(None), published, np.zeros(nodes)),)
+    given = blue(tree, DOMAIN, EstimatorInputs(tuple(fixed)))
+    fed = blue_inputs(inputs, est).get(2, "detailed")
+    assert fed is not None
+    projected = batched_l2(fed.noisy, published, tree.levels[2].parent, weights=1 / fed.variance)
+    assert projected.min() > 0  # nothing clipped
+    np.testing.assert_allclose(projected, given.cells[2], atol=1e-8)
+    final = batched_l2(
+        fed.noisy, published, tree.levels[2].parent, weights=1 / est.variance(2, "detailed")
+    )
+    assert np.abs(final - given.cells[2]).max() > 1e-3
+
+
+def test_an_exact_total_is_kept_and_has_no_error() -> None:
+    """An invariant's total enters with variance 0: the BLUE keeps it, reports stderr 0 for
+    it (not for the cells), matches a dense GLS that gives it variance 1e-7, and the passes
+    get it with weight 0 (their constraint holds it)."""
+    rng = np.random.default_rng(11)
+    tree = random_tree(rng, (2, 2), only_child=False)
+    inputs = random_inputs(rng, tree, STRATEGIES["detailed only"], per_node=True)
+    est = blue(tree, DOMAIN, inputs, exact_totals={0: {0: 100.0}, 2: {1: 40.0}})
+    assert est.cells[0].sum() == pytest.approx(100.0, abs=1e-9)
+    assert est.cells[2][1].sum() == pytest.approx(40.0, abs=1e-9)
+    assert est.variance(0, "total")[0] == 0.0 and est.variance(2, "total")[1] == 0.0
+    assert (
+        est.variance(2, "total")[0] > 0
+        and est.variance(1, "total").min() > 0
+        and (est.stderr(0) > 0).all()
+    )
+    heavy = list(inputs.levels)
+    heavy[0] = heavy[0] + (QueryEstimate(0, Query(()), np.array([[100.0]]), 1e-7),)
+    var2 = np.full(tree.levels[2].size, np.inf)
+    var2[1] = 1e-7
+    heavy[2] = heavy[2] + (QueryEstimate(2, Query(()), np.full((len(var2), 1), 40.0), var2),)
+    reference, _ = dense_gls(tree, EstimatorInputs(tuple(heavy)))
+    for level in range(tree.n_levels):
+        np.testing.assert_allclose(est.cells[level], reference[level], atol=1e-5)
+    total = blue_inputs(inputs, est).get(2, "total")
+    assert total is not None
+    assert np.isinf(total.variance[1]) and np.isfinite(total.variance[0])
+    with pytest.raises(ValueError, match="names node 9"):
+        blue(tree, DOMAIN, inputs, exact_totals={0: {9: 1.0}})

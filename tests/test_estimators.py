@@ -294,3 +294,24 @@ def test_error_tables_state_the_interval_and_the_distance_to_the_blue() -> None:
         diff = np.abs(rel.counts[level] - b.cells[level]).mean()
         assert summary["cell_mean_abs_final_minus_blue"][level] == pytest.approx(diff)
         assert 0.0 <= summary["cell_share_final_in_blue90"][level] <= 1.0
+
+
+def test_invariant_totals_enter_the_blue_exactly() -> None:
+    """A root total published exactly: the BLUE keeps it, its stderr is 0 in the error table
+    and in the root's table, the states' totals still carry an error; an invariant on part of
+    the cells is left to the passes."""
+    from constraints import ConstraintSet, Equal, SumEqual, SumEqualRealTotal, TrueExpression
+    from topdown.estimators import exact_totals
+
+    df, schema = small_acs()
+    cs = ConstraintSet(n_levels=3).add(SumEqualRealTotal(TrueExpression()), level=0)
+    rel = release(df, schema, STRATEGY, seed=5, estimator="blue", constraints=cs, progress=QUIET)
+    assert rel.blue is not None and rel.check_correctness().ok
+    assert rel.blue.cells[0].sum() == pytest.approx(len(df), abs=1e-6)
+    assert rel.counts[0].sum() == len(df)
+    nodes = node_error_table(rel.tree, rel.counts, rel.blue)
+    assert nodes.loc[nodes["level"] == 0, "total_stderr"].tolist() == [0.0]
+    assert (nodes.loc[nodes["level"] > 0, "total_stderr"] > 0).all()
+    assert (rel.long_table(0)["stderr"] > 0).all()  # the cells are not exact
+    bound = {0: {0: (SumEqual(TrueExpression(), 12), SumEqual(Equal("SEX", 1), 5))}}
+    assert exact_totals(bound, schema.domain) == {0: {0: 12.0}}

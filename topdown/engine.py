@@ -147,7 +147,7 @@ def release(
         del truth  # nothing after measurement reads the confidential histograms
         with clock("estimate"):
             inputs, blue_estimate, blue_seconds = prepare_inputs(
-                estimator, tree, schema.domain, measurements
+                estimator, tree, schema.domain, measurements, invariants
             )
             counts, stats = estimate(
                 tree,

@@ -19,12 +19,21 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from constraints.aggregate_constraints import AggregateConstraint
 from constraints.domain import Domain
-from topdown.blue import Blue, EstimatorInputs, QueryEstimate, as_inputs, blue, blue_inputs
+from topdown.blue import (
+    Blue,
+    EstimatorInputs,
+    QueryEstimate,
+    as_inputs,
+    blue,
+    blue_inputs,
+    precision,
+)
 from topdown.errors import StrategyError
 from topdown.measure import Measurements, QueryMeasurement
 from topdown.tree import Tree
@@ -36,6 +45,7 @@ __all__ = [
     "prepare_inputs",
     "fold_only_children",
     "family_weights",
+    "exact_totals",
 ]
 
 log = logging.getLogger(__name__)
@@ -60,27 +70,52 @@ def check_estimator(value: object, name: str = "estimator") -> str:
 
 
 def prepare_inputs(
-    estimator: str, tree: Tree, domain: Domain, measurements: Measurements
+    estimator: str,
+    tree: Tree,
+    domain: Domain,
+    measurements: Measurements,
+    invariants: Mapping[int, Mapping[int, tuple]] | None = None,
 ) -> tuple[EstimatorInputs, Blue | None, float]:
     """The passes' inputs under ``estimator``, the BLUE (None under ``"topdown"``) and the
-    seconds the BLUE pass took."""
+    seconds the BLUE pass took. ``invariants`` (bound, as ``topdown.measure`` returns them):
+    the node totals they publish exactly enter the BLUE as exact (see ``exact_totals``); the
+    passes hold every invariant as a constraint under either estimator."""
     check_estimator(estimator)
     if estimator == "topdown":
         return fold_only_children(tree, as_inputs(measurements)), None, 0.0
     start = time.perf_counter()
-    estimate = blue(tree, domain, measurements)
+    estimate = blue(tree, domain, measurements, exact_totals=exact_totals(invariants, domain))
     inputs = blue_inputs(measurements, estimate)
     seconds = time.perf_counter() - start
     log.info("BLUE pass: %.3f s", seconds)
     return inputs, estimate, seconds
 
 
+def exact_totals(
+    invariants: Mapping[int, Mapping[int, tuple]] | None, domain: Domain
+) -> dict[int, dict[int, float]]:
+    """level -> node -> the node total an invariant publishes exactly: a bound equality over
+    every cell (``SumEqualRealTotal(TrueExpression())`` and those it implies above). Other
+    invariants (part of the cells, or bounds) do not enter the BLUE, whose structure takes
+    marginals only; the passes still hold them."""
+    out: dict[int, dict[int, float]] = {}
+    for level, per_node in (invariants or {}).items():
+        for node, bound in per_node.items():
+            for c in bound:
+                if (
+                    isinstance(c, AggregateConstraint)
+                    and c.sense == "=="
+                    and bool(np.all(c.expr.mask(domain)))
+                ):
+                    out.setdefault(level, {})[node] = float(c.value)
+    return out
+
+
 def _combine(
     y1: np.ndarray, v1: np.ndarray, y2: np.ndarray, v2: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
     """Inverse-variance mean of two unbiased estimates (per node), and its variance."""
-    p1 = np.where(np.isinf(v1), 0.0, 1.0 / np.maximum(v1, 1e-200))
-    p2 = np.where(np.isinf(v2), 0.0, 1.0 / np.maximum(v2, 1e-200))
+    p1, p2 = precision(v1), precision(v2)
     p = p1 + p2
     with np.errstate(divide="ignore", invalid="ignore"):
         y = np.where(p[:, None] > 0, (p1[:, None] * y1 + p2[:, None] * y2) / p[:, None], 0.0)
@@ -126,8 +161,7 @@ def family_weights(
     for m in queries:
         variance = np.asarray(m.variance, dtype=float)
         nodes = np.asarray(m.noisy).shape[0]
-        v = np.broadcast_to(variance, (nodes,))[children]
-        precisions.append(np.where(np.isinf(v), 0.0, 1.0 / np.maximum(v, 1e-200)))
+        precisions.append(precision(np.broadcast_to(variance, (nodes,))[children]))
     top = max((float(p.max(initial=0.0)) for p in precisions), default=0.0)
     if top <= 0.0:
         return [np.zeros_like(p) for p in precisions]
