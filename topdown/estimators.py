@@ -8,9 +8,10 @@ Two estimators share the non-negative L2 pass and the controlled rounding (``top
   measurements are folded into its parent's by inverse variance before the parent's family is
   solved (a chain of only children folds up to its first ancestor with siblings), instead of
   being discarded when the child is copied from its parent.
-- ``"blue"``: a first pass computes the whole-tree BLUE (``topdown.blue``); its estimates of
-  every node's cells, totals and measured marginals, with their per-node variances, replace the
-  raw measurements as the passes' inputs.
+- ``"blue"``: a first pass computes the whole-tree BLUE (``topdown.blue``), with the node
+  totals that invariants publish exactly as exact measurements; its estimates of every node's
+  cells, totals and measured marginals replace the raw measurements as the passes' inputs,
+  weighted by the variances of each node's subtree estimate (why: ``topdown.blue.blue_inputs``).
 
 Both read only the noisy measurements and their public variances: post-processing.
 """

@@ -27,7 +27,8 @@ import numpy as np
 
 __all__ = ["TransportInfeasible", "round_groups", "transport_round"]
 
-_EPS = 1e-12
+_EPS = 0.5  # costs are integers after _quantise: any real improvement is at least 1
+_GRID = 2.0**30  # cost resolution 2^-30 (about 1e-9)
 
 
 class TransportInfeasible(Exception):
@@ -56,6 +57,7 @@ def transport_round(C: np.ndarray, b: np.ndarray, L: np.ndarray, U: np.ndarray) 
     if bad.size:
         j = int(bad[0])
         raise TransportInfeasible(f"cell {j} needs {b[j]:g} unit(s), outside [0, {size[j]}]")
+    C = _quantise(C, finite)
     z = round_groups(C.T, b).T.astype(bool)
     r = z.sum(axis=1).astype(float)
     M = 1.0 + 4.0 * k * float(np.max(np.abs(C[finite]), initial=1.0))
@@ -82,6 +84,20 @@ def transport_round(C: np.ndarray, b: np.ndarray, L: np.ndarray, U: np.ndarray) 
         c = int(bad[0])
         raise TransportInfeasible(f"child {c} sums to {r[c]:g} at best, outside [{L[c]}, {U[c]}]")
     return z
+
+
+def _quantise(C: np.ndarray, finite: np.ndarray) -> np.ndarray:
+    """Costs as integers on a 2^-30 grid (held in floats, exactly). Successive shortest paths
+    keep "no negative cycle" only if every path found is truly shortest; with float costs,
+    near-ties (L2 answers a hair from an integer, e.g. 0.99999999998) let a tolerance accept a
+    path that is not, the errors add up into a negative cycle and the search fails. Integer
+    sums are exact (below 2^53), so the comparisons are too; the optimum moves by at most one
+    grid step per unit moved."""
+    scale = _GRID
+    top = float(np.max(np.abs(C[finite]), initial=1.0))
+    while scale > 1.0 and top * scale * 4 * (C.shape[0] + 1) >= 2.0**52:
+        scale /= 2.0  # keep path sums exact for large costs
+    return np.where(finite, np.round(np.where(finite, C, 0.0) * scale), np.inf)
 
 
 def round_groups(c: np.ndarray, b: np.ndarray) -> np.ndarray:
