@@ -315,7 +315,7 @@ def test_an_exact_total_is_kept_and_has_no_error() -> None:
     reference, _ = dense_gls(tree, EstimatorInputs(tuple(heavy)))
     for level in range(tree.n_levels):
         np.testing.assert_allclose(est.cells[level], reference[level], atol=1e-5)
-    total = blue_inputs(inputs, est).get(2, "total")
+    total = blue_inputs(inputs, est, {0: {0: 100.0}, 2: {1: 40.0}}).get(2, "total")
     assert total is not None
     assert np.isinf(total.variance[1]) and np.isfinite(total.variance[0])
     with pytest.raises(ValueError, match="names node 9"):

@@ -92,7 +92,8 @@ def test_release_content(released: Path) -> None:
     assert ledger["invariants"][0]["name"] == "SumEqualRealTotal(TRUE)"
     states = pd.read_csv(released / "tables" / "level_1_STATE.csv", dtype={"node": str})
     assert set(states["node"]) == {"06", "17"}
-    assert list(states.columns) == ["node", "SEX", "AGE", "count"]
+    # the default estimator ("blue") publishes each cell's standard error
+    assert list(states.columns) == ["node", "SEX", "AGE", "count", "stderr"]
     root = pd.read_csv(released / "tables" / "level_0_root.csv")
     micro = pd.read_csv(released / "microdata.csv")
     assert root["count"].sum() == len(micro) == ledger_total_records(released)

@@ -416,7 +416,11 @@ def _tree_gls(
     return u, f, sub_var
 
 
-def blue_inputs(measurements: Measurements | EstimatorInputs, estimate: Blue) -> EstimatorInputs:
+def blue_inputs(
+    measurements: Measurements | EstimatorInputs,
+    estimate: Blue,
+    exact_totals: Mapping[int, Mapping[int, float]] | None = None,
+) -> EstimatorInputs:
     """The passes' inputs under ``estimator="blue"``: per level the BLUE of the detailed
     cells, of the node totals and of every other query the level measured.
 
@@ -443,8 +447,10 @@ def blue_inputs(measurements: Measurements | EstimatorInputs, estimate: Blue) ->
     1.00, 1.02, 1.09 and 1.36 times TopDown's: the weight 1 (the total as one more
     measurement, weighted by its own variance) is the compromise kept.
 
-    An answer the BLUE knows exactly (variance 0: an invariant) weighs 0 in the passes, which
-    hold the invariant itself as a constraint (a huge weight would drown the others).
+    The totals of ``exact_totals`` (invariants) weigh 0 in the passes, which hold each
+    invariant as a constraint (their BLUE variance, 0, would drown every other input). Other
+    answers of variance 0 (a measurement whose variance underflowed: a huge budget) keep it and
+    weigh 1 against about 0 for the rest, as raw measurements do.
     """
     out = []
     for level, lv in enumerate(as_inputs(measurements).levels):
@@ -456,8 +462,8 @@ def blue_inputs(measurements: Measurements | EstimatorInputs, estimate: Blue) ->
             query = Query.parse(name)
             values = np.asarray(query.answer(estimate.cells[level], estimate.domain), dtype=float)
             variance = estimate.variance(level, query, subtree=True)
-            fed.append(
-                QueryEstimate(level, query, values, np.where(variance == 0, np.inf, variance))
-            )
+            held = list((exact_totals or {}).get(level, {})) if name == "total" else []
+            variance[held] = np.inf
+            fed.append(QueryEstimate(level, query, values, variance))
         out.append(tuple(fed))
     return EstimatorInputs(tuple(out))
