@@ -19,13 +19,25 @@ is an optimum of the rounding LP, so it equals HiGHS's objective (tests/test_sol
 
 Per step the work is ``O(k^3)`` for the shortest path plus the pairs whose cheapest cell moved;
 the number of steps is the number of units the child rows move, typically a few per child.
+
+:func:`transport_repair` runs the same steps on many independent families at once (one
+augmenting path per family per round, arrays (families, k, cells) padded with ``inf``), for the
+level-batched rounding of ``topdown.batched``; it starts from any per-cell optimum (no cycle of
+moves lowers such a start's cost, which is all the successive shortest paths need), so the
+caller may share ties round the children and leave fewer units to move.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["TransportInfeasible", "round_groups", "transport_round"]
+__all__ = [
+    "TransportInfeasible",
+    "pair_costs",
+    "round_groups",
+    "transport_repair",
+    "transport_round",
+]
 
 _EPS = 1e-12
 
@@ -58,16 +70,17 @@ def transport_round(C: np.ndarray, b: np.ndarray, L: np.ndarray, U: np.ndarray) 
         raise TransportInfeasible(f"cell {j} needs {b[j]:g} unit(s), outside [0, {size[j]}]")
     z = round_groups(C.T, b).T.astype(bool)
     r = z.sum(axis=1).astype(float)
-    M = 1.0 + 4.0 * k * float(np.max(np.abs(C[finite]), initial=1.0))
+    M = _big(C[None], finite[None])
     give = np.where(z, -C, np.inf)
     take = np.where(~z & finite, C, np.inf)
-    W, J = _pair_costs(give, take)
+    W, J = (a[0] for a in pair_costs(give[None], take[None]))
     while True:
-        path = _shortest_path(W, r, L, U, M)
-        if path is None:
+        found, src, dst, length = _shortest_paths(W[None], r[None], L[None], U[None], M)
+        if not found[0]:
             break
+        hops = [(int(src[0, s]), int(dst[0, s])) for s in range(int(length[0]))]
         touched = []
-        for a, c in path:
+        for a, c in hops:
             j = int(J[a, c])
             z[a, j], z[c, j] = False, True
             r[a] -= 1.0
@@ -84,6 +97,53 @@ def transport_round(C: np.ndarray, b: np.ndarray, L: np.ndarray, U: np.ndarray) 
     return z
 
 
+def transport_repair(
+    C: np.ndarray, z: np.ndarray, L: np.ndarray, U: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Many independent transportation problems at once, from a per-cell optimum each.
+
+    Every family ``p`` is repaired as :func:`transport_round` repairs one (the same shortest
+    paths, one unit per family per round), so a family's answer does not depend on the others
+    in the batch nor on padding: pad children with all-``inf`` rows and ``L = U = 0``, pad cells
+    with all-``inf`` columns.
+
+    Args:
+        C: costs, shape (P, k, n); ``+inf`` where a child has no variable in a cell.
+        z: a start, (P, k, n) boolean: in every column, ones on entries no dearer than the
+            column's zeros (for instance the ``b`` cheapest, or the cheapest for costs shifted
+            by a per-child constant). Any such start is optimal for its own row sums, so no
+            cycle of moves can lower its cost, which the successive shortest paths need.
+        L, U: row-sum bounds (P, k).
+
+    Returns:
+        (z, ok): the repaired matrices, and per family whether its row sums meet the bounds
+        (a family that cannot is left at its cheapest reachable point, ``ok`` False).
+    """
+    P, k, n = C.shape
+    finite = np.isfinite(C)
+    z = z.astype(bool, copy=True)
+    r = z.sum(axis=2).astype(float)
+    M = _big(C, finite)
+    live = np.arange(P)
+    while live.size:
+        zl, Cl = z[live], C[live]
+        give = np.where(zl, -Cl, np.inf)
+        take = np.where(~zl & finite[live], Cl, np.inf)
+        W, J = pair_costs(give, take)
+        found, src, dst, length = _shortest_paths(W, r[live], L[live], U[live], M[live])
+        live, W, J, src, dst, length = (a[found] for a in (live, W, J, src, dst, length))
+        for step in range(int(length.max(initial=0))):
+            on = length > step
+            fam, a, c = live[on], src[on, step], dst[on, step]
+            j = J[on, a, c]
+            z[fam, a, j] = False
+            z[fam, c, j] = True
+            r[fam, a] -= 1.0
+            r[fam, c] += 1.0
+    ok = np.all((r >= L - 1e-9) & (r <= U + 1e-9), axis=1)
+    return z, ok
+
+
 def round_groups(c: np.ndarray, b: np.ndarray) -> np.ndarray:
     """In each row of ``c`` (G, s) set the ``b`` cheapest entries to 1, ties to lower index."""
     order = np.argsort(c, axis=1, kind="stable")
@@ -92,17 +152,42 @@ def round_groups(c: np.ndarray, b: np.ndarray) -> np.ndarray:
     return (rank < b[:, None]).astype(float)
 
 
-def _pair_costs(give: np.ndarray, take: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per ordered pair (a, b): the cheapest cell to move a unit from a to b, and its cost."""
-    k = give.shape[0]
-    W = np.empty((k, k))
-    J = np.empty((k, k), dtype=np.int64)
-    rows = np.arange(k)
-    for a in range(k):
-        tot = give[a][None, :] + take
-        J[a] = np.argmin(tot, axis=1)
-        W[a] = tot[rows, J[a]]
+def pair_costs(
+    give: np.ndarray, take: np.ndarray, max_values: int = 2**22
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per family and ordered pair (a, b): the cheapest cell to move a unit from a to b, and
+    its cost.
+
+    Args:
+        give: (P, k, n): ``-C`` where the child holds a unit of the cell, else ``inf``.
+        take: (P, k, n): ``C`` where it may receive one, else ``inf``.
+        max_values: at most this many sums are formed at once (bounds the working array).
+
+    Returns:
+        W (P, k, k) costs (``inf`` where no cell moves) and J (P, k, k) the cells.
+    """
+    P, k, n = give.shape
+    W = np.full((P, k, k), np.inf)
+    J = np.zeros((P, k, k), dtype=np.int64)
+    if n == 0:
+        return W, J
+    per_row = k * n
+    rows = max(1, max_values // per_row)  # (family, giver) rows summed at once
+    flat_give = give.reshape(P * k, 1, n)
+    flat_W, flat_J = W.reshape(P * k, k), J.reshape(P * k, k)
+    for first in range(0, P * k, rows):
+        last = min(P * k, first + rows)
+        tot = flat_give[first:last] + take[np.arange(first, last) // k]
+        flat_J[first:last] = np.argmin(tot, axis=2)
+        flat_W[first:last] = np.take_along_axis(tot, flat_J[first:last, :, None], axis=2)[..., 0]
     return W, J
+
+
+def _big(C: np.ndarray, finite: np.ndarray) -> np.ndarray:
+    """Per family, a cost ``M`` above any path's: mandatory moves come first."""
+    k = finite.any(axis=2).sum(axis=1)
+    top = np.max(np.abs(np.where(finite, C, 0.0)), axis=(1, 2), initial=1.0)
+    return 1.0 + 4.0 * np.maximum(k, 1) * top
 
 
 def _update_pairs(
@@ -124,46 +209,58 @@ def _update_pairs(
     J[better] = cells[best[better]]
 
 
-def _shortest_path(
-    W: np.ndarray, r: np.ndarray, L: np.ndarray, U: np.ndarray, M: float
-) -> list[tuple[int, int]] | None:
-    """The hops (a, b) of a cheapest source-sink path costing < 0, or None.
+def _shortest_paths(
+    W: np.ndarray, r: np.ndarray, L: np.ndarray, U: np.ndarray, M: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Per family, the hops of a cheapest source-sink path costing < 0.
 
     Each child is split into an out-node (it gives a unit: reached from the source or after
     receiving) and an in-node (it received a unit), so a path has at least one hop.
-    Bellman-Ford, vectorised over the children: arc costs can be negative.
+    Bellman-Ford, vectorised over the families and the children: arc costs can be negative.
+    A family's path depends on its own arrays only.
+
+    Returns:
+        found (P,), and the hops as giver ``src`` and receiver ``dst`` (P, k + 1) with the
+        path's ``length`` (P,) (hops from the sink back to the source; order is irrelevant:
+        the hops move distinct (child, cell) entries).
     """
-    k = W.shape[0]
-    source = np.where(r > U, -M, np.where(r > L, 0.0, np.inf))
-    sink = np.where(r < L, -M, np.where(r < U, 0.0, np.inf))
-    if not (np.isfinite(source).any() and np.isfinite(sink).any()):
-        return None
+    P, k, _ = W.shape
+    big = M[:, None]
+    source = np.where(r > U, -big, np.where(r > L, 0.0, np.inf))
+    sink = np.where(r < L, -big, np.where(r < U, 0.0, np.inf))
     d_out = source.copy()
-    via_in = np.zeros(k, dtype=bool)  # the out-node was reached through the in-node
-    d_in = np.full(k, np.inf)
-    pred = np.full(k, -1)
-    cols = np.arange(k)
+    via_in = np.zeros((P, k), dtype=bool)  # the out-node was reached through the in-node
+    d_in = np.full((P, k), np.inf)
+    pred = np.zeros((P, k), dtype=np.int64)
     for _ in range(2 * k + 1):
-        cand = d_out[:, None] + W
-        arg = np.argmin(cand, axis=0)
-        value = cand[arg, cols]
+        cand = d_out[:, :, None] + W
+        arg = np.argmin(cand, axis=1)
+        value = np.take_along_axis(cand, arg[:, None, :], axis=1)[:, 0, :]
         better = value < d_in - _EPS
         if not better.any():
             break
-        d_in[better] = value[better]
-        pred[better] = arg[better]
+        d_in = np.where(better, value, d_in)
+        pred = np.where(better, arg, pred)
         relay = d_in < d_out - _EPS
-        d_out[relay] = d_in[relay]
-        via_in[relay] = True
+        d_out = np.where(relay, d_in, d_out)
+        via_in |= relay
     end = d_in + sink
-    c = int(np.argmin(end))
-    if not end[c] < -_EPS:
-        return None
-    hops: list[tuple[int, int]] = []
-    for _ in range(k + 1):
-        a = int(pred[c])
-        hops.append((a, c))
-        if not via_in[a]:
-            return hops[::-1]
-        c = a
-    raise RuntimeError("transport_round: a negative cycle among the children")  # pragma: no cover
+    fam = np.arange(P)
+    cur = np.argmin(end, axis=1)
+    found = end[fam, cur] < -_EPS
+    src = np.zeros((P, k + 1), dtype=np.int64)
+    dst = np.zeros((P, k + 1), dtype=np.int64)
+    length = np.zeros(P, dtype=np.int64)
+    walking = found.copy()
+    for step in range(k + 1):
+        if not walking.any():
+            return found, src, dst, length
+        giver = pred[fam, cur]
+        src[walking, step] = giver[walking]
+        dst[walking, step] = cur[walking]
+        length[walking] += 1
+        walking &= via_in[fam, giver]
+        cur = np.where(walking, giver, cur)
+    if walking.any():
+        raise RuntimeError("transport: a negative cycle among the children")  # pragma: no cover
+    return found, src, dst, length
