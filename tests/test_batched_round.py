@@ -245,3 +245,29 @@ def test_same_release_on_serial_and_processes():
     b = release(df, schema, strategy, seed=2, estimator="topdown", executor="processes", workers=2)
     for x, y in zip(a.counts, b.counts, strict=True):
         np.testing.assert_array_equal(x, y)
+
+
+def test_a_level_that_only_copies_its_parent_lists_no_solver():
+    """A PL94-shaped state is the nation's only child: nothing is solved at level 1, and the
+    statistics say so (no zero-count entries) while the block level names the closed form."""
+    from benchmarks.pl94 import detailed_strategy, make_state, pl94_schema
+    from topdown import release
+
+    state = make_state(20_000, seed=1)
+    rel = release(
+        state.records,
+        pl94_schema(False),
+        detailed_strategy(False),
+        seed=3,
+        estimator="topdown",
+        geography=state.geography,
+    )
+    assert rel.check_correctness().ok
+    row = rel.stats[1].to_dict()
+    assert (row["l2_solved_by"], row["rounding_solved_by"], row["solvers"]) == (
+        "none",
+        "none",
+        "none (copied)",
+    )
+    last = rel.stats[-1]
+    assert last.solved_in("rounding") == {"closed_form": needing(rel, rel.tree.n_levels - 1)}

@@ -215,7 +215,7 @@ def _batched(
     l2 = SolveStats(
         problems=solved,
         l2_time=time.perf_counter() - start,
-        solved=(("l2", "closed_form", solved),),
+        solved=_by_closed_form("l2", solved),
     )
     if options.solver.rounding not in ("auto", "closed_form"):
         return _Batch(l2=x, stats=l2)
@@ -228,7 +228,7 @@ def _batched(
         families=len(families) - left.size,
         problems=rounded,
         round_time=time.perf_counter() - start,
-        solved=(("rounding", "closed_form", rounded),),
+        solved=_by_closed_form("rounding", rounded),
     )
     if left.size:
         log.warning(
@@ -238,6 +238,12 @@ def _batched(
             "y" if left.size == 1 else "ies",
         )
     return _Batch(l2=x, counts=counts, left=left, stats=l2 + rounding)
+
+
+def _by_closed_form(pass_name: str, problems: int) -> tuple[tuple[str, str, int], ...]:
+    """The ``solved`` entry of a batched pass: the closed form solved ``problems`` families'
+    problems (no entry when there were none, as when a level only copies its parents)."""
+    return ((pass_name, "closed_form", problems),) if problems else ()
 
 
 def _parent(tree: Tree, counts: list[np.ndarray], level: int, p: int) -> _Parent | None:
