@@ -171,6 +171,14 @@ def pair_costs(
     J = np.zeros((P, k, k), dtype=np.int64)
     if n == 0:
         return W, J
+    step = max(1, max_values // (k * n))  # families summed at once
+    for first in range(0, P, step):
+        fams = slice(first, first + step)
+        for a in range(k):
+            tot = give[fams, a, None, :] + take[fams]
+            J[fams, a] = tot.argmin(axis=2)
+            W[fams, a] = tot.min(axis=2)
+    return W, J
     per_row = k * n
     rows = max(1, max_values // per_row)  # (family, giver) rows summed at once
     flat_give = give.reshape(P * k, 1, n)
@@ -178,8 +186,8 @@ def pair_costs(
     for first in range(0, P * k, rows):
         last = min(P * k, first + rows)
         tot = flat_give[first:last] + take[np.arange(first, last) // k]
-        flat_J[first:last] = np.argmin(tot, axis=2)
-        flat_W[first:last] = np.take_along_axis(tot, flat_J[first:last, :, None], axis=2)[..., 0]
+        flat_J[first:last] = tot.argmin(axis=2)
+        flat_W[first:last] = tot.min(axis=2)
     return W, J
 
 
@@ -232,17 +240,18 @@ def _shortest_paths(
     via_in = np.zeros((P, k), dtype=bool)  # the out-node was reached through the in-node
     d_in = np.full((P, k), np.inf)
     pred = np.zeros((P, k), dtype=np.int64)
+    rows, cols = np.arange(P)[:, None], np.arange(k)[None, :]
     for _ in range(2 * k + 1):
         cand = d_out[:, :, None] + W
-        arg = np.argmin(cand, axis=1)
-        value = np.take_along_axis(cand, arg[:, None, :], axis=1)[:, 0, :]
+        arg = cand.argmin(axis=1)
+        value = cand[rows, arg, cols]
         better = value < d_in - _EPS
         if not better.any():
             break
-        d_in = np.where(better, value, d_in)
-        pred = np.where(better, arg, pred)
+        np.copyto(d_in, value, where=better)
+        np.copyto(pred, arg, where=better)
         relay = d_in < d_out - _EPS
-        d_out = np.where(relay, d_in, d_out)
+        np.copyto(d_out, d_in, where=relay)
         via_in |= relay
     end = d_in + sink
     fam = np.arange(P)
