@@ -210,7 +210,7 @@ def _batched(
     start = time.perf_counter()
     x = batched_l2(m.noisy, parent_counts, parent_of, weights=1.0 / variance)
     # what the per-family path solves: a parent with several children and some count
-    solving = np.array([len(c) > 1 for c in families]) & parent_counts.any(axis=1)
+    solving = (np.bincount(parent_of, minlength=len(families)) > 1) & parent_counts.any(axis=1)
     solved = int(solving.sum())
     l2 = SolveStats(
         problems=solved,
