@@ -20,11 +20,12 @@ is an optimum of the rounding LP, so it equals HiGHS's objective (tests/test_sol
 Per step the work is ``O(k^3)`` for the shortest path plus the pairs whose cheapest cell moved;
 the number of steps is the number of units the child rows move, typically a few per child.
 
-:func:`transport_repair` runs the same steps on many independent families at once (one
-augmenting path per family per round, arrays (families, k, cells) padded with ``inf``), for the
-level-batched rounding of ``topdown.batched``; it starts from any per-cell optimum (no cycle of
-moves lowers such a start's cost, which is all the successive shortest paths need), so the
-caller may share ties round the children and leave fewer units to move.
+:func:`transport_repair` runs these steps on many independent families at once (one augmenting
+path per family per round, arrays (families, k, cells) padded with ``inf``): the level-batched
+rounding of ``topdown.batched`` calls it for a whole level, :func:`transport_round` for one
+family. It starts from any per-cell optimum (no cycle of moves lowers such a start's cost,
+which is all the successive shortest paths need), so a caller may share ties round the
+children and leave fewer units to move.
 """
 
 from __future__ import annotations
@@ -68,28 +69,9 @@ def transport_round(C: np.ndarray, b: np.ndarray, L: np.ndarray, U: np.ndarray) 
     if bad.size:
         j = int(bad[0])
         raise TransportInfeasible(f"cell {j} needs {b[j]:g} unit(s), outside [0, {size[j]}]")
-    z = round_groups(C.T, b).T.astype(bool)
-    r = z.sum(axis=1).astype(float)
-    M = _big(C[None], finite[None])
-    give = np.where(z, -C, np.inf)
-    take = np.where(~z & finite, C, np.inf)
-    W, J = (a[0] for a in pair_costs(give[None], take[None]))
-    while True:
-        found, src, dst, length = _shortest_paths(W[None], r[None], L[None], U[None], M)
-        if not found[0]:
-            break
-        hops = [(int(src[0, s]), int(dst[0, s])) for s in range(int(length[0]))]
-        touched = []
-        for a, c in hops:
-            j = int(J[a, c])
-            z[a, j], z[c, j] = False, True
-            r[a] -= 1.0
-            r[c] += 1.0
-            touched.append(j)
-        cells = np.unique(touched)
-        give[:, cells] = np.where(z[:, cells], -C[:, cells], np.inf)
-        take[:, cells] = np.where(~z[:, cells] & finite[:, cells], C[:, cells], np.inf)
-        _update_pairs(W, J, give, take, cells)
+    z, _ = transport_repair(C[None], round_groups(C.T, b).T[None], L[None], U[None])
+    z = z[0]
+    r = z.sum(axis=1)
     bad = np.flatnonzero((r < L - 1e-9) | (r > U + 1e-9))
     if bad.size:
         c = int(bad[0])
@@ -124,22 +106,24 @@ def transport_repair(
     z = z.astype(bool, copy=True)
     r = z.sum(axis=2).astype(float)
     M = _big(C, finite)
+    give = np.where(z, -C, np.inf)
+    take = np.where(~z & finite, C, np.inf)
+    W, J = pair_costs(give, take)
     live = np.arange(P)
     while live.size:
-        zl, Cl = z[live], C[live]
-        give = np.where(zl, -Cl, np.inf)
-        take = np.where(~zl & finite[live], Cl, np.inf)
-        W, J = pair_costs(give, take)
-        found, src, dst, length = _shortest_paths(W, r[live], L[live], U[live], M[live])
-        live, W, J, src, dst, length = (a[found] for a in (live, W, J, src, dst, length))
+        found, src, dst, length = _shortest_paths(W[live], r[live], L[live], U[live], M[live])
+        live, src, dst, length = live[found], src[found], dst[found], length[found]
+        touched = np.full((live.size, k + 1), -1)  # the cells each path moved, in path order
         for step in range(int(length.max(initial=0))):
             on = length > step
             fam, a, c = live[on], src[on, step], dst[on, step]
-            j = J[on, a, c]
+            j = J[fam, a, c]
             z[fam, a, j] = False
             z[fam, c, j] = True
             r[fam, a] -= 1.0
             r[fam, c] += 1.0
+            touched[on, step] = j
+        _refresh(C, finite, z, give, take, W, J, live, touched)
     ok = np.all((r >= L - 1e-9) & (r <= U + 1e-9), axis=1)
     return z, ok
 
@@ -198,23 +182,45 @@ def _big(C: np.ndarray, finite: np.ndarray) -> np.ndarray:
     return 1.0 + 4.0 * np.maximum(k, 1) * top
 
 
-def _update_pairs(
-    W: np.ndarray, J: np.ndarray, give: np.ndarray, take: np.ndarray, cells: np.ndarray
+def _refresh(
+    C: np.ndarray,
+    finite: np.ndarray,
+    z: np.ndarray,
+    give: np.ndarray,
+    take: np.ndarray,
+    W: np.ndarray,
+    J: np.ndarray,
+    live: np.ndarray,
+    touched: np.ndarray,
 ) -> None:
-    """Refresh the pair costs after the cells ``cells`` changed (in place)."""
-    stale = np.isin(J, cells)
-    a_idx, b_idx = np.nonzero(stale)
-    if a_idx.size:
-        tot = give[a_idx] + take[b_idx]
-        j = np.argmin(tot, axis=1)
-        W[a_idx, b_idx] = tot[np.arange(a_idx.size), j]
-        J[a_idx, b_idx] = j
-    new = give[:, None, cells] + take[None, :, cells]
-    best = np.argmin(new, axis=2)
-    value = np.take_along_axis(new, best[:, :, None], axis=2)[:, :, 0]
-    better = value < W
-    W[better] = value[better]
-    J[better] = cells[best[better]]
+    """Bring the pair costs up to date after the families ``live`` moved units in the cells
+    ``touched`` (live x steps, -1 padded), in place: a pair whose cheapest cell was touched is
+    recomputed over every cell; any other pair can only get cheaper through a touched cell."""
+    row, step = np.nonzero(touched >= 0)
+    fam, cells = live[row], touched[row, step]
+    held = z[fam, :, cells]
+    give[fam, :, cells] = np.where(held, -C[fam, :, cells], np.inf)
+    take[fam, :, cells] = np.where(~held & finite[fam, :, cells], C[fam, :, cells], np.inf)
+    moved = np.zeros((live.size, give.shape[2]), dtype=bool)
+    moved[row, cells] = True
+    stale = moved[np.arange(live.size)[:, None, None], J[live]]
+    s_row, s_a, s_b = np.nonzero(stale)
+    s_fam = live[s_row]
+    chunk = max(1, 2**22 // max(1, give.shape[2]))
+    for first in range(0, s_fam.size, chunk):
+        f, a, b = (v[first : first + chunk] for v in (s_fam, s_a, s_b))
+        tot = give[f, a] + take[f, b]
+        J[f, a, b] = tot.argmin(axis=1)
+        W[f, a, b] = tot.min(axis=1)
+    for layer in range(touched.shape[1]):  # one touched cell per family at a time
+        on = touched[:, layer] >= 0
+        if not on.any():
+            break
+        f, j = live[on], touched[on, layer]
+        value = give[f, :, j][:, :, None] + take[f, :, j][:, None, :]
+        better = value < W[f]
+        W[f] = np.where(better, value, W[f])
+        J[f] = np.where(better, j[:, None, None], J[f])
 
 
 def _shortest_paths(
