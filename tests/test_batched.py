@@ -7,6 +7,7 @@ import pytest
 import scipy.sparse as sp
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_batched_round import needing
 
 import solvers
 from solvers.builders import children_l2_problem
@@ -172,11 +173,7 @@ def test_release_uses_the_batched_pass_and_matches_the_per_family_path(tmp_path)
     )
     assert batched.check_correctness().ok
     for level in range(1, batched.tree.n_levels):
-        up = batched.tree.levels[level - 1]
-        families = sum(
-            len(c) > 1 and batched.counts[level - 1][p].any()
-            for p, c in enumerate(batched.tree.levels[level].children_of(up.size))
-        )
+        families = needing(batched, level)
         assert families > 0
         assert batched.stats[level].solved_in("l2") == {"closed_form": families}
     assert len(list((tmp_path / "problems").glob("*L2*.mps"))) > 0

@@ -1,4 +1,4 @@
-"""Level-batched L2 pass: one vectorised closed form for all the families of a level.
+"""Level-batched passes: the L2 pass and the rounding pass of all the families of a level.
 
 When a level measures the detailed histogram only and no child has constraints of its own
 (no structural zeros, no invariants, no node rows), every family's L2 pass is separable by
@@ -12,6 +12,12 @@ cells that are zero give zero children, as the per-family path's support does. T
 the per-family L2 answer, to floating-point rounding (shown by the property tests).
 
 The root (no parent) of a detailed-only level is the non-negative clip of its noisy answers.
+
+The rounding pass of such a level (``batched_round``) is the per-family controlled rounding
+(Cox 1987) solved for every family at once: the cell-by-cell optimum over all (parent, cell)
+groups, then an exact network-flow repair of the families whose child totals left their
+bounds (``solvers.backends.transport.transport_repair``). Each family's answer depends on that
+family alone, so neither the chunking nor the executor changes the release.
 """
 
 from __future__ import annotations
@@ -20,10 +26,11 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from solvers.backends.closed_form import project_groups
+from solvers.backends.closed_form import buckets, project_groups
+from solvers.backends.transport import transport_repair
 from topdown.strategy import Query
 
-__all__ = ["detailed_only", "batched_l2", "MAX_GROUP_VALUES"]
+__all__ = ["detailed_only", "batched_l2", "batched_round", "MAX_GROUP_VALUES"]
 
 MAX_GROUP_VALUES = 2**22  # values projected per vectorised call (bounds the working arrays)
 
@@ -79,12 +86,10 @@ def batched_l2(
     if w.shape != (n_children,) or not np.all(np.isfinite(w) & (w > 0)):
         raise ValueError(f"weights (shape {w.shape}) must be finite and > 0, one per child")
     out = np.zeros((n_children, cells), dtype=float)
-    order = np.argsort(parent, kind="stable")
-    sizes = np.bincount(parent, minlength=parent_counts.shape[0])
-    starts = np.concatenate(([0], np.cumsum(sizes)[:-1]))
-    for k in np.unique(sizes[sizes > 0]):
-        parents_k = np.flatnonzero(sizes == k)
-        children_k = order[starts[parents_k][:, None] + np.arange(k)[None, :]]  # (P, k)
+    for parents_k, children_k in buckets(parent, parent_counts.shape[0]):
+        k = children_k.shape[1]
+        if k == 0:
+            continue
         if k == 1:
             # an only child is its parent (no arithmetic, so no rounding)
             out[children_k[:, 0]] = parent_counts[parents_k]
@@ -121,3 +126,156 @@ def _project_bucket(
         w = np.broadcast_to(weights[children][:, None, :], (p, cells, k)).reshape(p * cells, k)
         x[live] = project_groups(y[live], w[live], b[live])
     out[children] = x.reshape(p, cells, k).transpose(0, 2, 1)
+
+
+def batched_round(
+    x: np.ndarray,
+    parent_counts: np.ndarray,
+    parent: np.ndarray,
+    *,
+    controlled: bool = True,
+    max_values: int = MAX_GROUP_VALUES,
+) -> tuple[np.ndarray, np.ndarray]:
+    """The rounding pass of every family of a level without per-node constraints, at once.
+
+    Per family it solves the problem ``topdown.family`` builds for the rounding pass: counts
+    ``floor(x) + z``, ``z`` in {0, 1}, the children summing to the parent cell by cell, and
+    (``controlled``) each child's total between the floor and the ceiling of its L2 total; the
+    objective the L1 distance to ``x``, i.e. ``sum (1 - 2 frac) z``. Steps:
+
+    1. Every (parent, cell) group of the level at once: in each parent cell the ``b`` children
+       of largest fraction get a unit (``b`` = parent count minus the children's floors), ties
+       shared round the children (child ``c`` first in cell ``j`` when ``(c + j) mod k`` is
+       least), which keeps the child totals near their targets. Without the total rows this is
+       the optimum.
+    2. Families whose child totals leave their bounds are repaired exactly, all at once, by the
+       successive shortest paths of ``solvers.backends.transport.transport_repair`` over their
+       cells with a choice (0 < b < k). Step 1 is optimal for its own child totals, so the
+       repair ends at an optimum of the family's rounding LP (totally unimodular, so of the
+       integer problem too): the per-family solvers' objective; ties may differ.
+
+    With ``x`` summing to the parent cell by cell (the L2 answer does), the fractional point
+    ``z = frac`` meets every row, so a one-unit rounding always exists: no widening. A family
+    that still fails (``x`` not consistent) is returned for the per-family path.
+
+    Args:
+        x: the level's L2 answers (children, cells), >= 0, zero where the parent is zero.
+        parent_counts: the parent level's integer counts (parents, cells).
+        parent: each child's parent index.
+        controlled: keep each child's total within a unit of its L2 total.
+        max_values: at most about this many (child, cell) values per vectorised step.
+
+    Returns:
+        (counts, left): int64 counts (children, cells), and the parents whose families were
+        not solved (their children's rows are zero), for the per-family path.
+    """
+    x = np.asarray(x, dtype=float)
+    parent = np.asarray(parent, dtype=np.int64)
+    if x.ndim != 2 or parent.shape != (x.shape[0],):
+        raise ValueError(f"x (shape {x.shape}) must be (children, cells), one row per parent entry")
+    if parent_counts.ndim != 2 or parent_counts.shape[1] != x.shape[1]:
+        raise ValueError(
+            f"parent_counts (shape {parent_counts.shape}) must be (parents, {x.shape[1]} cells)"
+        )
+    counts = np.zeros(x.shape, dtype=np.int64)
+    left: list[np.ndarray] = []
+    for parents_k, children_k in buckets(parent, parent_counts.shape[0]):
+        k = children_k.shape[1]
+        if k == 0:
+            continue
+        if k == 1:
+            counts[children_k[:, 0]] = parent_counts[parents_k]  # an only child is its parent
+            continue
+        step = max(1, max_values // (k * x.shape[1]))
+        for first in range(0, parents_k.size, step):
+            chunk = slice(first, first + step)
+            left.append(
+                _round_families(
+                    x, parent_counts, parents_k[chunk], children_k[chunk], counts, controlled
+                )
+            )
+    unsolved = np.concatenate(left) if left else np.zeros(0, dtype=np.int64)
+    return counts, np.sort(unsolved)
+
+
+def _round_families(
+    x: np.ndarray,
+    parent_counts: np.ndarray,
+    parents: np.ndarray,
+    children: np.ndarray,
+    counts: np.ndarray,
+    controlled: bool,
+) -> np.ndarray:
+    """Round the families of parents with k children each (rows of ``counts``, in place);
+    return the parents left unsolved."""
+    P, k = children.shape
+    pc = parent_counts[parents]
+    fam, cell = np.nonzero(pc > 0)  # the (parent, cell) groups, by family then cell
+    if fam.size == 0:
+        return np.zeros(0, dtype=np.int64)
+    kids = children[fam]  # (G, k)
+    xs = np.maximum(x[kids, cell[:, None]], 0.0)
+    floor = np.floor(xs)
+    need = pc[fam, cell] - floor.sum(axis=1)
+    cost = 1.0 - 2.0 * (xs - floor)
+    spread = (np.arange(k)[None, :] + cell[:, None]) % k
+    order = np.lexsort((spread, cost), axis=1)
+    rank = np.empty_like(order)
+    np.put_along_axis(rank, order, np.broadcast_to(np.arange(k), order.shape), axis=1)
+    z = rank < need[:, None]
+    bad = np.zeros(P, dtype=bool)
+    bad[fam[(need < 0) | (need > k)]] = True
+    if controlled:
+        starts = np.flatnonzero(np.r_[True, fam[1:] != fam[:-1]])
+        present = fam[starts]
+        total = np.zeros((P, k))
+        total[present] = np.add.reduceat(xs, starts, axis=0)
+        base = np.zeros((P, k))
+        base[present] = np.add.reduceat(floor, starts, axis=0)
+        lo = np.floor(total + 1e-9) - base
+        hi = np.ceil(total - 1e-9) - base
+        got = np.zeros((P, k))
+        got[present] = np.add.reduceat(z, starts, axis=0)
+        off = np.any((got < lo) | (got > hi), axis=1) & ~bad
+        if off.any():
+            z, ok = _repair(z, cost, need, fam, off, got, lo, hi)
+            bad |= off & ~ok
+    rounded = floor.astype(np.int64) + z
+    keep = ~bad[fam]
+    counts[kids[keep], cell[keep, None]] = rounded[keep]
+    return parents[bad]
+
+
+def _repair(
+    z: np.ndarray,
+    cost: np.ndarray,
+    need: np.ndarray,
+    fam: np.ndarray,
+    off: np.ndarray,
+    got: np.ndarray,
+    lo: np.ndarray,
+    hi: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Repair the families ``off`` (child totals out of bounds) over their cells with a
+    choice, padded to one (families, k, cells) array; return the new z and per family (all
+    P) whether it now holds."""
+    k = z.shape[1]
+    which = np.flatnonzero(off)
+    slot = np.full(off.size, -1)
+    slot[which] = np.arange(which.size)
+    g = np.flatnonzero(off[fam] & (need > 0) & (need < k))  # groups that can move
+    f = slot[fam[g]]
+    first = np.searchsorted(f, np.arange(which.size))
+    pos = np.arange(g.size) - first[f]
+    width = int(pos.max(initial=-1)) + 1
+    C = np.full((which.size, k, width), np.inf)
+    start = np.zeros((which.size, k, width), dtype=bool)
+    C[f, :, pos] = cost[g]
+    start[f, :, pos] = z[g]
+    fixed = got[which] - start.sum(axis=2)
+    done, ok_some = transport_repair(C, start, lo[which] - fixed, hi[which] - fixed)
+    z = z.copy()
+    z[g] = done[f, :, pos]
+    ok = np.ones(off.size, dtype=bool)
+    ok[which] = ok_some
+    return z, ok

@@ -2,8 +2,11 @@
 
 For each level this module turns the noisy measurements, the parent level's published counts
 and the attached constraints into ``FamilyTask``s (one per parent), runs them on an executor,
-and assembles the level's integer counts. It never sees confidential data: invariants arrive
-already bound to their published values by ``topdown.measure``.
+and assembles the level's integer counts. A level whose families share one separable structure
+(detailed query only, nothing attached to any node) is solved in the parent process by the
+level-batched passes of ``topdown.batched`` instead, with no task per family. It never sees
+confidential data: invariants arrive already bound to their published values by
+``topdown.measure``.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from constraints.constraint import LinearRows
 from constraints.diagnostics import check_children, check_node
 from constraints.domain import Domain
 from topdown import capture
-from topdown.batched import batched_l2, detailed_only
+from topdown.batched import batched_l2, batched_round, detailed_only
 from topdown.blue import EstimatorInputs, QueryEstimate, as_inputs
 from topdown.estimators import family_weights
 from topdown.executors import Executor
@@ -73,21 +76,28 @@ def estimate(
         inputs = _LevelInputs.of(level, tree, fitted, first_pass, book, options)
         if level == 0:
             families: Sequence[np.ndarray] = [np.array([0])]
-            parents: list[_Parent | None] = [None]
         else:
-            up = tree.levels[level - 1]
-            families = lv.children_of(up.size)
-            parents = [_Parent(str(up.labels[p]), counts[-1][p]) for p in range(up.size)]
-        batch, total = _batched(inputs, lv.parent, counts[-1] if level else None, families)
+            families = lv.children_of(tree.levels[level - 1].size)
+        batch = _batched(inputs, lv.parent, counts[-1] if level else None, families)
+        total = batch.stats
+        level_counts = (
+            batch.counts
+            if batch.counts is not None
+            else np.zeros((lv.size, domain.size), dtype=np.int64)
+        )
+        # a family the batched rounding solved gets no task; the rest go to the executor
+        todo = range(len(families)) if batch.left is None else batch.left.tolist()
         tasks = [
-            _family_task(inputs, children, parent, batch)
-            for parent, children in zip(parents, families, strict=True)
+            _family_task(inputs, families[p], _parent(tree, counts, level, p), batch.l2)
+            for p in todo
         ]
-        results = executor.map(solve_family, tasks, progress, f"estimate level {level}")
-        level_counts = np.zeros((lv.size, domain.size), dtype=np.int64)
-        for task, children, res in zip(tasks, families, results, strict=True):
-            level_counts[np.ix_(children, task.support)] = res.counts
+        results = (
+            executor.map(solve_family, tasks, progress, f"estimate level {level}") if tasks else []
+        )
+        for task, p, res in zip(tasks, todo, results, strict=True):
+            level_counts[np.ix_(families[p], task.support)] = res.counts
             total += res.stats
+        del batch, tasks, results  # the level's dense L2 answer is not needed any more
         counts.append(level_counts)
         stats.append(LevelStats.of(level, total))
         log.info(
@@ -152,16 +162,37 @@ class _LevelInputs:
         )
 
 
+@dataclass(frozen=True)
+class _Batch:
+    """What the level-batched passes solved (``topdown.batched``).
+
+    Attributes:
+        l2: the level's L2 answer (children x cells), or None (the per-family path solves it).
+        counts: the level's integer counts, or None (the rounding is per family); the rows of
+            the families in ``left`` are zero until their tasks fill them.
+        left: the parents whose families still need a task (None: every parent).
+        stats: what the batched passes solved, and how long they took.
+    """
+
+    l2: np.ndarray | None = None
+    counts: np.ndarray | None = None
+    left: np.ndarray | None = None
+    stats: SolveStats = SolveStats()
+
+
 def _batched(
     inputs: _LevelInputs,
     parent_of: np.ndarray,
     parent_counts: np.ndarray | None,
     families: Sequence[np.ndarray],
-) -> tuple[np.ndarray | None, SolveStats]:
+) -> _Batch:
     """The whole level's L2 answer in one vectorised closed form (``topdown.batched``), when it
     is that of every family: the level measures the detailed histogram only, nothing is
     attached to any node, the L2 pass may use the closed form, and no capture was asked for
-    (a capture records each family's problem). Returns (None, empty stats) otherwise."""
+    (a capture records each family's problem). Then, when the rounding pass may use the
+    closed form too, the level's rounding in one batch as well; families it leaves (none
+    when the L2 answer is consistent) go to the per-family path. Returns an empty batch when
+    the level is not batched."""
     book, options = inputs.book, inputs.options
     if (
         parent_counts is None
@@ -171,19 +202,55 @@ def _batched(
         or options.capture is not None
         or not detailed_only([m.query for m in inputs.measurements], inputs.first_pass)
     ):
-        return None, SolveStats()
+        return _Batch()
     m = inputs.measurements[0]
     variance = m.variance  # float (nodes,), as QueryEstimate stores it
     if not np.all(np.isfinite(variance) & (variance > 0)):
-        return None, SolveStats()  # exact or missing answers: the per-family path weighs them
+        return _Batch()  # exact or missing answers: the per-family path weighs them
     start = time.perf_counter()
     x = batched_l2(m.noisy, parent_counts, parent_of, weights=1.0 / variance)
     # what the per-family path solves: a parent with several children and some count
-    solved = sum(
-        1 for p, children in enumerate(families) if len(children) > 1 and parent_counts[p].any()
+    solving = (np.bincount(parent_of, minlength=len(families)) > 1) & parent_counts.any(axis=1)
+    solved = int(solving.sum())
+    l2 = SolveStats(
+        problems=solved,
+        l2_time=time.perf_counter() - start,
+        solved=_by_closed_form("l2", solved),
     )
-    took = time.perf_counter() - start
-    return x, SolveStats(problems=solved, l2_time=took, solved=(("l2", "closed_form", solved),))
+    if options.solver.rounding not in ("auto", "closed_form"):
+        return _Batch(l2=x, stats=l2)
+    start = time.perf_counter()
+    counts, left = batched_round(
+        x, parent_counts, parent_of, controlled=options.controlled_rounding
+    )
+    rounded = solved - int(solving[left].sum())
+    rounding = SolveStats(
+        families=len(families) - left.size,
+        problems=rounded,
+        round_time=time.perf_counter() - start,
+        solved=_by_closed_form("rounding", rounded),
+    )
+    if left.size:
+        log.warning(
+            "level %d: the batched rounding left %d famil%s to the per-family path",
+            inputs.level,
+            left.size,
+            "y" if left.size == 1 else "ies",
+        )
+    return _Batch(l2=x, counts=counts, left=left, stats=l2 + rounding)
+
+
+def _by_closed_form(pass_name: str, problems: int) -> tuple[tuple[str, str, int], ...]:
+    """The ``solved`` entry of a batched pass: the closed form solved ``problems`` families'
+    problems (no entry when there were none, as when a level only copies its parents)."""
+    return ((pass_name, "closed_form", problems),) if problems else ()
+
+
+def _parent(tree: Tree, counts: list[np.ndarray], level: int, p: int) -> _Parent | None:
+    """Parent ``p`` of a level's families (None for the root's task)."""
+    if level == 0:
+        return None
+    return _Parent(str(tree.levels[level - 1].labels[p]), counts[-1][p])
 
 
 def _family_task(

@@ -41,7 +41,7 @@ from solvers.backends.transport import TransportInfeasible, round_groups, transp
 from solvers.problem import Problem
 from solvers.status import SolverError, SolveResult, SolveStatus, error_for_status
 
-__all__ = ["ClosedFormBackend", "project_groups", "round_groups"]
+__all__ = ["ClosedFormBackend", "buckets", "project_groups", "round_groups"]
 
 _INT_TOL = 1e-9
 
@@ -164,8 +164,13 @@ def _analyse(
     return "rounding", part
 
 
-def _buckets(group: np.ndarray, n_groups: int) -> list[tuple[np.ndarray, np.ndarray]]:
-    """Per distinct group size s: (group ids (G,), variable indices (G, s) in index order)."""
+def buckets(group: np.ndarray, n_groups: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Per distinct group size s: (group ids (G,), member indices (G, s) in index order).
+
+    ``group[i]`` is member ``i``'s group (-1 for none). The one bucketing of the package and
+    of ``topdown.batched`` (variables by row here, children by parent there): each bucket is
+    one 2-D array, so equal-size groups are solved in one vectorised call.
+    """
     members = np.flatnonzero(group >= 0)
     order = members[np.argsort(group[members], kind="stable")]
     sizes = np.bincount(group[members], minlength=n_groups)
@@ -281,7 +286,7 @@ class ClosedFormBackend(Backend):
                 raise self._infeasible(
                     problem, int(bad[0]), part.rhs[bad[0]], "is negative, variables are >= 0"
                 )
-            for gids, idx in _buckets(part.group, part.rhs.size):
+            for gids, idx in buckets(part.group, part.rhs.size):
                 if idx.shape[1] == 0:
                     nonzero = gids[part.rhs[gids] != 0]
                     if nonzero.size:
@@ -327,7 +332,7 @@ class ClosedFormBackend(Backend):
                 raise self._infeasible(
                     problem, r, b[r], f"is outside [0, {int(sizes[r])}] (group size)"
                 )
-            for gids, idx in _buckets(part.group, b.size):
+            for gids, idx in buckets(part.group, b.size):
                 if idx.shape[1]:
                     x[idx] = round_groups(problem.c[idx], b[gids])
         return x

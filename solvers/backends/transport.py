@@ -19,13 +19,26 @@ is an optimum of the rounding LP, so it equals HiGHS's objective (tests/test_sol
 
 Per step the work is ``O(k^3)`` for the shortest path plus the pairs whose cheapest cell moved;
 the number of steps is the number of units the child rows move, typically a few per child.
+
+:func:`transport_repair` runs these steps on many independent families at once (one augmenting
+path per family per round, arrays (families, k, cells) padded with ``inf``): the level-batched
+rounding of ``topdown.batched`` calls it for a whole level, :func:`transport_round` for one
+family. It starts from any per-cell optimum (no cycle of moves lowers such a start's cost,
+which is all the successive shortest paths need), so a caller may share ties round the
+children and leave fewer units to move.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["TransportInfeasible", "round_groups", "transport_round"]
+__all__ = [
+    "TransportInfeasible",
+    "pair_costs",
+    "round_groups",
+    "transport_repair",
+    "transport_round",
+]
 
 _EPS = 0.5  # costs are integers after _quantise: any real improvement is at least 1
 _GRID = 2.0**30  # cost resolution 2^-30 (about 1e-9)
@@ -57,28 +70,9 @@ def transport_round(C: np.ndarray, b: np.ndarray, L: np.ndarray, U: np.ndarray) 
     if bad.size:
         j = int(bad[0])
         raise TransportInfeasible(f"cell {j} needs {b[j]:g} unit(s), outside [0, {size[j]}]")
-    C = _quantise(C, finite)
-    z = round_groups(C.T, b).T.astype(bool)
-    r = z.sum(axis=1).astype(float)
-    M = 1.0 + 4.0 * k * float(np.max(np.abs(C[finite]), initial=1.0))
-    give = np.where(z, -C, np.inf)
-    take = np.where(~z & finite, C, np.inf)
-    W, J = _pair_costs(give, take)
-    while True:
-        path = _shortest_path(W, r, L, U, M)
-        if path is None:
-            break
-        touched = []
-        for a, c in path:
-            j = int(J[a, c])
-            z[a, j], z[c, j] = False, True
-            r[a] -= 1.0
-            r[c] += 1.0
-            touched.append(j)
-        cells = np.unique(touched)
-        give[:, cells] = np.where(z[:, cells], -C[:, cells], np.inf)
-        take[:, cells] = np.where(~z[:, cells] & finite[:, cells], C[:, cells], np.inf)
-        _update_pairs(W, J, give, take, cells)
+    z, _ = transport_repair(C[None], round_groups(C.T, b).T[None], L[None], U[None])
+    z = z[0]
+    r = z.sum(axis=1)
     bad = np.flatnonzero((r < L - 1e-9) | (r > U + 1e-9))
     if bad.size:
         c = int(bad[0])
@@ -86,18 +80,54 @@ def transport_round(C: np.ndarray, b: np.ndarray, L: np.ndarray, U: np.ndarray) 
     return z
 
 
-def _quantise(C: np.ndarray, finite: np.ndarray) -> np.ndarray:
-    """Costs as integers on a 2^-30 grid (held in floats, exactly). Successive shortest paths
-    keep "no negative cycle" only if every path found is truly shortest; with float costs,
-    near-ties (L2 answers a hair from an integer, e.g. 0.99999999998) let a tolerance accept a
-    path that is not, the errors add up into a negative cycle and the search fails. Integer
-    sums are exact (below 2^53), so the comparisons are too; the optimum moves by at most one
-    grid step per unit moved."""
-    scale = _GRID
-    top = float(np.max(np.abs(C[finite]), initial=1.0))
-    while scale > 1.0 and top * scale * 4 * (C.shape[0] + 1) >= 2.0**52:
-        scale /= 2.0  # keep path sums exact for large costs
-    return np.where(finite, np.round(np.where(finite, C, 0.0) * scale), np.inf)
+def transport_repair(
+    C: np.ndarray, z: np.ndarray, L: np.ndarray, U: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Many independent transportation problems at once, from a per-cell optimum each.
+
+    Every family ``p`` is repaired as :func:`transport_round` repairs one (the same shortest
+    paths, one unit per family per round), so a family's answer does not depend on the others
+    in the batch nor on padding: pad children with all-``inf`` rows and ``L = U = 0``, pad cells
+    with all-``inf`` columns.
+
+    Args:
+        C: costs, shape (P, k, n); ``+inf`` where a child has no variable in a cell.
+        z: a start, (P, k, n) boolean: in every column, ones on entries no dearer than the
+            column's zeros (for instance the ``b`` cheapest, or the cheapest for costs shifted
+            by a per-child constant). Any such start is optimal for its own row sums, so no
+            cycle of moves can lower its cost, which the successive shortest paths need.
+        L, U: row-sum bounds (P, k).
+
+    Returns:
+        (z, ok): the repaired matrices, and per family whether its row sums meet the bounds
+        (a family that cannot is left at its cheapest reachable point, ``ok`` False).
+    """
+    P, k, n = C.shape
+    finite = np.isfinite(C)
+    C = _quantise(C, finite)  # monotone: a per-cell optimum of C stays one of the grid costs
+    z = z.astype(bool, copy=True)
+    r = z.sum(axis=2).astype(float)
+    M = _big(C, finite)
+    give = np.where(z, -C, np.inf)
+    take = np.where(~z & finite, C, np.inf)
+    W, J = pair_costs(give, take)
+    live = np.arange(P)
+    while live.size:
+        found, src, dst, length = _shortest_paths(W[live], r[live], L[live], U[live], M[live])
+        live, src, dst, length = live[found], src[found], dst[found], length[found]
+        touched = np.full((live.size, k + 1), -1)  # the cells each path moved, in path order
+        for step in range(int(length.max(initial=0))):
+            on = length > step
+            fam, a, c = live[on], src[on, step], dst[on, step]
+            j = J[fam, a, c]
+            z[fam, a, j] = False
+            z[fam, c, j] = True
+            r[fam, a] -= 1.0
+            r[fam, c] += 1.0
+            touched[on, step] = j
+        _refresh(C, finite, z, give, take, W, J, live, touched)
+    ok = np.all((r >= L - 1e-9) & (r <= U + 1e-9), axis=1)
+    return z, ok
 
 
 def round_groups(c: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -108,78 +138,164 @@ def round_groups(c: np.ndarray, b: np.ndarray) -> np.ndarray:
     return (rank < b[:, None]).astype(float)
 
 
-def _pair_costs(give: np.ndarray, take: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per ordered pair (a, b): the cheapest cell to move a unit from a to b, and its cost."""
-    k = give.shape[0]
-    W = np.empty((k, k))
-    J = np.empty((k, k), dtype=np.int64)
-    rows = np.arange(k)
-    for a in range(k):
-        tot = give[a][None, :] + take
-        J[a] = np.argmin(tot, axis=1)
-        W[a] = tot[rows, J[a]]
+def pair_costs(
+    give: np.ndarray, take: np.ndarray, max_values: int = 2**22
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per family and ordered pair (a, b): the cheapest cell to move a unit from a to b, and
+    its cost.
+
+    Args:
+        give: (P, k, n): ``-C`` where the child holds a unit of the cell, else ``inf``.
+        take: (P, k, n): ``C`` where it may receive one, else ``inf``.
+        max_values: at most this many sums are formed at once (bounds the working array).
+
+    Returns:
+        W (P, k, k) costs (``inf`` where no cell moves) and J (P, k, k) the cells.
+    """
+    P, k, n = give.shape
+    W = np.full((P, k, k), np.inf)
+    J = np.zeros((P, k, k), dtype=np.int64)
+    if n == 0:
+        return W, J
+    step = max(1, max_values // (k * n))  # families summed at once
+    for first in range(0, P, step):
+        fams = slice(first, first + step)
+        for a in range(k):
+            tot = give[fams, a, None, :] + take[fams]
+            J[fams, a] = tot.argmin(axis=2)
+            W[fams, a] = tot.min(axis=2)
+    return W, J
+    per_row = k * n
+    rows = max(1, max_values // per_row)  # (family, giver) rows summed at once
+    flat_give = give.reshape(P * k, 1, n)
+    flat_W, flat_J = W.reshape(P * k, k), J.reshape(P * k, k)
+    for first in range(0, P * k, rows):
+        last = min(P * k, first + rows)
+        tot = flat_give[first:last] + take[np.arange(first, last) // k]
+        flat_J[first:last] = tot.argmin(axis=2)
+        flat_W[first:last] = tot.min(axis=2)
     return W, J
 
 
-def _update_pairs(
-    W: np.ndarray, J: np.ndarray, give: np.ndarray, take: np.ndarray, cells: np.ndarray
+def _quantise(C: np.ndarray, finite: np.ndarray) -> np.ndarray:
+    """Costs (P, k, n) as integers on a 2^-30 grid (held in floats, exactly).
+
+    Successive shortest paths keep "no negative cycle" only if every path found is truly
+    shortest; with float costs, near-ties (L2 answers a hair from an integer, e.g.
+    0.99999999998) let a tolerance accept a path that is not, the errors add up into a negative
+    cycle and the search fails (tests/test_transport_near_ties.py). Integer sums are exact below
+    2^53, so the comparisons are too; the optimum moves by at most one grid step per unit moved.
+    The grid is chosen per family (a power of two small enough for exact path sums), so a
+    family's answer does not depend on the others in a batch.
+    """
+    k = C.shape[1]
+    top = np.max(np.abs(np.where(finite, C, 0.0)), axis=(1, 2), initial=1.0)
+    limit = 2.0**52 / (4.0 * (k + 1) * np.maximum(top, 1.0))
+    scale = np.minimum(_GRID, 2.0 ** (np.floor(np.log2(limit)) - 1.0))[:, None, None]
+    return np.where(finite, np.round(np.where(finite, C, 0.0) * scale), np.inf)
+
+
+def _big(C: np.ndarray, finite: np.ndarray) -> np.ndarray:
+    """Per family, a cost ``M`` above any path's: mandatory moves come first."""
+    k = finite.any(axis=2).sum(axis=1)
+    top = np.max(np.abs(np.where(finite, C, 0.0)), axis=(1, 2), initial=1.0)
+    return 1.0 + 4.0 * np.maximum(k, 1) * top
+
+
+def _refresh(
+    C: np.ndarray,
+    finite: np.ndarray,
+    z: np.ndarray,
+    give: np.ndarray,
+    take: np.ndarray,
+    W: np.ndarray,
+    J: np.ndarray,
+    live: np.ndarray,
+    touched: np.ndarray,
 ) -> None:
-    """Refresh the pair costs after the cells ``cells`` changed (in place)."""
-    stale = np.isin(J, cells)
-    a_idx, b_idx = np.nonzero(stale)
-    if a_idx.size:
-        tot = give[a_idx] + take[b_idx]
-        j = np.argmin(tot, axis=1)
-        W[a_idx, b_idx] = tot[np.arange(a_idx.size), j]
-        J[a_idx, b_idx] = j
-    new = give[:, None, cells] + take[None, :, cells]
-    best = np.argmin(new, axis=2)
-    value = np.take_along_axis(new, best[:, :, None], axis=2)[:, :, 0]
-    better = value < W
-    W[better] = value[better]
-    J[better] = cells[best[better]]
+    """Bring the pair costs up to date after the families ``live`` moved units in the cells
+    ``touched`` (live x steps, -1 padded), in place: a pair whose cheapest cell was touched is
+    recomputed over every cell; any other pair can only get cheaper through a touched cell."""
+    row, step = np.nonzero(touched >= 0)
+    fam, cells = live[row], touched[row, step]
+    held = z[fam, :, cells]
+    give[fam, :, cells] = np.where(held, -C[fam, :, cells], np.inf)
+    take[fam, :, cells] = np.where(~held & finite[fam, :, cells], C[fam, :, cells], np.inf)
+    moved = np.zeros((live.size, give.shape[2]), dtype=bool)
+    moved[row, cells] = True
+    stale = moved[np.arange(live.size)[:, None, None], J[live]]
+    s_row, s_a, s_b = np.nonzero(stale)
+    s_fam = live[s_row]
+    chunk = max(1, 2**22 // max(1, give.shape[2]))
+    for first in range(0, s_fam.size, chunk):
+        f, a, b = (v[first : first + chunk] for v in (s_fam, s_a, s_b))
+        tot = give[f, a] + take[f, b]
+        J[f, a, b] = tot.argmin(axis=1)
+        W[f, a, b] = tot.min(axis=1)
+    for layer in range(touched.shape[1]):  # one touched cell per family at a time
+        on = touched[:, layer] >= 0
+        if not on.any():
+            break
+        f, j = live[on], touched[on, layer]
+        value = give[f, :, j][:, :, None] + take[f, :, j][:, None, :]
+        better = value < W[f]
+        W[f] = np.where(better, value, W[f])
+        J[f] = np.where(better, j[:, None, None], J[f])
 
 
-def _shortest_path(
-    W: np.ndarray, r: np.ndarray, L: np.ndarray, U: np.ndarray, M: float
-) -> list[tuple[int, int]] | None:
-    """The hops (a, b) of a cheapest source-sink path costing < 0, or None.
+def _shortest_paths(
+    W: np.ndarray, r: np.ndarray, L: np.ndarray, U: np.ndarray, M: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Per family, the hops of a cheapest source-sink path costing < 0.
 
     Each child is split into an out-node (it gives a unit: reached from the source or after
     receiving) and an in-node (it received a unit), so a path has at least one hop.
-    Bellman-Ford, vectorised over the children: arc costs can be negative.
+    Bellman-Ford, vectorised over the families and the children: arc costs can be negative.
+    A family's path depends on its own arrays only.
+
+    Returns:
+        found (P,), and the hops as giver ``src`` and receiver ``dst`` (P, k + 1) with the
+        path's ``length`` (P,) (hops from the sink back to the source; order is irrelevant:
+        the hops move distinct (child, cell) entries).
     """
-    k = W.shape[0]
-    source = np.where(r > U, -M, np.where(r > L, 0.0, np.inf))
-    sink = np.where(r < L, -M, np.where(r < U, 0.0, np.inf))
-    if not (np.isfinite(source).any() and np.isfinite(sink).any()):
-        return None
+    P, k, _ = W.shape
+    big = M[:, None]
+    source = np.where(r > U, -big, np.where(r > L, 0.0, np.inf))
+    sink = np.where(r < L, -big, np.where(r < U, 0.0, np.inf))
     d_out = source.copy()
-    via_in = np.zeros(k, dtype=bool)  # the out-node was reached through the in-node
-    d_in = np.full(k, np.inf)
-    pred = np.full(k, -1)
-    cols = np.arange(k)
+    via_in = np.zeros((P, k), dtype=bool)  # the out-node was reached through the in-node
+    d_in = np.full((P, k), np.inf)
+    pred = np.zeros((P, k), dtype=np.int64)
+    rows, cols = np.arange(P)[:, None], np.arange(k)[None, :]
     for _ in range(2 * k + 1):
-        cand = d_out[:, None] + W
-        arg = np.argmin(cand, axis=0)
-        value = cand[arg, cols]
+        cand = d_out[:, :, None] + W
+        arg = cand.argmin(axis=1)
+        value = cand[rows, arg, cols]
         better = value < d_in - _EPS
         if not better.any():
             break
-        d_in[better] = value[better]
-        pred[better] = arg[better]
+        np.copyto(d_in, value, where=better)
+        np.copyto(pred, arg, where=better)
         relay = d_in < d_out - _EPS
-        d_out[relay] = d_in[relay]
-        via_in[relay] = True
+        np.copyto(d_out, d_in, where=relay)
+        via_in |= relay
     end = d_in + sink
-    c = int(np.argmin(end))
-    if not end[c] < -_EPS:
-        return None
-    hops: list[tuple[int, int]] = []
-    for _ in range(k + 1):
-        a = int(pred[c])
-        hops.append((a, c))
-        if not via_in[a]:
-            return hops[::-1]
-        c = a
-    raise RuntimeError("transport_round: a negative cycle among the children")  # pragma: no cover
+    fam = np.arange(P)
+    cur = np.argmin(end, axis=1)
+    found = end[fam, cur] < -_EPS
+    src = np.zeros((P, k + 1), dtype=np.int64)
+    dst = np.zeros((P, k + 1), dtype=np.int64)
+    length = np.zeros(P, dtype=np.int64)
+    walking = found.copy()
+    for step in range(k + 1):
+        if not walking.any():
+            return found, src, dst, length
+        giver = pred[fam, cur]
+        src[walking, step] = giver[walking]
+        dst[walking, step] = cur[walking]
+        length[walking] += 1
+        walking &= via_in[fam, giver]
+        cur = np.where(walking, giver, cur)
+    if walking.any():
+        raise RuntimeError("transport: a negative cycle among the children")  # pragma: no cover
+    return found, src, dst, length
