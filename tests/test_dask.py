@@ -181,3 +181,37 @@ def test_batches_cover_the_tasks_in_order():
     # the processes executor gives results in task order whatever the batching
     with make_executor("processes", workers=2) as ex:
         assert ex.map(abs, list(range(-20, 0))) == list(range(20, 0, -1))
+
+
+def test_cli_runs_a_parquet_dataset_on_a_running_scheduler(cluster, tmp_path, capsys):
+    """``topdown run --executor dask --address ...`` over a dataset folder gives the release the
+    same data gives as one CSV file on the serial executor (the same seed)."""
+    from tests.cli_helpers import data_config, embedded_subset
+    from topdown.product.cli import main
+
+    frame = embedded_subset(("01", "02"), rows_per_state=300)
+    frame.to_csv(tmp_path / "data.csv", index=False)
+    _dataset(frame, tmp_path / "persons", parts=2)
+    text = data_config(4, ("STATE", "PUMA"))
+    (tmp_path / "csv.toml").write_text(text, encoding="utf-8")
+    (tmp_path / "dataset.toml").write_text(
+        text.replace('path = "data.csv"', 'path = "persons"'), encoding="utf-8"
+    )
+    assert main(["-q", "run", str(tmp_path / "csv.toml"), "--out", str(tmp_path / "a")]) == 0
+    args = ["--executor", "dask", "--address", cluster.scheduler_address, "--workers", "2"]
+    assert (
+        main(["-q", "run", str(tmp_path / "dataset.toml"), "--out", str(tmp_path / "b"), *args])
+        == 0
+    )
+    names = ["measurements.csv", "microdata.csv", "hierarchy.csv"]
+    names += [f"tables/{p.name}" for p in (tmp_path / "a" / "tables").glob("*.csv")]
+    assert len(names) == 6
+    for name in names:
+        pd.testing.assert_frame_equal(
+            pd.read_csv(tmp_path / "a" / name), pd.read_csv(tmp_path / "b" / name)
+        )
+    # a bad address on the command line names the option and states the rule
+    capsys.readouterr()
+    assert main(["-q", "run", str(tmp_path / "csv.toml"), "--address", "nowhere"]) == 2
+    err = capsys.readouterr().err
+    assert "--address" in err and "must be a Dask scheduler address" in err and "'nowhere'" in err
