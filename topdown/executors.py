@@ -25,7 +25,7 @@ import dataclasses
 import logging
 import os
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -125,12 +125,16 @@ class ProcessExecutor(Executor):
         self.workers = _check_workers(workers)
         self.min_tasks = min_tasks
         self._pool: ProcessPoolExecutor | None = None
+        if self.workers > 1:
+            # start the workers now, before this process holds the histograms (a smaller
+            # process to fork), and let them import the engine while the tree is built
+            self._pool = ProcessPoolExecutor(max_workers=self.workers)
+            for _ in range(self.workers):
+                self._pool.submit(_warm_up)
 
     def map(self, fn, tasks, progress=None, desc=""):
-        if len(tasks) < self.min_tasks or self.workers == 1:
+        if len(tasks) < self.min_tasks or self._pool is None:
             return super().map(fn, tasks, progress, desc)
-        if self._pool is None:
-            self._pool = ProcessPoolExecutor(max_workers=self.workers)
         parts = batches(len(tasks), self.workers)
         futures = [self._pool.submit(run_batch, fn, [tasks[i] for i in r]) for r in parts]
         out: list = []
@@ -157,7 +161,7 @@ class DaskExecutor(Executor):
         require("dask", "the dask executor")
         from dask.distributed import Client, LocalCluster
 
-        self._cluster = None
+        self._cluster: Any = None
         if address:
             if not isinstance(address, str) or ":" not in address:
                 raise ExecutorError(
@@ -165,24 +169,40 @@ class DaskExecutor(Executor):
                     "'tcp://host:8786'"
                 )
             try:
-                self.client = Client(address, timeout=timeout)
+                client = Client(address, timeout=timeout)
             except (OSError, TimeoutError) as err:
                 raise ExecutorError(
                     f"address ({address!r}): no Dask scheduler answered within {timeout:g} s "
                     f"({type(err).__name__}); start one (dask scheduler) or omit address for a "
                     "local cluster"
                 ) from None
-            self.workers = max(1, len(self.client.scheduler_info().get("workers", {})))
+            self.workers = max(1, len(client.scheduler_info().get("workers", {})))
+            self._client: Future[Any] = Future()
+            self._client.set_result(client)
         else:
+            # a local cluster starts in the background (its workers spawn and import the
+            # engine) while this process builds the tree; the first use of ``client`` waits
             self.workers = _check_workers(workers)
-            self._cluster = LocalCluster(
-                n_workers=self.workers,
-                threads_per_worker=1,
-                processes=True,
-                dashboard_address=":0",  # any free port: 8787 may be taken by another run
-            )
-            self.client = Client(self._cluster)
-        log.info("dask executor: %s", self.client)
+            starter = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dask-start")
+            self._client = starter.submit(self._start_local, Client, LocalCluster)
+            starter.shutdown(wait=False)
+
+    def _start_local(self, client_cls: Any, cluster_cls: Any) -> Any:
+        self._cluster = cluster_cls(
+            n_workers=self.workers,
+            threads_per_worker=1,
+            processes=True,
+            dashboard_address=":0",  # any free port: 8787 may be taken by another run
+        )
+        client = client_cls(self._cluster)
+        client.run(_warm_up)  # new worker processes import the engine (in this thread)
+        log.info("dask executor: %s", client)
+        return client
+
+    @property
+    def client(self) -> Any:
+        """The ``dask.distributed.Client`` (waits for a local cluster still starting)."""
+        return self._client.result()
 
     def map(self, fn, tasks, progress=None, desc=""):
         from dask.distributed import as_completed
@@ -219,7 +239,12 @@ class DaskExecutor(Executor):
         return out
 
     def close(self) -> None:
-        self.client.close()
+        try:
+            client = self.client
+        except Exception:  # the cluster never started: nothing to close but what it left
+            client = None
+        if client is not None:
+            client.close()
         if self._cluster is not None:
             self._cluster.close()
 
@@ -238,6 +263,12 @@ def _remote_fields(task: object) -> dict[str, RemoteArray]:
 def _with_arrays(fn: Callable[[Any], R], task: Any, values: dict[str, Any]) -> R:
     """On the worker: put the resolved arrays into the task and run it."""
     return fn(dataclasses.replace(task, **{k: np.asarray(v) for k, v in values.items()}))
+
+
+def _warm_up() -> None:
+    """Import what the tasks run (a new worker process would import it on its first task)."""
+    import topdown.family  # noqa: F401
+    import topdown.measure  # noqa: F401
 
 
 def _check_workers(workers: int | None) -> int:
