@@ -15,7 +15,7 @@ from topdown import measure as measure_module
 from topdown.dask_input import SparseCounts, is_dataset
 from topdown.engine import release
 from topdown.errors import DataError, DomainError, HierarchyError
-from topdown.executors import DaskExecutor, ExecutorError, batches, make_executor
+from topdown.executors import DaskExecutor, ExecutorError, make_executor
 from topdown.progress import Progress
 
 QUIET = Progress(enabled=False)
@@ -170,17 +170,6 @@ def test_sparse_counts_sum_exactly_and_cut_rows():
     np.testing.assert_array_equal(np.asarray(total.rows(1, 2, 3)), [[0, 3, 1]])
     empty = np.zeros(0, dtype=np.int64)
     assert SparseCounts.merge([SparseCounts(empty, empty)]).keys.size == 0
-
-
-def test_batches_cover_the_tasks_in_order():
-    for n_tasks in (1, 7, 8, 100, 4500):
-        for workers in (1, 2, 3):
-            parts = batches(n_tasks, workers)
-            assert [i for r in parts for i in r] == list(range(n_tasks))
-            assert len(parts) == min(n_tasks, 8 * workers)
-    # the processes executor gives results in task order whatever the batching
-    with make_executor("processes", workers=2) as ex:
-        assert ex.map(abs, list(range(-20, 0))) == list(range(20, 0, -1))
 
 
 def test_cli_runs_a_parquet_dataset_on_a_running_scheduler(cluster, tmp_path, capsys):
