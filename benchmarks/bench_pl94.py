@@ -116,6 +116,10 @@ def run_one(persons: int, executor: str, args: argparse.Namespace) -> dict[str, 
         "nodes": "/".join(str(lv.size) for lv in rel.tree.levels),
         "wall_s": wall,
         "cpu_s": cpu,
+        # the main process's own CPU (tree, task building, level-wide passes, assembly) and
+        # the workers': on an idle machine the wall time is at least main + workers / N
+        "main_cpu": own1 - own0,
+        "workers_cpu": kids1 - kids0,
         "tree_cpu": tree_cpu,
         "measure_cpu": measure_cpu,
         "measure_wall": t.get("measure_wall", float("nan")),
@@ -242,7 +246,8 @@ def _print_tables(rows: list[dict[str, Any]], measure_only: bool) -> None:
         cols += ["cells", "measured_cells_per_cpu_s", "peak_main_MiB", "peak_worker_MiB"]
         print(frame[cols].round(2).to_string(index=False))
         return
-    cols = ["persons", "executor", "nodes", "wall_s", "cpu_s", "tree_cpu", "measure_cpu"]
+    cols = ["persons", "executor", "nodes", "wall_s", "cpu_s", "main_cpu", "workers_cpu"]
+    cols += ["tree_cpu", "measure_cpu"]
     cols += ["estimate_cpu", "microdata_cpu", "cells_per_cpu_s", "peak_main_MiB"]
     cols += ["peak_worker_MiB", "correct", "load"]
     shown = frame[cols].copy()
