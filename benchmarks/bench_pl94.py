@@ -14,6 +14,8 @@ Run from the repository root, e.g.:
 
     python benchmarks/bench_pl94.py --sizes 10000 100000 --executors serial processes
     python benchmarks/bench_pl94.py --sizes 100000 --measure-only --repo /work/main
+    python benchmarks/bench_pl94.py --sizes 3000000 --executors serial processes dask \
+        --strategy detailed --workers 2
 
 ``--measure-only`` times the tree and the measurement step alone; ``--repo`` runs another
 checkout's engine on the same data (before/after comparisons).
@@ -28,6 +30,7 @@ import logging
 import os
 import resource
 import shlex
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -74,12 +77,18 @@ def run_one(persons: int, executor: str, args: argparse.Namespace) -> dict[str, 
         strategy = pl94.detailed_strategy(args.tract_groups)
         constraints = None
     row: dict[str, Any] = {"persons": state.persons, "executor": executor}
+    data: Any = state.records
+    if executor == "dask-parquet":  # the records as a partitioned dataset, read on the workers
+        data = Path(tempfile.mkdtemp(prefix="pl94_dataset_"))
+        for i, rows in enumerate(_partitions(len(state.records), args.partitions)):
+            state.records.iloc[rows].to_parquet(data / f"part-{i:04d}.parquet", index=False)
+        executor = "dask"
     own0, kids0 = _cpu()
     wall0 = time.perf_counter()
     if args.measure_only:
         return row | _measure_only(state, schema, strategy, executor, args, own0, kids0, wall0)
     rel = release(
-        state.records,
+        data,
         schema,
         strategy,
         constraints=constraints,
@@ -107,6 +116,10 @@ def run_one(persons: int, executor: str, args: argparse.Namespace) -> dict[str, 
         "nodes": "/".join(str(lv.size) for lv in rel.tree.levels),
         "wall_s": wall,
         "cpu_s": cpu,
+        # the main process's own CPU (tree, task building, level-wide passes, assembly) and
+        # the workers': on an idle machine the wall time is at least main + workers / N
+        "main_cpu": own1 - own0,
+        "workers_cpu": kids1 - kids0,
         "tree_cpu": tree_cpu,
         "measure_cpu": measure_cpu,
         "measure_wall": t.get("measure_wall", float("nan")),
@@ -133,7 +146,15 @@ def run_one(persons: int, executor: str, args: argparse.Namespace) -> dict[str, 
     del state
     accuracy = _accuracy(rel, truth.counts, compute_metrics)
     row["accuracy"] = accuracy
+    row["load"] = os.getloadavg()[0]  # the machine may be shared: its 1-minute load at the end
+    if isinstance(data, Path):
+        shutil.rmtree(data, ignore_errors=True)
     return row
+
+
+def _partitions(n: int, parts: int) -> list[slice]:
+    edges = [round(i * n / parts) for i in range(parts + 1)]
+    return [slice(a, b) for a, b in zip(edges[:-1], edges[1:], strict=True)]
 
 
 def _accuracy(rel, truth_counts, compute_metrics, nodes_per_slice: int = 2000) -> dict[str, float]:
@@ -225,12 +246,19 @@ def _print_tables(rows: list[dict[str, Any]], measure_only: bool) -> None:
         cols += ["cells", "measured_cells_per_cpu_s", "peak_main_MiB", "peak_worker_MiB"]
         print(frame[cols].round(2).to_string(index=False))
         return
-    cols = ["persons", "executor", "nodes", "wall_s", "cpu_s", "tree_cpu", "measure_cpu"]
+    cols = ["persons", "executor", "nodes", "wall_s", "cpu_s", "main_cpu", "workers_cpu"]
+    cols += ["tree_cpu", "measure_cpu"]
     cols += ["estimate_cpu", "microdata_cpu", "cells_per_cpu_s", "peak_main_MiB"]
-    cols += ["peak_worker_MiB", "correct"]
+    cols += ["peak_worker_MiB", "correct", "load"]
     shown = frame[cols].copy()
     shown["cells_per_cpu_s"] = shown["cells_per_cpu_s"].round(-3).astype(int)
     print(shown.round(2).to_string(index=False))
+    serial = frame[frame["executor"] == "serial"].set_index("persons")["wall_s"]
+    if len(serial) and len(frame) > len(serial):
+        print("\nwall-clock speed-up over serial (same size, same invocation):")
+        for r in frame.itertuples():
+            if r.executor != "serial" and r.persons in serial.index:
+                print(f"  {r.persons:>9} {r.executor:<10} {serial[r.persons] / r.wall_s:.2f}x")
     print("\nestimation task seconds by level (L2 + rounding, root first):")
     for r in rows:
         if "error" not in r:
@@ -282,9 +310,15 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", nargs="+", type=int, default=[10_000, 100_000])
     parser.add_argument(
-        "--executors", nargs="+", default=["serial"], choices=["serial", "processes", "dask"]
+        "--executors",
+        nargs="+",
+        default=["serial"],
+        choices=["serial", "processes", "dask", "dask-parquet"],
+        help="dask-parquet: the records written as a partitioned Parquet dataset (not timed) "
+        "and read on the Dask workers",
     )
-    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--workers", type=int, default=2, help="processes / local Dask workers")
+    parser.add_argument("--partitions", type=int, default=8, help="files of a dask-parquet run")
     parser.add_argument("--strategy", choices=["production", "detailed"], default="production")
     parser.add_argument("--tract-groups", action="store_true", help="add the tract-group level")
     parser.add_argument("--seed", type=int, default=0)

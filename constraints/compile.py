@@ -117,6 +117,8 @@ def joint_rows(
     k = len(per_child)
     if k == 0:
         return LinearRows.empty(0)
+    if not any(r.n_rows for r in per_child):  # the common case: no child has rows
+        return LinearRows.empty(k * n)
     A = sp.csr_matrix(sp.block_diag([r.A for r in per_child], format="csr"))
     if A.shape[1] != k * n:  # block_diag of empty row blocks keeps the column count
         A = sp.csr_matrix(A, shape=(A.shape[0], k * n))

@@ -12,6 +12,7 @@ and is recorded in the ledger).
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -27,6 +28,7 @@ from constraints.contextual_constraints import ContextualConstraint
 from mechanisms.ledger import Ledger, NoiseSource
 from mechanisms.rng import new_release_key
 from topdown import budget_bounds
+from topdown.dask_input import load_input
 from topdown.errors import DataError, StrategyError
 from topdown.estimate import EstimateOptions, SolverChoice, estimate
 from topdown.estimators import DEFAULT_ESTIMATOR, check_estimator, prepare_inputs
@@ -38,7 +40,6 @@ from topdown.progress import Progress
 from topdown.release import CorrectnessReport, Release
 from topdown.schema import Attribute, Schema
 from topdown.strategy import MECHANISMS, Strategy
-from topdown.tree import build_tree
 
 __all__ = ["release", "TopDown", "make_schema"]
 
@@ -46,7 +47,7 @@ log = logging.getLogger(__name__)
 
 
 def release(
-    data: pd.DataFrame,
+    data: pd.DataFrame | str | os.PathLike,
     schema: Schema,
     strategy: Strategy,
     *,
@@ -68,7 +69,10 @@ def release(
     """Run one TopDown release.
 
     Args:
-        data: confidential records (read by the measurement step only).
+        data: confidential records (read by the measurement step only): a DataFrame, a CSV or
+            Parquet file, or a partitioned Parquet dataset (a folder), which the ``dask``
+            executor reads on its workers (``topdown.dask_input``: no record reaches this
+            process).
         schema: declared query attributes and hierarchy columns.
         strategy: per-level budgets, queries and shares, mechanism, neighbouring.
         constraints: constraints attached to the tree, levels or nodes.
@@ -115,14 +119,6 @@ def release(
     )
     timings: dict[str, float] = {}
     clock = _PhaseClock(timings)
-    with clock("tree"):
-        tree, truth = build_tree(data, schema, keep_records=needs_records, geography=geography)
-    if geography is None and schema.hierarchy:
-        ledger.record_disclosure(
-            "units read from data",
-            f"the units of {list(schema.hierarchy)} are those with at least one record; pass "
-            "geography= (the published list of units) to avoid this",
-        )
     options = EstimateOptions(
         solver=choice,
         solver_options=dict(solver_options or {}),
@@ -131,6 +127,16 @@ def release(
     )
     first_pass = {i: ls.first_pass for i, ls in enumerate(strategy.levels)}
     with make_executor(executor, workers=workers, address=address) as ex:
+        with clock("tree"):  # a Parquet dataset on a Dask cluster is counted there
+            tree, truth = load_input(
+                data, schema, executor=ex, keep_records=needs_records, geography=geography
+            )
+        if geography is None and schema.hierarchy:
+            ledger.record_disclosure(
+                "units read from data",
+                f"the units of {list(schema.hierarchy)} are those with at least one record; "
+                "pass geography= (the published list of units) to avoid this",
+            )
         with clock("measure"):
             measurements, invariants = measure(
                 tree,

@@ -1,47 +1,89 @@
 """Executors: where the independent tasks of one level run.
 
-The families of a level (a parent and its children) are independent estimation problems. They
-run in this process (``serial``), in a local process pool (``processes``), or on a Dask cluster
-(``dask``: a LocalCluster, or a running scheduler given by its address). Tasks carry only
-public data and results come back in task order, so the release is the same whichever runs it.
+The families of a level (a parent and its children) and the measurement chunks of a level are
+independent tasks. They run in this process (``serial``), in a local process pool
+(``processes``), or on a Dask cluster (``dask``: a LocalCluster, or a running scheduler given by
+its address). Tasks carry only what they need and results come back in task order, so the
+release is the same whichever runs it and with any number of workers.
+
+Where the time goes on a parallel executor, and what this module does about it:
+
+* per-task overhead (pickling, a round trip to a worker): tasks are sent in batches, about
+  ``BATCHES_PER_WORKER`` per worker and level; that is enough batches for the workers to finish
+  a level together, and few enough that a level of 4,500 small families costs a few dozen round
+  trips, not thousands;
+* a pool that costs more than it saves: a level with fewer than ``min_tasks`` tasks runs in
+  this process;
+* a Dask task whose confidential rows already sit on the cluster (``RemoteArray``, see
+  ``topdown.dask_input``) is sent to the data: only the public part of the task travels, and the
+  rows are resolved on the worker.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
-from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor
-from typing import TypeVar
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import numpy as np
 
 from topdown._optional import require
 from topdown.errors import TopDownError
 
-__all__ = ["EXECUTORS", "Executor", "make_executor"]
+__all__ = [
+    "EXECUTORS",
+    "BATCHES_PER_WORKER",
+    "Executor",
+    "ExecutorError",
+    "ProcessExecutor",
+    "DaskExecutor",
+    "RemoteArray",
+    "make_executor",
+]
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 R = TypeVar("R")
 EXECUTORS = ("serial", "processes", "dask")
+BATCHES_PER_WORKER = 8
+Progress = Callable[[Iterable, int, str], Iterable]
 
 
 class ExecutorError(TopDownError, ValueError):
-    """An unknown executor or bad executor option."""
+    """An unknown executor, a bad executor option, or a scheduler that cannot be reached."""
+
+
+@dataclass(frozen=True)
+class RemoteArray:
+    """A task field whose array is held on a Dask cluster, not in this process.
+
+    ``future`` is a ``dask.distributed.Future`` whose value converts to the array with
+    ``np.asarray`` (``topdown.dask_input`` keeps confidential rows sparse until then). The Dask
+    executor resolves it on the worker that runs the task; other executors cannot.
+    """
+
+    future: Any
+    shape: tuple[int, ...]
 
 
 class Executor:
     """Runs ``fn`` over tasks, in order; the serial base class."""
 
     name = "serial"
+    workers = 1
 
     def map(
         self,
         fn: Callable[[T], R],
         tasks: Sequence[T],
-        progress: Callable | None = None,
+        progress: Progress | None = None,
         desc: str = "",
     ) -> list[R]:
-        wrap = progress or (lambda it, total, d: it)
+        wrap = progress or _no_progress
         return [fn(t) for t in wrap(tasks, len(tasks), desc)]
 
     def close(self) -> None:
@@ -54,24 +96,52 @@ class Executor:
         self.close()
 
 
+def _no_progress(it: Iterable, total: int, desc: str) -> Iterable:
+    return it
+
+
+def batches(n_tasks: int, workers: int) -> list[range]:
+    """Consecutive task ranges, about ``BATCHES_PER_WORKER`` per worker (fewer for few tasks).
+
+    Depends only on the number of tasks and workers, and results are put back in task order,
+    so batching never changes a result.
+    """
+    n = max(1, min(n_tasks, BATCHES_PER_WORKER * workers))
+    edges = np.linspace(0, n_tasks, n + 1).round().astype(int)
+    return [range(a, b) for a, b in zip(edges[:-1], edges[1:], strict=True) if b > a]
+
+
+def run_batch(fn: Callable[[T], R], tasks: Sequence[T]) -> list[R]:
+    """One batch of tasks in a worker, in order."""
+    return [fn(t) for t in tasks]
+
+
 class ProcessExecutor(Executor):
     """A local process pool; small levels run serially (a pool costs more than it saves)."""
 
     name = "processes"
 
     def __init__(self, workers: int | None = None, min_tasks: int = 8):
-        self.workers = workers or os.cpu_count() or 1
+        self.workers = _check_workers(workers)
         self.min_tasks = min_tasks
         self._pool: ProcessPoolExecutor | None = None
+        if self.workers > 1:
+            # start the workers now, before this process holds the histograms (a smaller
+            # process to fork), and let them import the engine while the tree is built
+            self._pool = ProcessPoolExecutor(max_workers=self.workers)
+            for _ in range(self.workers):
+                self._pool.submit(_warm_up)
 
     def map(self, fn, tasks, progress=None, desc=""):
-        if len(tasks) < self.min_tasks or self.workers == 1:
+        if len(tasks) < self.min_tasks or self._pool is None:
             return super().map(fn, tasks, progress, desc)
-        if self._pool is None:
-            self._pool = ProcessPoolExecutor(max_workers=self.workers)
-        chunk = max(1, len(tasks) // (4 * self.workers))
-        wrap = progress or (lambda it, total, d: it)
-        return list(wrap(self._pool.map(fn, tasks, chunksize=chunk), len(tasks), desc))
+        parts = batches(len(tasks), self.workers)
+        futures = [self._pool.submit(run_batch, fn, [tasks[i] for i in r]) for r in parts]
+        out: list = []
+        wrap = progress or _no_progress
+        for future in wrap(futures, len(futures), desc):
+            out.extend(future.result())
+        return out
 
     def close(self) -> None:
         if self._pool is not None:
@@ -80,40 +150,142 @@ class ProcessExecutor(Executor):
 
 
 class DaskExecutor(Executor):
-    """Tasks on a Dask cluster: ``address`` of a scheduler, or a LocalCluster of ``workers``."""
+    """Tasks on a Dask cluster: ``address`` of a scheduler, or a LocalCluster of ``workers``
+    processes with one thread each."""
 
     name = "dask"
 
-    def __init__(self, address: str | None = None, workers: int | None = None):
+    def __init__(
+        self, address: str | None = None, workers: int | None = None, timeout: float = 10.0
+    ):
         require("dask", "the dask executor")
         from dask.distributed import Client, LocalCluster
 
-        self._cluster = None
+        self._cluster: Any = None
         if address:
-            self.client = Client(address)
+            if not isinstance(address, str) or ":" not in address:
+                raise ExecutorError(
+                    f"address ({address!r}) must be a Dask scheduler address such as "
+                    "'tcp://host:8786'"
+                )
+            try:
+                client = Client(address, timeout=timeout)
+            except (OSError, TimeoutError) as err:
+                raise ExecutorError(
+                    f"address ({address!r}): no Dask scheduler answered within {timeout:g} s "
+                    f"({type(err).__name__}); start one (dask scheduler) or omit address for a "
+                    "local cluster"
+                ) from None
+            self.workers = max(1, len(client.scheduler_info().get("workers", {})))
+            self._client: Future[Any] = Future()
+            self._client.set_result(client)
         else:
-            self._cluster = LocalCluster(
-                n_workers=workers or os.cpu_count() or 1,
+            # a local cluster starts in the background (its workers spawn and import the
+            # engine) while this process builds the tree; the first use of ``client`` waits
+            self.workers = _check_workers(workers)
+            starter = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dask-start")
+            self._client = starter.submit(self._start_local, Client, LocalCluster)
+            starter.shutdown(wait=False)
+
+    def _start_local(self, client_cls: Any, cluster_cls: Any) -> Any:
+        import dask
+
+        # Dask's nannies set MALLOC_TRIM_THRESHOLD_ in their workers, which also switches off
+        # glibc's adaptive mmap threshold: every large temporary array of the samplers is then
+        # mapped and unmapped afresh (measured: twice the system time of the same chunk in
+        # this process). The engine's workers keep the allocator's default.
+        with dask.config.set({"distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None}):
+            self._cluster = cluster_cls(
+                n_workers=self.workers,
                 threads_per_worker=1,
                 processes=True,
                 dashboard_address=":0",  # any free port: 8787 may be taken by another run
             )
-            self.client = Client(self._cluster)
-        log.info("dask executor: %s", self.client)
+        client = client_cls(self._cluster)
+        client.run(_warm_up)  # new worker processes import the engine (in this thread)
+        log.info("dask executor: %s", client)
+        return client
+
+    @property
+    def client(self) -> Any:
+        """The ``dask.distributed.Client`` (waits for a local cluster still starting)."""
+        return self._client.result()
 
     def map(self, fn, tasks, progress=None, desc=""):
         from dask.distributed import as_completed
 
-        futures = self.client.map(fn, tasks, pure=False)
-        wrap = progress or (lambda it, total, d: it)
-        for _ in wrap(as_completed(futures), len(futures), desc):
+        plain = [i for i, t in enumerate(tasks) if not _remote_fields(t)]
+        futures: dict[int, Any] = {}
+        # tasks whose rows are on the cluster: one each, run where the rows are
+        for i, t in enumerate(tasks):
+            remote = _remote_fields(t)
+            if remote:
+                public = dataclasses.replace(t, **{k: None for k in remote})
+                futures[i] = self.client.submit(
+                    _with_arrays,
+                    fn,
+                    public,
+                    {k: a.future for k, a in remote.items()},
+                    pure=False,
+                )
+        # the rest in batches, scattered straight to the workers (not through the scheduler)
+        parts = batches(len(plain), self.workers) if plain else []
+        payloads = [[tasks[plain[i]] for i in r] for r in parts]
+        scattered = self.client.scatter(payloads, hash=False) if payloads else []
+        batch_futures = [self.client.submit(run_batch, fn, s, pure=False) for s in scattered]
+        everything = list(futures.values()) + batch_futures
+        wrap = progress or _no_progress
+        for _ in wrap(as_completed(everything), len(everything), desc):
             pass
-        return self.client.gather(futures)
+        out: list = [None] * len(tasks)
+        for i, value in zip(futures, self.client.gather(list(futures.values())), strict=True):
+            out[i] = value
+        for r, values in zip(parts, self.client.gather(batch_futures), strict=True):
+            for i, value in zip(r, values, strict=True):
+                out[plain[i]] = value
+        return out
 
     def close(self) -> None:
-        self.client.close()
+        try:
+            client = self.client
+        except Exception:  # the cluster never started: nothing to close but what it left
+            client = None
+        if client is not None:
+            client.close()
         if self._cluster is not None:
             self._cluster.close()
+
+
+def _remote_fields(task: object) -> dict[str, RemoteArray]:
+    """The fields of a dataclass task that hold a ``RemoteArray``."""
+    if not dataclasses.is_dataclass(task) or isinstance(task, type):
+        return {}
+    return {
+        f.name: v
+        for f in dataclasses.fields(task)
+        if isinstance(v := getattr(task, f.name), RemoteArray)
+    }
+
+
+def _with_arrays(fn: Callable[[Any], R], task: Any, values: dict[str, Any]) -> R:
+    """On the worker: put the resolved arrays into the task and run it."""
+    return fn(dataclasses.replace(task, **{k: np.asarray(v) for k, v in values.items()}))
+
+
+def _warm_up() -> None:
+    """Import what the tasks run (a new worker process would import it on its first task)."""
+    import topdown.family  # noqa: F401
+    import topdown.measure  # noqa: F401
+
+
+def _check_workers(workers: int | None) -> int:
+    if workers is None:
+        return os.cpu_count() or 1
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise ExecutorError(
+            f"workers ({workers!r}) must be a positive integer (or None for one per CPU)"
+        )
+    return workers
 
 
 def make_executor(

@@ -28,7 +28,8 @@ def read_data(
     fmt: str | None = None,
     dtype: Mapping[str, Any] | None = None,
 ) -> pd.DataFrame:
-    """A DataFrame from a DataFrame, a CSV file (separator given or sniffed) or a Parquet file.
+    """A DataFrame from a DataFrame, a CSV file (separator given or sniffed), a Parquet file or
+    a partitioned Parquet dataset (a folder; ``topdown.dask_input`` reads one on a cluster).
 
     ``dtype`` is passed to the CSV reader (e.g. ``{"STATE": str}`` keeps leading zeros).
 
@@ -48,7 +49,14 @@ def read_data(
     path = Path(source)
     if not path.exists():
         raise DataError(f"data file {str(path)!r} does not exist")
-    if not path.is_file():
+    if path.is_dir():  # a partitioned Parquet dataset, read whole
+        if (fmt or "parquet").lower() != "parquet":
+            raise DataError(
+                f"data path {str(path)!r} is a folder, read as a Parquet dataset, but format "
+                f"{fmt!r} was asked; a folder must hold Parquet files"
+            )
+        fmt = "parquet"
+    elif not path.is_file():
         raise DataError(f"data path {str(path)!r} is not a file")
     fmt = (fmt or ("parquet" if path.suffix.lower() in (".parquet", ".pq") else "csv")).lower()
     if fmt == "parquet":

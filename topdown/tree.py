@@ -16,7 +16,15 @@ import pandas as pd
 from topdown.errors import HierarchyError
 from topdown.schema import Schema
 
-__all__ = ["Level", "Tree", "ConfidentialHistograms", "build_tree"]
+__all__ = [
+    "Level",
+    "Tree",
+    "ConfidentialHistograms",
+    "build_tree",
+    "structure",
+    "codes_in_geography",
+    "text_codes",
+]
 
 ROOT_LABEL = "root"
 
@@ -109,7 +117,7 @@ def build_tree(
     cells = schema.encode_cells(data)
     size = schema.domain.size
     if geography is None:
-        levels, node_codes = _structure(data, schema.hierarchy, "data")
+        levels, node_codes = structure(data, schema.hierarchy, "data")
     else:
         missing = [c for c in schema.hierarchy if c not in geography.columns]
         if missing:
@@ -117,8 +125,8 @@ def build_tree(
                 f"geography lacks hierarchy column(s) {missing}; its columns are "
                 f"{list(geography.columns)}"
             )
-        levels, _ = _structure(geography, schema.hierarchy, "geography")
-        node_codes = _codes_in_geography(data, levels)
+        levels, _ = structure(geography, schema.hierarchy, "geography")
+        node_codes = codes_in_geography(data, levels)
     counts = []
     for lv, codes in zip(levels, node_codes, strict=True):
         flat = np.bincount(codes * size + cells, minlength=lv.size * size)
@@ -129,23 +137,24 @@ def build_tree(
     )
 
 
-def _structure(
+def structure(
     frame: pd.DataFrame, hierarchy: tuple[str, ...], source: str
 ) -> tuple[list[Level], list[np.ndarray]]:
     """Levels (sorted labels, parent indices) and each row's node code per level."""
     levels = [Level(0, None, np.array([ROOT_LABEL], dtype=object), np.array([-1], dtype=np.int64))]
     node_codes = [np.zeros(len(frame), dtype=np.int64)]
     for number, column in enumerate(hierarchy, start=1):
-        raw = frame[column]
-        missing = raw.isna().to_numpy() | (raw.astype(str).str.strip() == "").to_numpy()
+        raw_codes, texts = text_codes(frame[column])
+        missing = _is_missing(texts)[raw_codes]
         if missing.any():
             raise HierarchyError(
                 f"hierarchy column {column!r} of the {source} has {int(missing.sum())} row(s) with "
                 f"a missing label, first at row(s) {np.flatnonzero(missing)[:5].tolist()}; every "
                 "record needs a unit at every level"
             )
-        codes, labels = pd.factorize(raw.astype(str), sort=True)
-        codes = codes.astype(np.int64)
+        unique, inverse = np.unique(texts.astype(str), return_inverse=True)
+        labels = unique.astype(object)
+        codes = inverse.astype(np.int64)[raw_codes]
         parent_codes = node_codes[-1]
         parent = np.full(len(labels), -1, dtype=np.int64)
         parent[codes] = parent_codes
@@ -168,26 +177,44 @@ def _structure(
     return levels, node_codes
 
 
-def _codes_in_geography(data: pd.DataFrame, levels: list[Level]) -> list[np.ndarray]:
+def codes_in_geography(data: pd.DataFrame, levels: list[Level]) -> list[np.ndarray]:
     """Each record's node per level, looked up in a declared geography."""
     node_codes = [np.zeros(len(data), dtype=np.int64)]
     for lv in levels[1:]:
         column = lv.column
         assert column is not None
-        labels = data[column].astype(str)
-        codes = pd.Index(lv.labels.astype(str)).get_indexer(labels).astype(np.int64)
+        raw_codes, texts = text_codes(data[column])
+        lookup = pd.Index(lv.labels.astype(str)).get_indexer(texts.astype(str)).astype(np.int64)
+        codes = lookup[raw_codes]
         unknown = codes < 0
         if unknown.any():
             raise HierarchyError(
                 f"hierarchy column {column!r} has {int(unknown.sum())} record(s) in units the "
-                f"geography does not list: {sorted(pd.unique(labels[unknown]))[:10]}"
+                f"geography does not list: {sorted(str(t) for t in texts[lookup < 0])[:10]}"
             )
         wrong = lv.parent[codes] != node_codes[-1]
         if wrong.any():
             first = int(np.flatnonzero(wrong)[0])
             raise HierarchyError(
                 f"hierarchy column {column!r}: {int(wrong.sum())} record(s) sit under a different "
-                f"parent than the geography says, e.g. row {first} ({labels.iloc[first]!r})"
+                f"parent than the geography says, e.g. row {first} "
+                f"({str(texts[raw_codes[first]])!r})"
             )
         node_codes.append(codes)
     return node_codes
+
+
+def text_codes(column: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+    """Each row's position among the column's distinct values, and those values as text.
+
+    The same labels as ``column.astype(str)`` row by row, but the text conversion runs on the
+    distinct values only (a few thousand units), not on millions of records.
+    """
+    codes, uniques = pd.factorize(column, use_na_sentinel=False)
+    texts = np.asarray(pd.Index(uniques).astype(str), dtype=object)
+    return codes.astype(np.int64, copy=False), texts
+
+
+def _is_missing(texts: np.ndarray) -> np.ndarray:
+    """True for a missing label (NaN/None, or blank text)."""
+    return np.array([t is None or t != t or not str(t).strip() for t in texts], dtype=bool)

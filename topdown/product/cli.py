@@ -3,7 +3,7 @@
 Commands (``topdown COMMAND --help`` for each)::
 
     topdown run [CONFIG] [--out DIR] [--overwrite] [--seed N] [--solver S] [--executor E]
-                 [--capture-problems DIR] [--estimator blue|topdown]
+                 [--workers N] [--address TCP] [--capture-problems DIR] [--estimator NAME]
     topdown check RELEASE
     topdown report RELEASE [--truth DATA]
     topdown bench {estimators,samplers,solvers,scale} [ARGS...]
@@ -42,6 +42,7 @@ import pandas as pd
 
 from constraints.errors import ConstraintError, DomainError
 from synth.cli import add_synth_parser, run_synth
+from topdown.dask_input import is_dataset
 from topdown.errors import DataError, ReleaseError, TopDownError
 from topdown.io import read_data
 from topdown.product.config import DEFAULT_CONFIG, ConfigError, RunConfig, load_config
@@ -126,6 +127,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--solver", help="solver name (see solvers.available()) or auto")
     run.add_argument("--executor", help="serial, processes or dask")
+    run.add_argument(
+        "--workers",
+        type=int,
+        help="worker processes of the processes executor or of a local Dask cluster",
+    )
+    run.add_argument(
+        "--address",
+        help="a running Dask scheduler (tcp://host:8786) for the dask executor; without it a "
+        "local cluster starts",
+    )
     run.add_argument(
         "--capture-problems",
         type=Path,
@@ -318,16 +329,32 @@ def _cmd_run(args: argparse.Namespace) -> int:
         seed=args.seed,
         solver=args.solver,
         executor=args.executor,
+        workers=args.workers,
+        address=args.address,
         capture=args.capture_problems,
         estimator=args.estimator,
     )
     cfg.check_inputs()  # every input path, before any work
     out = (args.out or Path.cwd() / f"release-{datetime.now():%Y%m%d-%H%M%S}").absolute()
     with claim_output(out, args.overwrite, inputs=cfg.input_paths()) as claim:
-        data = load_data(cfg)
-        _check_node_labels(cfg, data)
+        on_cluster = cfg.executor == "dask" and is_dataset(cfg.data.path)
+        data: pd.DataFrame | Path
+        if on_cluster:  # a Parquet dataset read on the workers (topdown.dask_input)
+            if cfg.data.derive:
+                raise ConfigError(
+                    cfg.file,
+                    "data.derive",
+                    f"derived columns need the records here, but data.path "
+                    f"({str(cfg.data.path)!r}) is a Parquet dataset read on the Dask workers; "
+                    "write the derived columns into the dataset",
+                )
+            data = cfg.data.path
+            log.info("reading the Parquet dataset %s on the Dask workers", cfg.data.path)
+        else:
+            data = load_data(cfg)
+            _check_node_labels(cfg, data)
+            log.info("read %d records from %s", len(data), cfg.data.path)
         timings["read"] = time.perf_counter() - start
-        log.info("read %d records from %s", len(data), cfg.data.path)
         t = time.perf_counter()
         try:
             rel = release(
@@ -361,7 +388,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
         metrics = None
         if cfg.truth:
             t = time.perf_counter()
-            truth = data if cfg.truth is True else load_data(cfg, Path(cfg.truth))
+            if cfg.truth is True:
+                truth = load_data(cfg) if isinstance(data, Path) else data
+            else:
+                truth = load_data(cfg, Path(cfg.truth))
             metrics = rel.metrics(truth)  # recorded in the ledger by the writer
             timings["metrics"] = time.perf_counter() - t
         write_release_folder(

@@ -129,6 +129,8 @@ class RunConfig:
         seed: int | None = None,
         solver: str | None = None,
         executor: str | None = None,
+        workers: int | None = None,
+        address: str | None = None,
         capture: Path | None = None,
         estimator: str | None = None,
     ) -> RunConfig:
@@ -150,6 +152,14 @@ class RunConfig:
             out = replace(out, solver=SolverChoice.of(name, strict=out.solver.strict))
         if executor is not None:
             out = replace(out, executor=_choice("--executor", executor, EXECUTORS, "executors"))
+        if workers is not None:
+            if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+                raise ConfigError(
+                    "command line", "--workers", f"must be a positive integer; got {workers!r}"
+                )
+            out = replace(out, workers=workers)
+        if address is not None:
+            out = replace(out, address=_check_address("--address", address, "command line"))
         if capture is not None:
             out = replace(out, capture=capture)
         if estimator is not None:
@@ -180,8 +190,15 @@ class RunConfig:
         for key, path in keys:
             if not path.exists():
                 raise ConfigError(self.file, key, f"file {str(path)!r} does not exist")
+            if key == "data.path" and path.is_dir() and self.data.format in (None, "parquet"):
+                continue  # a partitioned Parquet dataset (read on the workers by ``dask``)
             if not path.is_file():
-                raise ConfigError(self.file, key, f"{str(path)!r} is not a file")
+                raise ConfigError(
+                    self.file,
+                    key,
+                    f"{str(path)!r} is not a file"
+                    + (" (a folder is read as a Parquet dataset only)" if path.is_dir() else ""),
+                )
 
     def resolved(self) -> dict[str, Any]:
         """The configuration with everything explicit (JSON-serialisable)."""
@@ -369,7 +386,7 @@ def parse_config(raw: Mapping[str, Any], file: str, *, base: Path) -> RunConfig:
         capture=_path(capture, base) if capture else None,
         executor=ex_name,
         workers=workers or None,
-        address=executor.get("address") or None,
+        address=_check_address("executor.address", executor.get("address", ""), bad) or None,
         output_format=out_fmt,
         truth=truth,
         estimator=estimator,
@@ -623,3 +640,15 @@ def _path(value: str, base: Path) -> Path:
 
 def _jsonable(v: Any) -> Any:
     return "inf" if v == float("inf") else v
+
+
+def _check_address(key: str, value: object, bad: Any) -> str:
+    """A Dask scheduler address (``tcp://host:8786``), or "" for none; ``bad`` is the error
+    callback of the file's parser, or the source name (``"command line"``)."""
+    if value == "" or (isinstance(value, str) and ":" in value):
+        return str(value)
+    rule = f"must be a Dask scheduler address such as 'tcp://host:8786'; got {value!r}"
+    if callable(bad):
+        bad(key, rule)
+        return ""
+    raise ConfigError(bad, key, rule)

@@ -1,0 +1,72 @@
+"""The executors' batching and options, and the executor options of the config and CLI."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.cli_helpers import data_config, embedded_subset
+from topdown.executors import BATCHES_PER_WORKER, ExecutorError, batches, make_executor
+from topdown.product.config import ConfigError, load_config
+
+
+def test_batches_cover_the_tasks_in_order():
+    for n_tasks in (1, 7, 8, 100, 4500):
+        for workers in (1, 2, 3):
+            parts = batches(n_tasks, workers)
+            assert [i for r in parts for i in r] == list(range(n_tasks))
+            assert len(parts) == min(n_tasks, BATCHES_PER_WORKER * workers)
+            sizes = [len(r) for r in parts]
+            assert max(sizes) - min(sizes) <= 1  # even batches: the workers finish together
+
+
+def test_processes_give_results_in_task_order():
+    with make_executor("processes", workers=2) as ex:
+        # above min_tasks: the pool runs them, in batches, and the order is the tasks'
+        assert ex.map(abs, list(range(-40, 0))) == list(range(40, 0, -1))
+        assert ex.map(abs, [-1, -2]) == [1, 2]  # below min_tasks: in this process
+
+
+@pytest.mark.parametrize("workers", [0, -1, 1.5, True])
+def test_bad_workers_name_the_argument(workers):
+    with pytest.raises(ExecutorError, match=rf"workers \({workers!r}\) must be a positive integer"):
+        make_executor("processes", workers=workers)
+
+
+def test_unknown_executor():
+    with pytest.raises(ExecutorError, match=r"executor \('spark'\) is unknown; known executors"):
+        make_executor("spark")
+
+
+def _config(tmp_path: Path, executor: str) -> Path:
+    embedded_subset(("01",), rows_per_state=50).to_csv(tmp_path / "data.csv", index=False)
+    path = tmp_path / "run.toml"
+    path.write_text(data_config(1, ("STATE",), executor), encoding="utf-8")
+    return path
+
+
+def test_config_executor_options(tmp_path):
+    path = _config(tmp_path, '[executor]\nname = "dask"\nworkers = 3\naddress = "tcp://h:8786"\n')
+    cfg = load_config(path)
+    assert (cfg.executor, cfg.workers, cfg.address) == ("dask", 3, "tcp://h:8786")
+    cfg = cfg.with_overrides(workers=2, address="tcp://other:8786")
+    assert (cfg.workers, cfg.address) == (2, "tcp://other:8786")
+    with pytest.raises(ConfigError, match=r"--workers: must be a positive integer; got 0"):
+        cfg.with_overrides(workers=0)
+    with pytest.raises(ConfigError, match=r"--address: must be a Dask scheduler address .*'h'"):
+        cfg.with_overrides(address="h")
+    bad = _config(tmp_path, '[executor]\nname = "dask"\naddress = 8786\n')
+    with pytest.raises(ConfigError, match=r"executor.address: must be a Dask scheduler address"):
+        load_config(bad)
+
+
+def test_config_accepts_a_dataset_folder_and_refuses_other_folders(tmp_path):
+    path = _config(tmp_path, "")
+    (tmp_path / "persons").mkdir()
+    text = path.read_text(encoding="utf-8").replace('path = "data.csv"', 'path = "persons"')
+    path.write_text(text, encoding="utf-8")
+    load_config(path).check_inputs()  # a folder is a Parquet dataset
+    path.write_text(text.replace("[data]\n", '[data]\nformat = "csv"\n'), encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"data.path: .* is not a file \(a folder is read as"):
+        load_config(path).check_inputs()
