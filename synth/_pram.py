@@ -143,7 +143,10 @@ def maximum_likelihood_distribution(
         pi = new
         if done:
             break
-    return pi
+    # mass EM is still draining from cells the likelihood empties (its approach to the
+    # boundary is geometric, never exact) is dropped, so those cells stay empty
+    pi = np.where(pi < tolerance, 0.0, pi)
+    return pi / pi.sum()
 
 
 ESTIMATORS = ("projection", "mle")
