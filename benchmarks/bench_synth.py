@@ -180,8 +180,11 @@ def _generators(
         "PrivBayes k=3": lambda: (
             PrivBayes(eps, k=3, domains=domains, seed=seed).fit(real).sample(n)
         ),
-        "DP2-Pub split=budget (local DP)": lambda: DP2Pub(
+        "DP2-Pub (default, split=auto)": lambda: DP2Pub(
             eps, domains=domains, seed=seed
+        ).fit_transform(real),
+        "DP2-Pub split=budget (local DP)": lambda: DP2Pub(
+            eps, domains=domains, seed=seed, split="budget"
         ).fit_transform(real),
         "DP2-Pub split=users (local DP)": lambda: DP2Pub(
             eps, domains=domains, seed=seed, split="users"

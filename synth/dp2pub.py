@@ -77,10 +77,11 @@ __all__ = [
     "entropy",
     "entropy_coefficients",
     "grr_pram_baseline",
+    "split_variances",
 ]
 
 
-SPLITS = ("budget", "users")
+SPLITS = ("auto", "budget", "users")
 """How the publication group's budget meets the clusters (see :class:`DP2Pub`)."""
 
 
@@ -157,6 +158,35 @@ def _randomize_columns(
     return out
 
 
+def split_variances(
+    epsilon: Fraction, cells: Sequence[int], coefficients: Sequence[Fraction]
+) -> tuple[float, float]:
+    """The summed variance (times n) of every cluster's estimated cell frequencies under
+    each split, for joint randomized response, at the uniform distribution:
+    ``(budget, users)``.
+
+    A K-cell table reported by n people with p - q = (e^eps - 1) / (e^eps + K - 1) has
+    cell variances lambda (1 - lambda) / (n (p - q)^2), summing to (1 - 1/K) / (n (p - q)^2)
+    when lambda is uniform. The budget split reports cluster c with epsilon x c_c by
+    everyone; the people split with epsilon by a share c_c of the people. Only public
+    figures (epsilon, the domains) and the already private clusters enter, so choosing the
+    smaller costs nothing.
+    """
+
+    def term(eps: float, k: int) -> float:
+        if k == 1:
+            return 0.0
+        # p - q = (e^eps - 1) / (e^eps + k - 1), written to stay finite for a large eps
+        gap = -math.expm1(-eps) / (1 + (k - 1) * math.exp(-eps))
+        return (1 - 1 / k) / gap**2
+
+    budget = sum(term(float(epsilon * c), k) for k, c in zip(cells, coefficients, strict=True))
+    users = sum(
+        term(float(epsilon), k) / float(c) for k, c in zip(cells, coefficients, strict=True)
+    )
+    return budget, users
+
+
 def _shares(coefficients: Sequence[Fraction]) -> np.ndarray:
     """The coefficients as float probabilities summing to 1 (the server's public draw)."""
     shares = np.array([float(c) for c in coefficients])
@@ -183,7 +213,9 @@ class DP2Pub:
         seed: integer for reproducible runs (tests only); None is secure.
         structure_fraction: share of the records in the structure group (step 1).
         randomizer: ``"joint"`` or ``"attribute"`` (step 5).
-        split: ``"budget"`` (the paper) or ``"users"`` (step 5).
+        split: ``"budget"`` (the paper), ``"users"`` or ``"auto"`` (step 5): the one of
+            smaller predicted variance (:func:`split_variances`, public figures only); the
+            choice is ``split_used`` and in the ledger.
         estimator: ``"mle"`` or ``"projection"`` (step 6, also the structure's tables and
             the entropies).
         max_cluster_cells: largest compound domain of a cluster (16: on NLTCS this beat
@@ -208,7 +240,7 @@ class DP2Pub:
         structure_fraction: float = 0.1,
         randomizer: str = "joint",
         max_cluster_cells: int = 16,
-        split: str = "budget",
+        split: str = "auto",
         estimator: str = "mle",
     ) -> None:
         self.epsilon = check_epsilon(epsilon)
@@ -223,6 +255,7 @@ class DP2Pub:
         if estimator not in ESTIMATORS:
             raise SynthError(f"estimator ({estimator!r}) must be one of {ESTIMATORS}")
         self.split = split
+        self.split_used = split
         self.estimator = estimator
         self.k = k
         self.domains_declared = domains
@@ -278,7 +311,12 @@ class DP2Pub:
         # step 5: the publication group's reports, cluster by cluster
         publication = codes[~in_structure]
         released = codes.copy()
-        if self.split == "budget":
+        self.split_used = self.split
+        if self.split == "auto":
+            cells_of = [int(np.prod([sizes[a] for a in cluster])) for cluster in clusters]
+            budget_var, users_var = split_variances(self.epsilon, cells_of, coefficients)
+            self.split_used = "budget" if budget_var <= users_var else "users"
+        if self.split_used == "budget":
             cluster_budgets = [_round_down(self.epsilon * c) for c in coefficients]
             if sum(cluster_budgets, Fraction(0)) > self.epsilon:  # sequential composition
                 raise SynthError(
@@ -293,7 +331,9 @@ class DP2Pub:
             csizes = [sizes[a] for a in cluster]
             cells = int(np.prod(csizes))
             asked = (
-                np.ones(len(publication), dtype=bool) if self.split == "budget" else reporter == c
+                np.ones(len(publication), dtype=bool)
+                if self.split_used == "budget"
+                else reporter == c
             )
             reports_flat, factors = self._report_cluster(
                 publication[asked][:, cluster], csizes, cluster_eps, rng
@@ -385,7 +425,7 @@ class DP2Pub:
                 f"the other {n - n_structure} "
                 + (
                     "report each cluster with epsilon x coefficient"
-                    if self.split == "budget"
+                    if self.split_used == "budget"
                     else "report one cluster each (coefficient = share of people) with epsilon"
                 )
                 + f" ({self.randomizer}); clusters {self.clusters}, coefficients "

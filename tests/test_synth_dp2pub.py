@@ -23,7 +23,13 @@ from synth._pram import (
     post_randomize,
     project_simplex,
 )
-from synth.dp2pub import cluster_attributes, entropy, entropy_coefficients, grr_pram_baseline
+from synth.dp2pub import (
+    cluster_attributes,
+    entropy,
+    entropy_coefficients,
+    grr_pram_baseline,
+    split_variances,
+)
 from synth.metrics import marginal_tvds, tvd
 
 ALPHA = 1e-6
@@ -188,13 +194,60 @@ def test_dp2pub_bad_input():
         DP2Pub(1, structure_fraction=1.5)
     with pytest.raises(SynthError, match=r"epsilon \(-1\) must be > 0"):
         DP2Pub(-1)
-    with pytest.raises(SynthError, match=r"split \('rows'\) must be one of \('budget', 'users'\)"):
+    with pytest.raises(
+        SynthError, match=r"split \('rows'\) must be one of \('auto', 'budget', 'users'\)"
+    ):
         DP2Pub(1, split="rows")
     with pytest.raises(SynthError, match=r"estimator \('em'\) must be one of"):
         DP2Pub(1, estimator="em")
     for bad in ("nan", float("inf"), 0, 1e30, 1e-9):
         with pytest.raises(SynthError, match=r"epsilon \(.*\) must be"):
             DP2Pub(bad)
+
+
+def test_split_variances_by_hand_and_the_automatic_choice():
+    """Two binary clusters with coefficients 1/2 at e^eps = 3. Budget split: e^(eps/2) = sqrt 3,
+    p - q = (sqrt 3 - 1) / (sqrt 3 + 1) = 2 - sqrt 3, each cluster (1/2) / (7 - 4 sqrt 3),
+    total 7 + 4 sqrt 3 (about 13.93). People split: p - q = 1/2 for half the people, each
+    cluster (1/2) / (1/2 x 1/4) = 4, total 8: the people split is chosen. At e^eps = 10^6
+    the gaps are about 1 either way and halving the people doubles the variance: budget."""
+    budget, users = split_variances(Fraction(LN3), [2, 2], [Fraction(1, 2)] * 2)
+    assert budget == pytest.approx(7 + 4 * math.sqrt(3)) and users == pytest.approx(8)
+    budget, users = split_variances(Fraction(6 * math.log(10)), [2, 2], [Fraction(1, 2)] * 2)
+    assert budget == pytest.approx(1.0, rel=1e-2) and users == pytest.approx(2.0, rel=1e-5)
+    # one cluster: the two splits are the same thing
+    assert split_variances(Fraction(2), [4], [Fraction(1)]) == pytest.approx(
+        split_variances(Fraction(2), [4], [Fraction(1)])[::-1]
+    )
+    small = DP2Pub(1, k=1, domains=DOMAINS, seed=1, max_cluster_cells=2)
+    small.fit_transform(_data(600))
+    large = DP2Pub(300, k=1, domains=DOMAINS, seed=1, max_cluster_cells=2)
+    large.fit_transform(_data(600))
+    assert (small.split_used, large.split_used) == ("users", "budget")
+
+
+def test_dp2pub_people_split_asks_each_person_once(monkeypatch):
+    """split="users": every cluster's reports are made with the whole epsilon, and the
+    publication group's people are divided among the clusters (each asked once)."""
+    import synth.dp2pub as dp2pub
+
+    calls: list[tuple[int, Fraction]] = []
+    real = dp2pub.randomized_response
+
+    def recording(values, domain, epsilon, rng):
+        calls.append((len(values), Fraction(epsilon)))
+        return real(values, domain, epsilon, rng)
+
+    monkeypatch.setattr(dp2pub, "randomized_response", recording)
+    model = DP2Pub(2, k=1, domains=DOMAINS, seed=3, max_cluster_cells=2, split="users")
+    model.fit_transform(_data(600))
+    d = len(DOMAINS)
+    structure, publication = calls[:d], calls[d:]
+    n_structure = structure[0][0]
+    assert all(n == n_structure and e == Fraction(2, d) for n, e in structure)
+    assert len(publication) == len(model.clusters) == 3
+    assert all(e == 2 for _, e in publication)
+    assert sum(n for n, _ in publication) == 600 - n_structure
 
 
 def test_dp2pub_never_spends_more_than_epsilon(monkeypatch):
@@ -212,7 +265,7 @@ def test_dp2pub_never_spends_more_than_epsilon(monkeypatch):
 
     monkeypatch.setattr(dp2pub, "randomized_response", recording)
     eps = Fraction(1, 10**6)
-    model = DP2Pub(eps, k=1, domains=DOMAINS, seed=3, max_cluster_cells=2)
+    model = DP2Pub(eps, k=1, domains=DOMAINS, seed=3, max_cluster_cells=2, split="budget")
     model.fit_transform(_data(600))
     d = len(DOMAINS)
     structure, publication = spent[:d], spent[d:]
