@@ -19,7 +19,9 @@ function that can be tested on its own; :class:`DP2Pub` chains them.
 5. Client side, publication group (the other records): with ``split="budget"`` (the
    paper's allocation) every person reports every cluster, each with epsilon times its
    coefficient; with ``split="users"`` the server assigns each person one cluster (the
-   coefficients as shares of the people) and the person reports it with the whole epsilon.
+   coefficients as shares of the people) and the person reports it with the whole epsilon;
+   ``split="auto"`` (the default) takes the one whose cluster tables have the smaller
+   predicted variance (:func:`split_variances`).
    Either way a report is either one generalized randomized response over the
    cluster's compound domain (``randomizer="joint"``, the default: far less noise for a
    joint distribution) or attribute by attribute with an equal split of the cluster's budget
