@@ -118,12 +118,14 @@ def maximum_likelihood_distribution(
     factors: Factors,
     *,
     tolerance: float = 1e-9,
-    max_iterations: int = 10_000,
+    max_iterations: int = 2_000,
 ) -> np.ndarray:
     """The distribution pi on the simplex that maximises the likelihood of the report
     counts, sum_j n_j log (pi Q)_j, by expectation-maximisation from the uniform start:
     pi <- pi * Q (f / (pi Q)), f the report frequencies (every step stays on the simplex and
-    never lowers the likelihood). Stops when no cell moves by more than ``tolerance``.
+    never lowers the likelihood). Stops when no cell moves by more than ``tolerance``, or
+    after ``max_iterations`` steps: EM crawls where the likelihood is flat (reports of a
+    tiny budget), and stopping there leaves the estimate nearer uniform, as uncertain as it is.
 
     Q is applied axis by axis (:func:`_apply_q`), so a step costs a few passes over the
     table, never the full compound matrix.

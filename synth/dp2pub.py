@@ -218,8 +218,8 @@ class DP2Pub:
         split: ``"budget"`` (the paper), ``"users"`` or ``"auto"`` (step 5): the one of
             smaller predicted variance (:func:`split_variances`, public figures only); the
             choice is ``split_used`` and in the ledger.
-        estimator: ``"mle"`` or ``"projection"`` (step 6, also the structure's tables and
-            the entropies).
+        estimator: ``"mle"`` or ``"projection"`` (step 6 and the entropies; the network's
+            candidate tables always use the projection, for speed).
         max_cluster_cells: largest compound domain of a cluster (16: on NLTCS this beat
             per-attribute post-randomization at epsilon 0.5-16 except 1 in
             benchmarks/bench_synth.py; a cluster of K cells reported jointly has per-cell
@@ -383,7 +383,9 @@ class DP2Pub:
                 attrs = (x, *parents)
                 counts = histogram(reports, sizes, attrs)
                 factors = [(sizes[a], epsilons[a]) for a in attrs]
-                pi = estimate_distribution(counts, factors, self.estimator)
+                # the plain inverse projected: the search scores thousands of candidate
+                # tables, and EM on reports this noisy needs thousands of steps for each
+                pi = estimate_distribution(counts, factors, "projection")
                 cache[(x, parents)] = mutual_information(pi)
             return cache[(x, parents)]
 
