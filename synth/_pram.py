@@ -135,7 +135,10 @@ def maximum_likelihood_distribution(
     if total <= 0:
         return np.full(table.shape, 1.0 / table.size)
     freq = table / total
-    pi = np.full(table.shape, 1.0 / table.size)
+    # start at the projected inverse (mixed with 1% uniform: EM never revives an empty
+    # cell), so a run stopped early sits near the plain inverse, not near uniform
+    start = estimate_distribution(table, factors, "projection")
+    pi = 0.99 * start + 0.01 / table.size
     for _ in range(max_iterations):
         lam = _apply_q(pi, factors)
         ratio = np.divide(freq, lam, out=np.zeros_like(freq), where=lam > 0)

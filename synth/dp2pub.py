@@ -340,7 +340,8 @@ class DP2Pub:
             reports_flat, factors = self._report_cluster(
                 publication[asked][:, cluster], csizes, cluster_eps, rng
             )
-            counts = np.bincount(reports_flat, minlength=cells).reshape(csizes)
+            # one axis per factor of Q: the flat compound for the joint randomizer
+            counts = np.bincount(reports_flat, minlength=cells).reshape([k for k, _ in factors])
             # step 6: estimate pi, post-randomize every report with its own Q; a person not
             # asked about this cluster reported nothing (epsilon 0), whose row of Q' is pi
             pi = estimate_distribution(counts, factors, self.estimator).reshape(-1)
