@@ -220,6 +220,15 @@ class DP2Pub:
             choice is ``split_used`` and in the ledger.
         estimator: ``"mle"`` or ``"projection"`` (step 6 and the entropies; the network's
             candidate tables always use the projection, for speed).
+        max_cluster_cells: largest compound domain of a cluster. A cluster of K cells
+            reported jointly has per-cell variance about (e^eps_c + K - 2) /
+            (n (e^eps_c - 1)^2), so large clusters need large budgets (on NLTCS, one seed:
+            4 cells did better than 16 at epsilon 1 and worse at epsilon 4).
+        split: ``"budget"`` (the paper), ``"users"`` or ``"auto"`` (step 5): the one of
+            smaller predicted variance (:func:`split_variances`, public figures only); the
+            choice is ``split_used`` and in the ledger.
+        estimator: ``"mle"`` or ``"projection"`` (step 6 and the entropies; the network's
+            candidate tables always use the projection, for speed).
         max_cluster_cells: largest compound domain of a cluster (16: on NLTCS this beat
             per-attribute post-randomization at epsilon 0.5-16 except 1 in
             benchmarks/bench_synth.py; a cluster of K cells reported jointly has per-cell
