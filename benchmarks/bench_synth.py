@@ -5,20 +5,26 @@ train-on-synthetic / test-on-real AUC where the data set has a class, and the wa
 them the bootstrap floor (a resample of the real data, what sampling noise alone costs), the
 independent-columns baseline (each column shuffled on its own: perfect 1-way marginals, no
 dependence) and, for the local-DP DP2-Pub, the GRR + per-attribute PRAM floor. A published
-peer (smartnoise-synth's MST and AIM, sampled with ``method="sample"``) runs when the package
-is installed; otherwise a message says it was skipped.
+peer (smartnoise-synth's MST and AIM, records drawn i.i.d. from the model) runs when the package
+is importable by ``--peer-python`` (a separate virtual environment: the project's
+dependencies do not change for it), at ``--peer-eps``; otherwise a message says it was
+skipped. Every generator runs once per seed; the table shows the mean ± its standard error.
 
 Run from the repository root:
 
     /work/venv/bin/python -m benchmarks.bench_synth [--data adult nltcs acs] [--eps 0.1 1 5]
+        [--seeds 0 1 2] [--peer-python /work/venv-peer/bin/python] [--aim]
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import logging
+import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -99,19 +105,34 @@ DATASETS: dict[str, Callable[[], tuple[pd.DataFrame, dict, str | None]]] = {
 }
 
 
-def _peers() -> dict[str, Callable[[pd.DataFrame, float], pd.DataFrame]]:
-    try:
-        from snsynth import Synthesizer  # type: ignore[import-not-found]
-    except ImportError:
-        print("smartnoise-synth is not installed: MST / AIM peer runs skipped")
+def _peers(peer_python: str | None) -> dict[str, Callable[[pd.DataFrame, float], pd.DataFrame]]:
+    """smartnoise-synth's MST (and AIM with ``--aim``), run by ``peer_python`` (an interpreter
+    of a separate virtual environment that has smartnoise-synth, so the project's own
+    dependencies do not change) through benchmarks/peer_smartnoise.py."""
+    if peer_python is None:
+        print("no --peer-python given: MST / AIM peer runs skipped")
         return {}
+    check = subprocess.run(
+        [peer_python, "-c", "import snsynth"], capture_output=True, text=True, check=False
+    )
+    if check.returncode != 0:
+        print(f"smartnoise-synth is not importable by {peer_python}: MST / AIM peer runs skipped")
+        return {}
+    script = Path(__file__).with_name("peer_smartnoise.py")
 
     def make(name: str) -> Callable[[pd.DataFrame, float], pd.DataFrame]:
         def run(df: pd.DataFrame, eps: float) -> pd.DataFrame:
-            synth = Synthesizer.create(name, epsilon=eps)
-            synth.fit(df.astype(str), preprocessor_eps=0.0, categorical_columns=list(df.columns))
-            out = synth.sample(len(df), method="sample")
-            return out.astype(df.dtypes.to_dict(), errors="ignore")
+            with tempfile.TemporaryDirectory() as folder:
+                source, target = Path(folder) / "in.csv", Path(folder) / "out.csv"
+                df.to_csv(source, index=False)
+                subprocess.run(
+                    [peer_python, str(script), name, str(eps), str(source), str(target)],
+                    check=True,
+                    capture_output=True,
+                    text=True,
+                )
+                out = pd.read_csv(target, dtype=str, keep_default_na=False)
+            return out.astype(df.dtypes.to_dict())
 
         return run
 
@@ -149,7 +170,6 @@ def _generators(
     target: str | None,
     eps: float,
     seed: int,
-    peers: dict[str, Callable[[pd.DataFrame, float], pd.DataFrame]],
 ) -> dict[str, Callable[[], pd.DataFrame]]:
     """The runs at one epsilon, each a no-argument callable returning the synthetic data."""
     n = len(real)
@@ -160,63 +180,128 @@ def _generators(
         "PrivBayes k=3": lambda: (
             PrivBayes(eps, k=3, domains=domains, seed=seed).fit(real).sample(n)
         ),
-        "DP2-Pub (local DP)": lambda: DP2Pub(eps, domains=domains, seed=seed).fit_transform(real),
+        "DP2-Pub (default, split=auto)": lambda: DP2Pub(
+            eps, domains=domains, seed=seed
+        ).fit_transform(real),
+        "DP2-Pub split=budget (local DP)": lambda: DP2Pub(
+            eps, domains=domains, seed=seed, split="budget"
+        ).fit_transform(real),
+        "DP2-Pub split=users (local DP)": lambda: DP2Pub(
+            eps, domains=domains, seed=seed, split="users"
+        ).fit_transform(real),
         "GRR+PRAM floor (local DP)": lambda: grr_pram_baseline(
             real, eps, domains=domains, seed=seed
-        ),
+        )[0],
     }
     if target is not None:
         out["ClassConditional"] = lambda: (
             ClassConditional(eps, target=target, domains=domains, seed=seed).fit(real).sample(n)
         )
-    for label, peer in peers.items():
-        out[label] = lambda peer=peer: peer(real, eps)
     return out
 
 
-def run(datasets: list[str], epsilons: list[float], seed: int) -> pd.DataFrame:
-    rows = []
-    peers = _peers()
+def _timed(
+    label: str,
+    eps: object,
+    real: pd.DataFrame,
+    make: Callable[[], pd.DataFrame],
+    target: str | None,
+) -> dict | None:
+    start = time.perf_counter()
+    try:
+        synthetic = make()
+    except Exception as err:  # a run's failure is reported, not fatal
+        print(f"{label} at eps {eps} failed: {err}", flush=True)
+        return None
+    return _row(label, eps, real, synthetic, time.perf_counter() - start, target)
+
+
+def _summary(rows: list[dict]) -> pd.DataFrame:
+    """Mean and standard error over the seeds of every (data, method, eps)."""
+    frame = pd.DataFrame(rows)
+    metrics = [c for c in ("tvd1", "tvd2", "tvd3", "tvd2_max", "tstr_auc", "seconds") if c in frame]
+    grouped = frame.groupby(["data", "method", "eps"], sort=False)[metrics]
+    mean, sem = grouped.mean(), grouped.sem()
+    out = mean.copy()
+    for column in ("tvd1", "tvd2", "tvd3", "tstr_auc"):
+        if column in out:
+            out[column] = [
+                f"{m:.4f}" + ("" if np.isnan(e) else f" ±{e:.4f}")
+                for m, e in zip(mean[column], sem[column], strict=True)
+            ]
+    out["tvd2_max"] = mean["tvd2_max"].round(4)
+    out["seconds"] = mean["seconds"].round(1)
+    out["runs"] = grouped.size()
+    return out.reset_index()
+
+
+def run(
+    datasets: list[str],
+    epsilons: list[float],
+    seeds: list[int],
+    peers: dict[str, Callable[[pd.DataFrame, float], pd.DataFrame]],
+    peer_epsilons: list[float],
+    methods: list[str] | None = None,
+) -> pd.DataFrame:
+    rows: list[dict] = []
     for name in datasets:
         real, domains, target = DATASETS[name]()
         n = len(real)
         print(f"\n## {name}: {n} rows, {real.shape[1]} columns", flush=True)
-        rng = np.random.default_rng(seed)  # baselines only: not a privacy-relevant draw
-        start = time.perf_counter()
-        boot = real.iloc[rng.integers(0, n, n)].reset_index(drop=True)
-        rows.append(_row("bootstrap floor", "-", real, boot, time.perf_counter() - start, target))
-        indep = pd.DataFrame({c: rng.permutation(real[c].to_numpy()) for c in real.columns})
-        rows.append(_row("independent columns", "-", real, indep, 0.0, target))
+        start_rows = len(rows)
+        for seed in seeds:
+            rng = np.random.default_rng(seed)  # baselines only: not a privacy-relevant draw
+            boot = real.iloc[rng.integers(0, n, n)].reset_index(drop=True)
+            rows.append(_row("bootstrap floor", "-", real, boot, 0.0, target))
+            indep = pd.DataFrame({c: rng.permutation(real[c].to_numpy()) for c in real.columns})
+            rows.append(_row("independent columns", "-", real, indep, 0.0, target))
         for eps in epsilons:
-            generators = _generators(real, domains, target, eps, seed, peers)
-            for label, make in generators.items():
-                start = time.perf_counter()
-                try:
-                    synthetic = make()
-                except Exception as err:  # a peer's failure is reported, not fatal
-                    print(f"{label} at eps {eps} failed: {err}", flush=True)
-                    continue
-                rows.append(_row(label, eps, real, synthetic, time.perf_counter() - start, target))
-                print(pd.DataFrame([rows[-1]]).to_string(index=False, header=False), flush=True)
-        for r in rows:
-            r.setdefault("data", name)
-        frame = pd.DataFrame([r for r in rows if r["data"] == name])
-        print(frame.round(4).to_string(index=False), flush=True)
-    return pd.DataFrame(rows)
+            for seed in seeds:
+                for label, make in _generators(real, domains, target, eps, seed).items():
+                    if methods and not any(m.lower() in label.lower() for m in methods):
+                        continue
+                    row = _timed(label, eps, real, make, target)
+                    if row is not None:
+                        rows.append(row)
+                        print(
+                            f"  {label} eps {eps} seed {seed}: tvd3 {row['tvd3']:.4f}", flush=True
+                        )
+            if eps in peer_epsilons:
+                for label, peer in peers.items():
+                    row = _timed(label, eps, real, functools.partial(peer, real, eps), target)
+                    if row is not None:
+                        rows.append(row)
+            for r in rows[start_rows:]:
+                r.setdefault("data", name)
+            print(_summary(rows[start_rows:]).to_string(index=False), flush=True)
+    return _summary(rows)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", nargs="+", default=list(DATASETS), choices=list(DATASETS))
     parser.add_argument("--eps", nargs="+", type=float, default=[0.1, 0.5, 1, 2, 5])
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    parser.add_argument(
+        "--peer-python",
+        default=None,
+        help="an interpreter with smartnoise-synth installed (e.g. /work/venv-peer/bin/python)",
+    )
+    parser.add_argument("--peer-eps", nargs="+", type=float, default=[1.0])
+    parser.add_argument("--aim", action="store_true", help="also run AIM (slow)")
+    parser.add_argument(
+        "--methods", nargs="+", default=None, help="run only generators whose name contains one"
+    )
     parser.add_argument("--out", type=Path, default=None, help="also write the table as CSV")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.ERROR)
     print("command:", " ".join(["python -m benchmarks.bench_synth", *(argv or sys.argv[1:])]))
-    table = run(args.data, args.eps, args.seed)
-    print("\n# all results")
-    print(table.round(4).to_string(index=False))
+    peers = _peers(args.peer_python)
+    if not args.aim:
+        peers.pop("AIM (smartnoise)", None)
+    table = run(args.data, args.eps, args.seeds, peers, args.peer_eps, args.methods)
+    print("\n# all results (mean ±SE over the seeds; peers and baselines as run)")
+    print(table.to_string(index=False))
     if args.out is not None:
         table.to_csv(args.out, index=False)
     return 0

@@ -42,7 +42,7 @@ def main(epsilon: float = 4.0, rows: int | None = None) -> pd.DataFrame:
     df = load(rows)
     model = DP2Pub(epsilon, k=2, seed=None)
     released = model.fit_transform(df)
-    floor = grr_pram_baseline(df, epsilon)
+    floor, _ = grr_pram_baseline(df, epsilon)
     print("clusters:", model.clusters)
     print("coefficients:", [str(c) for c in model.coefficients])
     table = pd.DataFrame(

@@ -43,8 +43,10 @@ def mutual_information(joint: np.ndarray) -> float:
     p = table / total
     px = p.sum(axis=1, keepdims=True)
     pp = p.sum(axis=0, keepdims=True)
-    mask = p > 0
-    return float(np.sum(p[mask] * np.log(p[mask] / (px @ pp)[mask])))
+    rows, cols = np.nonzero(p > 0)  # then px and pp are > 0 there too
+    cell = p[rows, cols]
+    # logs taken apart: px * pp of two tiny marginals can underflow to 0 where p does not
+    return float(np.sum(cell * (np.log(cell) - np.log(px[rows, 0]) - np.log(pp[0, cols]))))
 
 
 def r_score(joint: np.ndarray) -> float:

@@ -34,8 +34,10 @@ import pandas as pd
 from mechanisms.ledger import Ledger
 from synth._domains import SynthError
 from synth.metrics import marginal_tvds, tvd_per_attribute
+from topdown._optional import require
 from topdown.errors import DataError, TopDownError
 from topdown.io import read_data
+from topdown.microdata import write_table
 
 __all__ = ["add_synth_parser", "run_synth", "main", "METHODS", "write_outputs"]
 
@@ -99,6 +101,8 @@ def _outputs(out: Path) -> tuple[Path, Path, Path]:
 def _check_out(out: Path, overwrite: bool) -> None:
     if out.suffix.lower() not in (".csv", ".parquet", ".pq"):
         raise SynthError(f"--out ({str(out)!r}) must end in .csv or .parquet")
+    if out.suffix.lower() != ".csv":  # refuse before fitting, not after
+        require("parquet", "writing Parquet output")
     if not out.parent.is_dir():
         raise SynthError(f"the folder of --out ({str(out.parent)!r}) does not exist")
     for path in _outputs(out):
@@ -169,10 +173,9 @@ def write_outputs(out: Path, table: pd.DataFrame, ledger: Ledger, report: str) -
             fd, name = tempfile.mkstemp(prefix=f".{target.name}.partial-", dir=target.parent)
             os.close(fd)
             temps.append(Path(name))
-        if out.suffix.lower() == ".csv":
-            table.to_csv(temps[0], index=False)
-        else:
-            table.to_parquet(temps[0], index=False)
+        # the project's table writer (CSV or Parquet, Parquet only with its extra installed)
+        fmt = "csv" if out.suffix.lower() == ".csv" else "parquet"
+        write_table(table, temps[0], fmt=fmt)
         temps[1].write_text(json.dumps(ledger.to_dict(), indent=2, default=str), encoding="utf-8")
         temps[2].write_text(report, encoding="utf-8")
         for temp, target in zip(temps, targets, strict=True):

@@ -12,7 +12,6 @@ consistent with them (its margins are released alongside).
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Hashable, Mapping, Sequence
 from fractions import Fraction
 from typing import Any
@@ -32,22 +31,59 @@ from synth._domains import (
 )
 from synth._estimate import consistent_tables, histogram, measure_marginals, split_budget
 
-__all__ = ["NoisyCrosstab", "crosstab_errors"]
+__all__ = [
+    "NoisyCrosstab",
+    "crosstab_errors",
+    "check_epsilon",
+    "check_share",
+    "MIN_EPSILON",
+    "MAX_EPSILON",
+]
 
 logger = logging.getLogger(__name__)
 
 
+MIN_EPSILON = Fraction(1, 10**6)
+MAX_EPSILON = Fraction(10**4)
+"""The budgets the generators accept. Below 1e-6 the exact samplers' integers grow without
+purpose and the output is noise; above 10^4 (e^10000 to one odds) nothing is protected and a
+typo (1e30 for 1e-3) is the likelier cause."""
+
+
+def _fraction(value: object, name: str) -> Fraction:
+    """The project's budget parsing (:func:`topdown.strategy.parse_budget`: exact, finite,
+    > 0, a float read as the decimal it prints as), with the generators' error class."""
+    from topdown.errors import BudgetError
+    from topdown.strategy import parse_budget
+
+    try:
+        return parse_budget(value, name)
+    except BudgetError as err:
+        raise SynthError(str(err)) from None
+
+
 def check_epsilon(epsilon: object, name: str = "epsilon") -> Fraction:
-    """A budget (or share) as an exact positive Fraction, named in the error otherwise.
+    """A total budget as an exact Fraction in [MIN_EPSILON, MAX_EPSILON], named in the error
+    otherwise (NaN, infinities, <= 0 and non-numbers are refused by the project's parsing).
 
-    A float is read through its shortest decimal form (0.1 -> 1/10, which is at most one
-    unit in the last place from the float), so ledgers show the budget the user typed.
+    >>> check_epsilon(0.1), check_epsilon("1/2")
+    (Fraction(1, 10), Fraction(1, 2))
     """
-    from mechanisms.exact import as_fraction
+    value = _fraction(epsilon, name)
+    if not MIN_EPSILON <= value <= MAX_EPSILON:
+        raise SynthError(
+            f"{name} ({epsilon!r}) must be between {float(MIN_EPSILON):g} and "
+            f"{float(MAX_EPSILON):g}"
+        )
+    return value
 
-    if isinstance(epsilon, float) and math.isfinite(epsilon):
-        epsilon = repr(epsilon)
-    return as_fraction(epsilon, name, error=SynthError)
+
+def check_share(share: object, name: str) -> Fraction:
+    """A share of a budget as an exact Fraction in (0, 1)."""
+    value = _fraction(share, name)
+    if not value < 1:
+        raise SynthError(f"{name} ({share!r}) must be in (0, 1)")
+    return value
 
 
 class NoisyCrosstab:

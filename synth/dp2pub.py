@@ -16,17 +16,35 @@ function that can be tested on its own; :class:`DP2Pub` chains them.
 4. A budget coefficient per cluster from the entropy of the privately estimated marginals:
    clusters of lower total entropy get more (:func:`entropy_coefficients`). The public
    code computes "entropy" from the domain size alone; this uses the estimated distribution.
-5. Client side, publication group (the other records): each cluster's value reported with
-   epsilon times its coefficient, either as one generalized randomized response over the
+5. Client side, publication group (the other records): with ``split="budget"`` (the
+   paper's allocation) every person reports every cluster, each with epsilon times its
+   coefficient; with ``split="users"`` the server assigns each person one cluster (the
+   coefficients as shares of the people) and the person reports it with the whole epsilon;
+   ``split="auto"`` (the default) takes the one whose cluster tables have the smaller
+   predicted variance (:func:`split_variances`).
+   Either way a report is either one generalized randomized response over the
    cluster's compound domain (``randomizer="joint"``, the default: far less noise for a
    joint distribution) or attribute by attribute with an equal split of the cluster's budget
    (``randomizer="attribute"``, the paper's per-attribute Q, compound Q their Kronecker
    product).
-6. Server: per cluster, the true distribution pi estimated by inverting Q and projecting onto
-   the simplex, the post-randomization matrix Q' built from pi and Q, and every record's
-   cluster value (both groups, each with its own Q) post-randomized with Q'.
+6. Server: per cluster, the true distribution pi estimated from the reports by inverting Q
+   constrained to the simplex: by likelihood (``estimator="mle"``, the default) or by
+   Euclidean projection of the plain inverse (``"projection"``); the post-randomization
+   matrix Q' built from pi and Q, and every record's cluster value (both groups, each with
+   its own Q) post-randomized with Q'. A person who reported nothing about a cluster
+   (``split="users"``) holds a report made with epsilon 0, whose row of Q' is pi itself: the
+   value is drawn from pi.
 
-Privacy: each person answers once, in one group, with epsilon in total, so the release is
+Why two splits: the variance of a randomized-response frequency is about
+1 / (n (p - q)^2), and p - q is about epsilon / K for a small budget on K cells. Splitting
+the budget over m clusters divides each cluster's p - q by m (variance x m^2); splitting the
+people divides n by m (variance x m). At small budgets the people split is the better one
+(benchmarks/bench_synth.py measures both against per-attribute post-randomization); at
+large budgets the budget split keeps every person's values of every cluster, and with them
+some of the dependence between clusters.
+
+Privacy: each person answers once, in one group, with epsilon in total (in the publication
+group with ``split="users"``: one cluster with epsilon), so the release is
 epsilon-local-DP and therefore epsilon-DP (add/remove); the two groups are disjoint, which
 the ledger records as one entry over two parts. Everything after the reports is
 post-processing.
@@ -52,7 +70,7 @@ from synth._domains import (
     encode_records,
 )
 from synth._estimate import histogram
-from synth._pram import estimate_distribution, post_randomize
+from synth._pram import ESTIMATORS, estimate_distribution, post_randomize
 from synth.crosstab import check_epsilon
 
 __all__ = [
@@ -61,7 +79,12 @@ __all__ = [
     "entropy",
     "entropy_coefficients",
     "grr_pram_baseline",
+    "split_variances",
 ]
+
+
+SPLITS = ("auto", "budget", "users")
+"""How the publication group's budget meets the clusters (see :class:`DP2Pub`)."""
 
 
 def entropy(distribution: np.ndarray) -> float:
@@ -137,6 +160,41 @@ def _randomize_columns(
     return out
 
 
+def split_variances(
+    epsilon: Fraction, cells: Sequence[int], coefficients: Sequence[Fraction]
+) -> tuple[float, float]:
+    """The summed variance (times n) of every cluster's estimated cell frequencies under
+    each split, for joint randomized response, at the uniform distribution:
+    ``(budget, users)``.
+
+    A K-cell table reported by n people with p - q = (e^eps - 1) / (e^eps + K - 1) has
+    cell variances lambda (1 - lambda) / (n (p - q)^2), summing to (1 - 1/K) / (n (p - q)^2)
+    when lambda is uniform. The budget split reports cluster c with epsilon x c_c by
+    everyone; the people split with epsilon by a share c_c of the people. Only public
+    figures (epsilon, the domains) and the already private clusters enter, so choosing the
+    smaller costs nothing.
+    """
+
+    def term(eps: float, k: int) -> float:
+        if k == 1:
+            return 0.0
+        # p - q = (e^eps - 1) / (e^eps + k - 1), written to stay finite for a large eps
+        gap = -math.expm1(-eps) / (1 + (k - 1) * math.exp(-eps))
+        return (1 - 1 / k) / gap**2
+
+    budget = sum(term(float(epsilon * c), k) for k, c in zip(cells, coefficients, strict=True))
+    users = sum(
+        term(float(epsilon), k) / float(c) for k, c in zip(cells, coefficients, strict=True)
+    )
+    return budget, users
+
+
+def _shares(coefficients: Sequence[Fraction]) -> np.ndarray:
+    """The coefficients as float probabilities summing to 1 (the server's public draw)."""
+    shares = np.array([float(c) for c in coefficients])
+    return shares / shares.sum()
+
+
 def _round_down(epsilon: Fraction, denominator: int = 10**6) -> Fraction:
     """epsilon rounded down to a multiple of 1 / denominator, so the exact randomized-response
     coins run on the samplers' vectorised path (coefficients built from entropies have huge
@@ -157,6 +215,20 @@ class DP2Pub:
         seed: integer for reproducible runs (tests only); None is secure.
         structure_fraction: share of the records in the structure group (step 1).
         randomizer: ``"joint"`` or ``"attribute"`` (step 5).
+        split: ``"budget"`` (the paper), ``"users"`` or ``"auto"`` (step 5): the one of
+            smaller predicted variance (:func:`split_variances`, public figures only); the
+            choice is ``split_used`` and in the ledger.
+        estimator: ``"mle"`` or ``"projection"`` (step 6 and the entropies; the network's
+            candidate tables always use the projection, for speed).
+        max_cluster_cells: largest compound domain of a cluster. A cluster of K cells
+            reported jointly has per-cell variance about (e^eps_c + K - 2) /
+            (n (e^eps_c - 1)^2), so large clusters need large budgets (on NLTCS, one seed:
+            4 cells did better than 16 at epsilon 1 and worse at epsilon 4).
+        split: ``"budget"`` (the paper), ``"users"`` or ``"auto"`` (step 5): the one of
+            smaller predicted variance (:func:`split_variances`, public figures only); the
+            choice is ``split_used`` and in the ledger.
+        estimator: ``"mle"`` or ``"projection"`` (step 6 and the entropies; the network's
+            candidate tables always use the projection, for speed).
         max_cluster_cells: largest compound domain of a cluster (16: on NLTCS this beat
             per-attribute post-randomization at epsilon 0.5-16 except 1 in
             benchmarks/bench_synth.py; a cluster of K cells reported jointly has per-cell
@@ -179,6 +251,8 @@ class DP2Pub:
         structure_fraction: float = 0.1,
         randomizer: str = "joint",
         max_cluster_cells: int = 16,
+        split: str = "auto",
+        estimator: str = "mle",
     ) -> None:
         self.epsilon = check_epsilon(epsilon)
         if isinstance(k, bool) or not isinstance(k, int) or k < 0:
@@ -187,6 +261,13 @@ class DP2Pub:
             raise SynthError(f"structure_fraction ({structure_fraction!r}) must be in (0, 1)")
         if randomizer not in ("joint", "attribute"):
             raise SynthError(f"randomizer ({randomizer!r}) must be 'joint' or 'attribute'")
+        if split not in SPLITS:
+            raise SynthError(f"split ({split!r}) must be one of {SPLITS}")
+        if estimator not in ESTIMATORS:
+            raise SynthError(f"estimator ({estimator!r}) must be one of {ESTIMATORS}")
+        self.split = split
+        self.split_used = split
+        self.estimator = estimator
         self.k = k
         self.domains_declared = domains
         self.seed = seed
@@ -228,7 +309,9 @@ class DP2Pub:
             sum(
                 entropy(
                     estimate_distribution(
-                        histogram(structure_reports, sizes, (a,)), [(sizes[a], per_attribute[a])]
+                        histogram(structure_reports, sizes, (a,)),
+                        [(sizes[a], per_attribute[a])],
+                        self.estimator,
                     )
                 )
                 for a in cluster
@@ -239,28 +322,41 @@ class DP2Pub:
         # step 5: the publication group's reports, cluster by cluster
         publication = codes[~in_structure]
         released = codes.copy()
-        cluster_budgets = [_round_down(self.epsilon * c) for c in coefficients]
-        if sum(cluster_budgets, Fraction(0)) > self.epsilon:  # the clusters compose sequentially
-            raise SynthError(
-                f"cluster budgets ({sum(cluster_budgets)}) exceed epsilon ({self.epsilon})"
-            )
-        for cluster, cluster_eps in zip(clusters, cluster_budgets, strict=True):
+        self.split_used = self.split
+        if self.split == "auto":
+            cells_of = [int(np.prod([sizes[a] for a in cluster])) for cluster in clusters]
+            budget_var, users_var = split_variances(self.epsilon, cells_of, coefficients)
+            self.split_used = "budget" if budget_var <= users_var else "users"
+        if self.split_used == "budget":
+            cluster_budgets = [_round_down(self.epsilon * c) for c in coefficients]
+            if sum(cluster_budgets, Fraction(0)) > self.epsilon:  # sequential composition
+                raise SynthError(
+                    f"cluster budgets ({sum(cluster_budgets)}) exceed epsilon ({self.epsilon})"
+                )
+            reporter = np.zeros(len(publication), dtype=np.int64)  # unused: all report all
+        else:
+            cluster_budgets = [self.epsilon] * len(clusters)
+            # the server assigns each person one cluster, with the coefficients as shares
+            reporter = rng.choice(len(clusters), size=len(publication), p=_shares(coefficients))
+        for c, (cluster, cluster_eps) in enumerate(zip(clusters, cluster_budgets, strict=True)):
             csizes = [sizes[a] for a in cluster]
-            if self.randomizer == "joint":
-                flat = np.ravel_multi_index(tuple(publication[:, a] for a in cluster), csizes)
-                reports = randomized_response(flat, range(int(np.prod(csizes))), cluster_eps, rng)
-                factors: list[tuple[int, object]] = [(int(np.prod(csizes)), cluster_eps)]
-                counts = np.bincount(reports, minlength=int(np.prod(csizes))).reshape(csizes)
-                reports_flat = reports
-            else:
-                eps_each = [cluster_eps / len(cluster)] * len(cluster)
-                rep = _randomize_columns(publication[:, cluster], csizes, eps_each, rng)
-                factors = list(zip(csizes, eps_each, strict=True))
-                reports_flat = np.ravel_multi_index(tuple(rep.T), csizes)
-                counts = np.bincount(reports_flat, minlength=int(np.prod(csizes))).reshape(csizes)
-            # step 6: estimate pi, post-randomize both groups with their own Q
-            pi = estimate_distribution(counts, factors).reshape(-1)
-            out_pub = post_randomize(reports_flat, pi, factors, rng)
+            cells = int(np.prod(csizes))
+            asked = (
+                np.ones(len(publication), dtype=bool)
+                if self.split_used == "budget"
+                else reporter == c
+            )
+            reports_flat, factors = self._report_cluster(
+                publication[asked][:, cluster], csizes, cluster_eps, rng
+            )
+            # one axis per factor of Q: the flat compound for the joint randomizer
+            counts = np.bincount(reports_flat, minlength=cells).reshape([k for k, _ in factors])
+            # step 6: estimate pi, post-randomize every report with its own Q; a person not
+            # asked about this cluster reported nothing (epsilon 0), whose row of Q' is pi
+            pi = estimate_distribution(counts, factors, self.estimator).reshape(-1)
+            out_pub = np.empty(len(publication), dtype=np.int64)
+            out_pub[asked] = post_randomize(reports_flat, pi, factors, rng)
+            out_pub[~asked] = rng.choice(cells, size=int((~asked).sum()), p=pi / pi.sum())
             s_flat = np.ravel_multi_index(tuple(structure_reports[:, a] for a in cluster), csizes)
             s_factors = [(sizes[a], per_attribute[a]) for a in cluster]
             out_str = post_randomize(s_flat, pi, s_factors, rng)
@@ -273,6 +369,19 @@ class DP2Pub:
         self._record(network, clusters, coefficients, n_structure, n)
         return decode(released, self.domains, self.columns)
 
+    def _report_cluster(
+        self, values: np.ndarray, csizes: list[int], cluster_eps: Fraction, rng: np.random.Generator
+    ) -> tuple[np.ndarray, list[tuple[int, object]]]:
+        """The flat compound reports of one cluster's values (one row per person, one column
+        per attribute) and the (size, epsilon) factors of its Q."""
+        cells = int(np.prod(csizes))
+        if self.randomizer == "joint":
+            flat = np.ravel_multi_index(tuple(values.T), csizes)
+            return randomized_response(flat, range(cells), cluster_eps, rng), [(cells, cluster_eps)]
+        eps_each = [cluster_eps / len(csizes)] * len(csizes)
+        rep = _randomize_columns(values, csizes, eps_each, rng)
+        return np.ravel_multi_index(tuple(rep.T), csizes), list(zip(csizes, eps_each, strict=True))
+
     def _learn_network(
         self, reports: np.ndarray, sizes: Sequence[int], epsilons: Sequence[Fraction]
     ) -> Network:
@@ -283,7 +392,10 @@ class DP2Pub:
             if (x, parents) not in cache:
                 attrs = (x, *parents)
                 counts = histogram(reports, sizes, attrs)
-                pi = estimate_distribution(counts, [(sizes[a], epsilons[a]) for a in attrs])
+                factors = [(sizes[a], epsilons[a]) for a in attrs]
+                # the plain inverse projected: the search scores thousands of candidate
+                # tables, and EM on reports this noisy needs thousands of steps for each
+                pi = estimate_distribution(counts, factors, "projection")
                 cache[(x, parents)] = mutual_information(pi)
             return cache[(x, parents)]
 
@@ -324,8 +436,13 @@ class DP2Pub:
             nodes=2,
             note=(
                 f"local DP: {n_structure} records report each attribute with epsilon/{len(c)}; "
-                f"the other {n - n_structure} report each cluster with epsilon x coefficient "
-                f"({self.randomizer}); clusters {self.clusters}, coefficients "
+                f"the other {n - n_structure} "
+                + (
+                    "report each cluster with epsilon x coefficient"
+                    if self.split_used == "budget"
+                    else "report one cluster each (coefficient = share of people) with epsilon"
+                )
+                + f" ({self.randomizer}); clusters {self.clusters}, coefficients "
                 f"{[str(x) for x in coefficients]}"
             ),
         )
@@ -336,11 +453,19 @@ def grr_pram_baseline(
     epsilon: object,
     domains: Mapping[str, Sequence[Hashable]] | None = None,
     seed: int | None = None,
-) -> pd.DataFrame:
+) -> tuple[pd.DataFrame, Ledger]:
     """The local-DP floor: each attribute by randomized response with epsilon / d, then each
-    attribute post-randomized on its own by invariant PRAM (no clusters, no network)."""
+    attribute post-randomized on its own by invariant PRAM with the plain inverse of Q
+    projected onto the simplex (no clusters, no network).
+
+    Returns the post-randomized records and their ledger (the reports' entry and what
+    reading the domains from the data disclosed).
+    """
+    from mechanisms.accounting import PureDP
+
     eps = check_epsilon(epsilon)
-    records = encode_records(data, domains, Ledger())
+    ledger = Ledger(NoiseSource.from_seed(seed))
+    records = encode_records(data, domains, ledger)
     columns, resolved = records.columns, records.domains
     sizes, codes = list(records.sizes), records.codes
     rng = make_rng(seed)
@@ -350,4 +475,16 @@ def grr_pram_baseline(
     for j, (k, e) in enumerate(zip(sizes, per, strict=True)):
         pi = estimate_distribution(np.bincount(reports[:, j], minlength=k), [(k, e)])
         out[:, j] = post_randomize(reports[:, j], pi, [(k, e)], rng)
-    return decode(out, resolved, columns)
+    ledger.record_disclosure(
+        "number of records", f"n = {len(out)}: every record is published (post-randomized)"
+    )
+    ledger.record(
+        "generalized randomized response",
+        0,
+        "randomized_response",
+        PureDP(eps),
+        sensitivity=1,
+        nodes=1,
+        note=f"local DP: every record reports each attribute with epsilon/{len(columns)}",
+    )
+    return decode(out, resolved, columns), ledger

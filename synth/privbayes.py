@@ -62,7 +62,7 @@ from synth._estimate import (
     total_budget,
 )
 from synth.class_conditional import check_rows
-from synth.crosstab import check_epsilon
+from synth.crosstab import check_epsilon, check_share
 
 __all__ = ["PrivBayes", "mi_sensitivity"]
 
@@ -122,9 +122,7 @@ class PrivBayes:
             raise SynthError(f"k ({k!r}) must be an integer >= 0")
         if score not in ("mi", "r"):
             raise SynthError(f"score ({score!r}) must be 'mi' or 'r'")
-        share = check_epsilon(structure_share, "structure_share")
-        if not share < 1:
-            raise SynthError(f"structure_share ({structure_share!r}) must be in (0, 1)")
+        share = check_share(structure_share, "structure_share")
         self.k = k
         self.domains_declared = domains
         self.seed = seed

@@ -95,6 +95,9 @@ def test_parquet_crosstab_and_inferred_domains(data_file, tmp_path):
     [
         (["--epsilon", "abc"], r"--epsilon \('abc'\) must be"),
         (["--epsilon", "-1"], r"--epsilon \('-1'\) must be > 0"),
+        (["--epsilon", "nan"], r"--epsilon \('nan'\) must be a finite number > 0"),
+        (["--epsilon", "inf"], r"--epsilon \('inf'\) must be a finite number > 0"),
+        (["--epsilon", "1e30"], r"--epsilon \('1e30'\) must be between 1e-06 and 10000"),
         (["--epsilon", "1", "--out", "x.txt"], r"--out \('.*x.txt'\) must end in .csv or .parquet"),
         (["--epsilon", "1", "--target", "nope"], r"target \('nope'\) is not a column of the data"),
     ],
@@ -187,3 +190,21 @@ def test_a_failed_write_leaves_no_new_output(tmp_path):
     with pytest.raises(OSError):
         write_outputs(out, pd.DataFrame({"a": [1]}), Ledger(), "<html></html>")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["x.report.html"]
+
+
+def test_parquet_output_without_pyarrow_refused_before_fitting(
+    data_file, tmp_path, capsys, monkeypatch
+):
+    """The table goes through the project's writer, which needs the parquet extra; the
+    command says so before it reads or fits anything, and writes nothing."""
+    import sys
+
+    import synth.cli as cli
+
+    data, _ = data_file
+    monkeypatch.setitem(sys.modules, "pyarrow", None)  # looks uninstalled
+    monkeypatch.setattr(cli, "read_data", lambda path: pytest.fail("data read"))
+    out = tmp_path / "t.parquet"
+    assert main(["classcond", str(data), "--epsilon", "1", "--out", str(out)]) == 1
+    assert "writing Parquet output needs pyarrow" in capsys.readouterr().err
+    assert not out.exists() and not list(tmp_path.glob("t.*"))

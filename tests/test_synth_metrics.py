@@ -51,6 +51,26 @@ def test_marginal_tvd_by_hand():
         marginal_tvds(a, b, 3)
 
 
+def test_three_way_tvd_by_hand_a_pairwise_model_misses_xor():
+    """The k-way TVD is half the L1 distance of the normalised k-way tables, averaged over
+    all k-subsets. z = x xor y with x, y independent: every pair is independent, so any model
+    built from pairs (a tree, MST) can at best give the product distribution, uniform on the
+    8 cells, while the truth is uniform on 4 of them: 1/2 (4 x 1/8 + 4 x 1/8) = 1/2 in the
+    only 3-way marginal, though every 1- and 2-way marginal agrees exactly."""
+    truth = pd.DataFrame({"x": [0, 0, 1, 1], "y": [0, 1, 0, 1], "z": [0, 1, 1, 0]})
+    product = pd.DataFrame(
+        [(x, y, z) for x in (0, 1) for y in (0, 1) for z in (0, 1)], columns=["x", "y", "z"]
+    )
+    table = marginal_tvd(truth, product, k=(1, 2, 3))
+    assert table["mean"].tolist() == [0.0, 0.0, 0.5] and table["count"].tolist() == [3, 3, 1]
+    # four columns: three of the four 3-way subsets hold w, each off by 1/4 (one row moved)
+    a = truth.assign(w=[0, 0, 0, 0])
+    b = truth.assign(w=[0, 0, 0, 1])  # (x, y, w) = (1, 1, 1) instead of (1, 1, 0)
+    three = marginal_tvds(a, b, 3)
+    assert three[("x", "y", "z")] == 0.0 and three[("x", "y", "w")] == pytest.approx(0.25)
+    assert three.mean() == pytest.approx(0.25 * 3 / 4)  # every subset with w is off by 1/4
+
+
 def test_auc_by_hand():
     assert auc(np.array([0, 0, 1, 1]), np.array([0.1, 0.4, 0.35, 0.8])) == pytest.approx(0.75)
 

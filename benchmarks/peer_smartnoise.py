@@ -1,0 +1,55 @@
+"""Run smartnoise-synth's MST or AIM on a CSV and write the synthetic CSV (the peer for
+benchmarks/bench_synth.py).
+
+This script imports nothing from the project: it runs under the interpreter that has
+smartnoise-synth (a separate virtual environment, so the project's dependencies do not
+change), called by bench_synth.py with ``--peer-python``. Every column is treated as
+categorical (as strings). Records are drawn i.i.d. from the fitted model (Private-PGM's
+``synthetic_data(method="sample")``): the installed smartnoise-synth's ``sample()`` has no
+``method`` argument and always uses the rounding sampler, which inflates joint errors, so
+:func:`_sample` repeats its three decoding steps with the i.i.d. sampler (the peer's
+attributes, read-only).
+
+    /work/venv-peer/bin/python benchmarks/peer_smartnoise.py mst 1.0 in.csv out.csv
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Any
+
+import pandas as pd
+from snsynth import Synthesizer
+
+
+def _sample(synth: Any, method: str, rows: int, columns: list[str]) -> pd.DataFrame:
+    """``rows`` records drawn i.i.d. from the peer's fitted model, decoded as its sample()."""
+    data = synth.synthesizer.synthetic_data(rows=rows, method="sample")
+    if method == "mst":
+        data = synth.undo_compress_fn(data)
+        frame = data.df
+    else:
+        width = synth._transformer.output_width
+        frame = data.df[["col" + str(i) for i in range(width)]]
+    records = [tuple(t[1:]) for t in frame.itertuples()]
+    return pd.DataFrame(
+        synth._transformer.inverse_transform(records),
+        columns=columns,
+    )
+
+
+def main(argv: list[str]) -> int:
+    method, eps, source, target = argv
+    df = pd.read_csv(source, dtype=str, keep_default_na=False)
+    start = time.perf_counter()
+    synth = Synthesizer.create(method, epsilon=float(eps))
+    synth.fit(df, preprocessor_eps=0.0, categorical_columns=list(df.columns))
+    out = _sample(synth, method, len(df), list(df.columns))
+    out.to_csv(target, index=False)
+    print(f"{time.perf_counter() - start:.3f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
