@@ -88,6 +88,7 @@ def build_tree(
     *,
     keep_records: bool = False,
     geography: pd.DataFrame | None = None,
+    dtype: type[np.signedinteger] = np.int64,
 ) -> tuple[Tree, ConfidentialHistograms]:
     """One pass over the records: node codes per level (pd.factorize), parent links, and the
     histograms of all nodes of a level at once (np.bincount on node * cells + cell).
@@ -99,6 +100,8 @@ def build_tree(
         geography: the published list of units, one row per leaf with every hierarchy column
             (units with no records included). Without it the units are those present in the
             data, which discloses that each has at least one record (the engine records it).
+        dtype: the histograms' integer type (``topdown.stream`` uses int32: a cell count never
+            exceeds the number of records).
 
     Raises:
         HierarchyError: a hierarchy column with missing labels, a label under two parents, or
@@ -122,7 +125,7 @@ def build_tree(
     counts = []
     for lv, codes in zip(levels, node_codes, strict=True):
         flat = np.bincount(codes * size + cells, minlength=lv.size * size)
-        counts.append(flat.reshape(lv.size, size).astype(np.int64, copy=False))
+        counts.append(flat.reshape(lv.size, size).astype(dtype, copy=False))
     records = data if keep_records else None
     return Tree(tuple(levels)), ConfidentialHistograms(
         tuple(counts), records, tuple(node_codes) if keep_records else ()
