@@ -78,6 +78,8 @@ __all__ = [
     "partitions",
     "release_streamed",
     "MAX_SUBTREE_CELLS",
+    "dense_counts",
+    "table_dir",
 ]
 
 log = logging.getLogger(__name__)
@@ -240,7 +242,7 @@ def _run_subtree(task: _SubtreeTask) -> SubtreeResult:
         counts = [_narrow(c) for c in counts]
         rel = Release(task.schema, tree, task.strategy, counts, measurements, Ledger(), stats)
         for level in lower:
-            _write_part(rel.long_table(level), _table_dir(task.folder, tree, level), task.label)
+            _write_part(rel.long_table(level), table_dir(task.folder, tree, level), task.label)
         micro = rel.microdata
         records_out = len(micro)
         write_table(
@@ -287,8 +289,8 @@ def release_streamed(
             ``topdown.release``.
         stream_by: the hierarchy column whose units are streamed (e.g. ``"COUNTY"``); it must
             have a level below it.
-        out: a new folder for the tables, microdata and ledger (written into a hidden sibling
-            and renamed into place when complete).
+        out: a new (or empty) folder for the tables, microdata and ledger (written into a
+            hidden sibling and renamed into place when complete).
         geography: the published units (a DataFrame, or a CSV / Parquet path), one row per leaf;
             None reads them from the data (a disclosure, recorded in the ledger).
         executor, workers, address: where the subtrees run (``serial``, ``processes``,
@@ -302,7 +304,7 @@ def release_streamed(
         StrategyError: ``estimator="blue"``, or an invariant below the stream level.
         HierarchyError: ``stream_by`` is not a hierarchy column with a level below it, a
             partition of a unit the geography does not list, or a subtree over the bound.
-        ReleaseError: ``out`` exists.
+        ReleaseError: ``out`` exists and is not an empty folder.
     """
     check_estimator(estimator)
     if estimator != "topdown":
@@ -326,8 +328,8 @@ def release_streamed(
         constraints.validate(schema.n_levels)
     top_constraints, low_constraints = _split_constraints(constraints, stream_level)
     final = Path(out)
-    if final.exists():
-        raise ReleaseError(f"out ({str(final)!r}) exists; give a new folder")
+    if final.exists() and (not final.is_dir() or any(final.iterdir())):
+        raise ReleaseError(f"out ({str(final)!r}) exists; give a new (or empty) folder")
     noise = NoiseSource.from_seed(seed)
     ledger = Ledger(noise)
     timings: dict[str, float] = {}
@@ -384,7 +386,7 @@ def release_streamed(
                     schema, top_tree, strategy, top_counts, measurements, Ledger(), top_stats
                 )
                 for level in range(stream_level + 1):
-                    _write_part(top_rel.long_table(level), _table_dir(tmp, tree, level), "top")
+                    _write_part(top_rel.long_table(level), table_dir(tmp, tree, level), "top")
             tasks = _subtree_tasks(
                 tree,
                 geo,
@@ -664,7 +666,7 @@ def _safe(label: str) -> str:
     return label.replace(os.sep, "_").replace("/", "_") or "_"
 
 
-def _table_dir(folder: Path, tree: Tree, level: int) -> Path:
+def table_dir(folder: Path, tree: Tree, level: int) -> Path:
     return folder / "tables" / f"level_{level}_{tree.levels[level].column or ROOT_LABEL}"
 
 
@@ -713,7 +715,7 @@ class StreamedRelease:
     timings: dict[str, float] = field(default_factory=dict)
 
     def table_dir(self, level: int) -> Path:
-        return _table_dir(self.folder, self.tree, level)
+        return table_dir(self.folder, self.tree, level)
 
     def table(self, level: int, part: str | None = None) -> pd.DataFrame:
         """Level ``level`` in long format (node, attributes, count), all parts or one subtree's."""
@@ -743,14 +745,9 @@ class StreamedRelease:
         if level <= self.stream_level:
             return self.top_counts[level]
         nodes = self.nodes_of(level, label)
-        frame = self.table(level, label)
         labels = self.tree.levels[level].labels.astype(str)[nodes]
-        row = pd.Index(labels).get_indexer(frame["node"].astype(str))
-        if (row < 0).any():
-            raise ReleaseError(f"level {level}: the table has nodes outside the subtree {label!r}")
-        dense = np.zeros((len(nodes), self.schema.domain.size), dtype=np.int64)
-        np.add.at(dense, (row, _cells(frame, self.schema)), frame["count"].to_numpy())
-        return dense
+        where = f"level {level}" + ("" if label is None else f", subtree {label!r}")
+        return dense_counts(self.table(level, label), labels, self.schema, where)
 
     def check_correctness(self, *, microdata: bool = True) -> CorrectnessReport:
         """Non-negative integers, children summing to their parent at every level (each
@@ -815,6 +812,24 @@ class StreamedRelease:
         if not np.array_equal(found, leaf):
             return [f"subtree {label!r}: the microdata differ from the leaf table"]
         return []
+
+
+def dense_counts(frame: pd.DataFrame, labels: np.ndarray, schema: Schema, where: str) -> np.ndarray:
+    """A long table (node, attributes, count) as dense counts (len(labels) x cells).
+
+    Raises:
+        ReleaseError: a node not in ``labels``, a value outside its domain, or a count that is
+            not a non-negative integer.
+    """
+    row = pd.Index(labels).get_indexer(frame["node"].astype(str))
+    if (row < 0).any():
+        raise ReleaseError(f"{where}: the table has nodes outside it")
+    values = frame["count"].to_numpy()
+    if not np.issubdtype(values.dtype, np.integer) or (values < 0).any():
+        raise ReleaseError(f"{where}: counts must be non-negative integers")
+    dense = np.zeros((len(labels), schema.domain.size), dtype=np.int64)
+    np.add.at(dense, (row, _cells(frame, schema)), values)
+    return dense
 
 
 def _cells(frame: pd.DataFrame, schema: Schema) -> np.ndarray:

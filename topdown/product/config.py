@@ -11,7 +11,9 @@ Layout (see ``topdown/data/default.toml`` for a commented example)::
     [estimation] method ("blue" | "topdown")
     [solver]     name (one backend, or a table per pass: l2, rounding), strict, options,
                  failsafe, capture (a folder: every problem solved, as MPS)
-    [executor]   name, workers, address
+    [executor]   name, workers, address, stream_by (a hierarchy column: stream the release by
+                 its subtrees, see topdown.stream; data.path may then be a folder of Parquet
+                 partitions, one per unit)
     [output]     format (csv | parquet)
     [metrics]    truth = true (the input data) | false | "path"
 
@@ -122,6 +124,7 @@ class RunConfig:
     output_format: str = "csv"
     truth: bool | Path = False
     estimator: str = DEFAULT_ESTIMATOR
+    stream_by: str | None = None
 
     def with_overrides(
         self,
@@ -131,9 +134,15 @@ class RunConfig:
         executor: str | None = None,
         capture: Path | None = None,
         estimator: str | None = None,
+        stream_by: str | None = None,
     ) -> RunConfig:
         """Command-line overrides, validated like the file's values (key = the option)."""
         out = self
+        if stream_by is not None:
+            rule = _stream_rule(stream_by, self.schema.hierarchy)
+            if rule:
+                raise ConfigError("command line", "--stream-by", rule)
+            out = replace(out, stream_by=stream_by)
         if seed is not None:
             if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
                 raise ConfigError(
@@ -180,7 +189,9 @@ class RunConfig:
         for key, path in keys:
             if not path.exists():
                 raise ConfigError(self.file, key, f"file {str(path)!r} does not exist")
-            if not path.is_file():
+            # a streamed release reads a folder of Parquet partitions, one unit at a time
+            folder_ok = key == "data.path" and self.stream_by is not None
+            if not path.is_file() and not (folder_ok and path.is_dir()):
                 raise ConfigError(self.file, key, f"{str(path)!r} is not a file")
 
     def resolved(self) -> dict[str, Any]:
@@ -235,10 +246,22 @@ class RunConfig:
                 "name": self.executor,
                 "workers": self.workers or 0,
                 "address": self.address or "",
+                "stream_by": self.stream_by or "",
             },
             "output": {"format": self.output_format},
             "metrics": {"truth": str(self.truth) if isinstance(self.truth, Path) else self.truth},
         }
+
+
+def _stream_rule(value: object, hierarchy: tuple[str, ...]) -> str:
+    """Why ``value`` cannot be the stream level ("" when it can): a hierarchy column with a
+    level below it."""
+    if not isinstance(value, str) or value not in hierarchy[:-1]:
+        return (
+            f"{value!r} must be a hierarchy column with a level below it, one of "
+            f"{list(hierarchy[:-1])}"
+        )
+    return ""
 
 
 def _choice(flag: str, value: str, known: Iterable[str], what: str) -> str:
@@ -334,7 +357,12 @@ def parse_config(raw: Mapping[str, Any], file: str, *, base: Path) -> RunConfig:
     if not isinstance(capture, str):
         bad("solver.capture", f"must be a folder path (a string); got {capture!r}")
     executor = _table(raw, "executor", bad)
-    _known(executor, {"name", "workers", "address"}, "executor", bad)
+    _known(executor, {"name", "workers", "address", "stream_by"}, "executor", bad)
+    stream_by = executor.get("stream_by", "") or None
+    if stream_by is not None:
+        rule = _stream_rule(stream_by, schema.hierarchy)
+        if rule:
+            bad("executor.stream_by", rule)
     ex_name = executor.get("name", "serial")
     if ex_name not in EXECUTORS:
         bad("executor.name", f"{ex_name!r} is unknown; executors are {list(EXECUTORS)}")
@@ -373,6 +401,7 @@ def parse_config(raw: Mapping[str, Any], file: str, *, base: Path) -> RunConfig:
         output_format=out_fmt,
         truth=truth,
         estimator=estimator,
+        stream_by=stream_by,
     )
 
 
