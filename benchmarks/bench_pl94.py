@@ -251,8 +251,11 @@ def _stream_accuracy(rel, parts) -> dict[str, float]:
             released = rel.counts(level, label).sum(axis=1)
             true = np.zeros(len(nodes))
             if records is not None and len(records):
-                sizes = records[lv.column].astype(str).value_counts()
-                idx = pd.Index(lv.labels.astype(str)[nodes]).get_indexer(sizes.index)
+                sizes = records[lv.column].value_counts()
+                sizes = sizes[sizes > 0]  # a categorical lists its unused categories too
+                idx = pd.Index(lv.labels.astype(str)[nodes]).get_indexer(sizes.index.astype(str))
+                if (idx < 0).any():
+                    raise ValueError(f"subtree {label!r}: records outside its units")
                 true[idx] = sizes.to_numpy()
             entry = errors.setdefault(level, [0.0, 0.0])
             entry[0] += float(np.abs(released - true).sum())

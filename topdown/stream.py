@@ -64,12 +64,12 @@ from topdown.estimators import check_estimator, prepare_inputs
 from topdown.executors import make_executor
 from topdown.io import read_data
 from topdown.measure import Measurements, make_level_mechanisms, measure
-from topdown.microdata import write_table
+from topdown.microdata import expand_microdata, write_table
 from topdown.progress import Progress
 from topdown.release import CorrectnessReport, Release
 from topdown.schema import Schema
 from topdown.strategy import Strategy
-from topdown.tree import ROOT_LABEL, ConfidentialHistograms, Tree, _structure, build_tree
+from topdown.tree import ROOT_LABEL, ConfidentialHistograms, Tree, _lookup, _structure, build_tree
 
 __all__ = [
     "Partition",
@@ -243,7 +243,7 @@ def _run_subtree(task: _SubtreeTask) -> SubtreeResult:
         rel = Release(task.schema, tree, task.strategy, counts, measurements, Ledger(), stats)
         for level in lower:
             _write_part(rel.long_table(level), table_dir(task.folder, tree, level), task.label)
-        micro = rel.microdata
+        micro = expand_microdata(tree, schema, counts[-1], categorical=True)
         records_out = len(micro)
         write_table(
             micro,
@@ -802,9 +802,7 @@ class StreamedRelease:
         leaf_level = self.tree.levels[-1]
         assert leaf_level.column is not None
         nodes = self.nodes_of(self.tree.n_levels - 1, label)
-        row = pd.Index(leaf_level.labels.astype(str)[nodes]).get_indexer(
-            micro[leaf_level.column].astype(str)
-        )
+        row = _lookup(pd.Index(leaf_level.labels.astype(str)[nodes]), micro[leaf_level.column])
         if (row < 0).any():
             return [f"subtree {label!r}: microdata rows in units outside it"]
         found = np.zeros_like(leaf)
@@ -821,7 +819,7 @@ def dense_counts(frame: pd.DataFrame, labels: np.ndarray, schema: Schema, where:
         ReleaseError: a node not in ``labels``, a value outside its domain, or a count that is
             not a non-negative integer.
     """
-    row = pd.Index(labels).get_indexer(frame["node"].astype(str))
+    row = _lookup(pd.Index(labels), frame["node"])
     if (row < 0).any():
         raise ReleaseError(f"{where}: the table has nodes outside it")
     values = frame["count"].to_numpy()

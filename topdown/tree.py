@@ -177,16 +177,18 @@ def _codes_in_geography(data: pd.DataFrame, levels: list[Level]) -> list[np.ndar
     for lv in levels[1:]:
         column = lv.column
         assert column is not None
-        labels = data[column].astype(str)
-        codes = pd.Index(lv.labels.astype(str)).get_indexer(labels).astype(np.int64)
+        labels = data[column]
+        codes = _lookup(pd.Index(lv.labels.astype(str)), labels)
         unknown = codes < 0
         if unknown.any():
+            labels = labels.astype(str)
             raise HierarchyError(
                 f"hierarchy column {column!r} has {int(unknown.sum())} record(s) in units the "
                 f"geography does not list: {sorted(pd.unique(labels[unknown]))[:10]}"
             )
         wrong = lv.parent[codes] != node_codes[-1]
         if wrong.any():
+            labels = labels.astype(str)
             first = int(np.flatnonzero(wrong)[0])
             raise HierarchyError(
                 f"hierarchy column {column!r}: {int(wrong.sum())} record(s) sit under a different "
@@ -194,3 +196,13 @@ def _codes_in_geography(data: pd.DataFrame, levels: list[Level]) -> list[np.ndar
             )
         node_codes.append(codes)
     return node_codes
+
+
+def _lookup(index: pd.Index, column: pd.Series) -> np.ndarray:
+    """Position of each value's text in ``index`` (-1 if absent); a categorical column is looked
+    up once per category, not once per record."""
+    if isinstance(column.dtype, pd.CategoricalDtype):
+        known = index.get_indexer(column.cat.categories.astype(str))
+        codes = column.cat.codes.to_numpy()
+        return np.where(codes >= 0, known[codes], -1).astype(np.int64)
+    return index.get_indexer(column.astype(str)).astype(np.int64)
