@@ -174,6 +174,19 @@ def _geography(
     return labels, parent_of
 
 
+def _block_sizes(
+    n_blocks: int, persons: int, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray]:
+    """Block populations: 35% empty, lognormal sizes for the rest, summing to ``persons``
+    exactly; returns (occupied blocks, sizes of all blocks)."""
+    occupied = rng.permutation(n_blocks)[: max(1, round(n_blocks * (1 - EMPTY_BLOCKS)))]
+    occupied = np.sort(occupied[: min(occupied.size, persons)])
+    weights = rng.lognormal(0.0, BLOCK_SIGMA, occupied.size)
+    sizes = np.zeros(n_blocks, dtype=np.int64)
+    sizes[occupied] = 1 + rng.multinomial(persons - occupied.size, weights / weights.sum())
+    return occupied, sizes
+
+
 def _race(cum: np.ndarray, tract: np.ndarray, u: np.ndarray) -> np.ndarray:
     """Race codes (1..63) drawn by inverting each person's tract's cumulative shares
     (``cum``: tracts x 63, rows ending at 1) at the uniforms ``u``; ``tract`` indexes ``cum``."""
@@ -194,12 +207,7 @@ def make_state(persons: int, seed: int = 0) -> PL94State:
     units = _units(persons)
     labels, parent_of = _geography(units, rng)
     n_blocks = units["BLOCK"]
-    # block populations: 35% empty, lognormal sizes for the rest, summing to persons exactly
-    occupied = rng.permutation(n_blocks)[: max(1, round(n_blocks * (1 - EMPTY_BLOCKS)))]
-    occupied = np.sort(occupied[: min(occupied.size, persons)])
-    weights = rng.lognormal(0.0, BLOCK_SIGMA, occupied.size)
-    sizes = np.zeros(n_blocks, dtype=np.int64)
-    sizes[occupied] = 1 + rng.multinomial(persons - occupied.size, weights / weights.sum())
+    occupied, sizes = _block_sizes(n_blocks, persons, rng)
     block = np.repeat(np.arange(n_blocks), sizes)
     # ancestors of every person's block
     code = {"BLOCK": block}
@@ -309,11 +317,7 @@ def write_state(
     rng = np.random.default_rng(seed)
     labels, parent_of = _geography(units, rng)
     n_blocks = units["BLOCK"]
-    occupied = rng.permutation(n_blocks)[: max(1, round(n_blocks * (1 - EMPTY_BLOCKS)))]
-    occupied = np.sort(occupied[: min(occupied.size, persons)])
-    weights = rng.lognormal(0.0, BLOCK_SIGMA, occupied.size)
-    sizes = np.zeros(n_blocks, dtype=np.int64)
-    sizes[occupied] = 1 + rng.multinomial(persons - occupied.size, weights / weights.sum())
+    occupied, sizes = _block_sizes(n_blocks, persons, rng)
     n_tracts = units["TRACT"]
     cum = np.cumsum(rng.dirichlet(_race_shares() * 60.0 + 0.01, n_tracts), axis=1)
     cum[:, -1] = 1.0

@@ -69,7 +69,14 @@ from topdown.progress import Progress
 from topdown.release import CorrectnessReport, Release
 from topdown.schema import Schema
 from topdown.strategy import Strategy
-from topdown.tree import ROOT_LABEL, ConfidentialHistograms, Tree, _lookup, _structure, build_tree
+from topdown.tree import (
+    ROOT_LABEL,
+    ConfidentialHistograms,
+    Tree,
+    _lookup,
+    build_tree,
+    geography_tree,
+)
 
 __all__ = [
     "Partition",
@@ -345,7 +352,7 @@ def release_streamed(
             )
         else:
             geo = geography if isinstance(geography, pd.DataFrame) else read_data(geography)
-        tree = _full_tree(geo, schema)
+        tree = geography_tree(geo, schema)
         top_tree = Tree(tree.levels[: stream_level + 1])
         by_label = _partitions_by_node(parts, tree.levels[stream_level].labels, stream_by)
         truth = _top_histograms(top_tree, parts, by_label, schema)
@@ -478,17 +485,6 @@ def _split_constraints(
         if below:
             low.add(a.constraint, level=a.level, nodes=a.nodes)
     return (top if len(top) else None), (low if len(low) else None)
-
-
-def _full_tree(geography: pd.DataFrame, schema: Schema) -> Tree:
-    missing = [c for c in schema.hierarchy if c not in geography.columns]
-    if missing:
-        raise HierarchyError(
-            f"geography lacks hierarchy column(s) {missing}; its columns are "
-            f"{list(geography.columns)}"
-        )
-    levels, _ = _structure(geography, schema.hierarchy, "geography")
-    return Tree(tuple(levels))
 
 
 def _units_from_data(parts: list[Partition], schema: Schema) -> pd.DataFrame:

@@ -16,7 +16,7 @@ import pandas as pd
 from topdown.errors import HierarchyError
 from topdown.schema import Schema
 
-__all__ = ["Level", "Tree", "ConfidentialHistograms", "build_tree"]
+__all__ = ["Level", "Tree", "ConfidentialHistograms", "build_tree", "geography_tree"]
 
 ROOT_LABEL = "root"
 
@@ -114,13 +114,7 @@ def build_tree(
     if geography is None:
         levels, node_codes = _structure(data, schema.hierarchy, "data")
     else:
-        missing = [c for c in schema.hierarchy if c not in geography.columns]
-        if missing:
-            raise HierarchyError(
-                f"geography lacks hierarchy column(s) {missing}; its columns are "
-                f"{list(geography.columns)}"
-            )
-        levels, _ = _structure(geography, schema.hierarchy, "geography")
+        levels = list(geography_tree(geography, schema).levels)
         node_codes = _codes_in_geography(data, levels)
     counts = []
     for lv, codes in zip(levels, node_codes, strict=True):
@@ -130,6 +124,23 @@ def build_tree(
     return Tree(tuple(levels)), ConfidentialHistograms(
         tuple(counts), records, tuple(node_codes) if keep_records else ()
     )
+
+
+def geography_tree(geography: pd.DataFrame, schema: Schema) -> Tree:
+    """The tree of a declared geography (one row per leaf, every hierarchy column).
+
+    Raises:
+        HierarchyError: a hierarchy column missing, a missing label, or a label under two
+            parents.
+    """
+    missing = [c for c in schema.hierarchy if c not in geography.columns]
+    if missing:
+        raise HierarchyError(
+            f"geography lacks hierarchy column(s) {missing}; its columns are "
+            f"{list(geography.columns)}"
+        )
+    levels, _ = _structure(geography, schema.hierarchy, "geography")
+    return Tree(tuple(levels))
 
 
 def _structure(
@@ -205,4 +216,4 @@ def _lookup(index: pd.Index, column: pd.Series) -> np.ndarray:
         known = index.get_indexer(column.cat.categories.astype(str))
         codes = column.cat.codes.to_numpy()
         return np.where(codes >= 0, known[codes], -1).astype(np.int64)
-    return index.get_indexer(column.astype(str)).astype(np.int64)
+    return index.get_indexer(pd.Index(column.astype(str))).astype(np.int64)

@@ -26,9 +26,14 @@ from mechanisms.ledger import Ledger
 from topdown.errors import ReleaseError, TopDownError
 from topdown.measure import Measurements
 from topdown.product.config import RunConfig, load_config
-from topdown.product.release_folder import Verdict, manifest_failures, read_json
+from topdown.product.release_folder import (
+    Verdict,
+    hierarchy_frame,
+    manifest_failures,
+    read_json,
+)
 from topdown.stream import StreamedRelease, dense_counts, table_dir
-from topdown.tree import ROOT_LABEL, Level, Tree
+from topdown.tree import Level, Tree
 
 __all__ = ["FORMAT", "is_streamed_folder", "write_streamed_extras", "verify_streamed_folder"]
 
@@ -51,21 +56,7 @@ def write_streamed_extras(
     ``rel`` was written into (before it is moved into place)."""
     folder = Path(folder)
     (folder / "config.json").write_text(json.dumps(cfg.resolved(), indent=1))
-    rows = []
-    for lv in rel.tree.levels:
-        up = rel.tree.levels[lv.number - 1].labels.astype(str) if lv.number else None
-        parents = up[lv.parent] if up is not None else np.array([""], dtype=object)
-        rows.append(
-            pd.DataFrame(
-                {
-                    "level": lv.number,
-                    "column": lv.column or ROOT_LABEL,
-                    "node": lv.labels.astype(str),
-                    "parent": parents,
-                }
-            )
-        )
-    pd.concat(rows, ignore_index=True).to_parquet(folder / "hierarchy.parquet", index=False)
+    hierarchy_frame(rel.tree).to_parquet(folder / "hierarchy.parquet", index=False)
     pd.DataFrame([s.to_dict() for s in rel.stats]).to_csv(folder / "solver_stats.csv", index=False)
     files = {
         p.relative_to(folder).as_posix(): {"bytes": p.stat().st_size, "sha256": _sha256(p)}
