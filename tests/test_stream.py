@@ -187,8 +187,10 @@ def test_bad_stream_level_estimator_and_invariant(geo, data, tmp_path):
     below = ConstraintSet().add(SumEqualRealTotal(TrueExpression()), level=3)
     with pytest.raises(StrategyError, match=r"applies below the stream level \(2\)"):
         run(constraints=below)
-    with pytest.raises(HierarchyError, match=r"level 4 \(BLOCK\) has 3 nodes x 8 cells > max"):
-        run(max_subtree_cells=20)
+    with pytest.raises(HierarchyError, match=r"level 2 \(COUNTY\) has 9 nodes x 8 cells > max"):
+        run(max_subtree_cells=40)  # the top levels are dense for the whole tree
+    with pytest.raises(HierarchyError, match=r"subtree 'S0': level 4 \(BLOCK\) has \d+ nodes"):
+        run(stream_by="STATE", max_subtree_cells=100)
     assert not (tmp_path / "x").exists()  # nothing half written
     (tmp_path / "x").mkdir()
     (tmp_path / "x" / "old.txt").write_text("an earlier file")

@@ -305,7 +305,9 @@ def release_streamed(
             subtree.
         estimator: ``"topdown"`` only (``"blue"`` pools the whole tree and cannot stream).
         microdata_format: ``parquet`` or ``csv``.
-        max_subtree_cells: refuse a subtree whose level needs a larger (nodes x cells) array.
+        max_subtree_cells: the largest dense (nodes x cells) array of one level that may be
+            held: of a subtree's level, or of a level down to the stream level (refused
+            before any data is measured).
 
     Raises:
         StrategyError: ``estimator="blue"``, or an invariant below the stream level.
@@ -354,6 +356,13 @@ def release_streamed(
             geo = geography if isinstance(geography, pd.DataFrame) else read_data(geography)
         tree = geography_tree(geo, schema)
         top_tree = Tree(tree.levels[: stream_level + 1])
+        for lv in top_tree.levels:  # the levels held dense for the whole tree
+            if lv.size * schema.domain.size > max_subtree_cells:
+                raise HierarchyError(
+                    f"level {lv.number} ({lv.column}) has {lv.size} nodes x "
+                    f"{schema.domain.size} cells > max_subtree_cells ({max_subtree_cells}); "
+                    "stream by a higher level"
+                )
         by_label = _partitions_by_node(parts, tree.levels[stream_level].labels, stream_by)
         truth = _top_histograms(top_tree, parts, by_label, schema)
     release_key = new_release_key(seed)
@@ -563,7 +572,7 @@ def _subtree_tasks(
     chains = tree.ancestors(stream_level)
     rows = geography.groupby(geography[stream.column].astype(str), sort=False).indices
     tasks = []
-    for node, label in enumerate(stream.labels.astype(str)):
+    for node, label in enumerate(stream.labels.astype(str).tolist()):
         tasks.append(
             _SubtreeTask(
                 label=label,
@@ -765,7 +774,7 @@ class StreamedRelease:
         problems: list[str] = []
         stream = self.tree.levels[self.stream_level]
         leaf = self.tree.n_levels - 1
-        for node, label in enumerate(stream.labels.astype(str)):
+        for node, label in enumerate(stream.labels.astype(str).tolist()):
             parent = self.top_counts[self.stream_level][node][None, :]
             parent_nodes = np.array([node])
             for level in range(self.stream_level + 1, self.tree.n_levels):
