@@ -494,8 +494,8 @@ def main(argv: list[str] | None = None) -> int:
         for executor in args.executors:
             for stream in args.stream_by:
                 rows.append(_child(persons, executor, raw, stream))
-            # each row as soon as it is known (a long run may be stopped before the table)
-            print(f"  row: {json.dumps(rows[-1])}", file=sys.stderr, flush=True)
+                # each row as soon as it is known (a long run may be stopped before the table)
+                print(f"  row: {json.dumps(rows[-1])}", file=sys.stderr, flush=True)
     _print_tables(rows, args.measure_only)
     if args.plot and any("error" not in r for r in rows):
         _plot(rows, Path(args.plot), args.measure_only)
