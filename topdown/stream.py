@@ -195,7 +195,7 @@ class _SubtreeTask:
     """Everything one subtree needs; only ``partition`` is confidential."""
 
     label: str
-    partition: Partition | None
+    partition: Partition
     geography: pd.DataFrame
     chain: tuple[np.ndarray, ...]  # released counts (1 x cells) of the root .. the subtree's top
     schema: Schema
@@ -215,7 +215,7 @@ def _run_subtree(task: _SubtreeTask) -> SubtreeResult:
     clock = _clock(timings)
     schema, top = task.schema, len(task.chain) - 1
     with clock("tree"):
-        records = task.partition.read() if task.partition else _no_records(schema)
+        records = task.partition.read()
         tree, truth = build_tree(records, schema, geography=task.geography, dtype=np.int32)
         del records
         _check_subtree(tree, top, task.label, schema.domain.size, task.max_cells)
@@ -344,6 +344,8 @@ def release_streamed(
     timings: dict[str, float] = {}
     clock = _clock(timings)
     parts = partitions(data, stream_by)
+    if not parts:
+        raise DataError("data has no records: a streamed release needs at least one partition")
     with clock("tree"):
         if geography is None:
             geo = _units_from_data(parts, schema)
@@ -571,12 +573,13 @@ def _subtree_tasks(
     assert stream.column is not None
     chains = tree.ancestors(stream_level)
     rows = geography.groupby(geography[stream.column].astype(str), sort=False).indices
+    empty = _no_records(list(by_label.values()))
     tasks = []
     for node, label in enumerate(stream.labels.astype(str).tolist()):
         tasks.append(
             _SubtreeTask(
                 label=label,
-                partition=by_label.get(node),
+                partition=by_label.get(node) or Partition(label, frame=empty),
                 geography=geography.iloc[rows[label]],
                 chain=tuple(
                     top_counts[lv][chains[lv][node]][None, :] for lv in range(stream_level + 1)
@@ -641,14 +644,17 @@ def _check_subtree(tree: Tree, top: int, label: str, cells: int, max_cells: int)
             )
 
 
-def _no_records(schema: Schema) -> pd.DataFrame:
-    """An empty record frame (a unit of the geography with no records)."""
-    columns: dict[str, pd.Series] = {c: pd.Series([], dtype=object) for c in schema.hierarchy}
-    for a in schema.attributes:
-        values = a.values if a.values is not None else None
-        numeric = values is not None and all(isinstance(v, (int, np.integer)) for v in values)
-        columns[a.source] = pd.Series([], dtype=np.int64 if numeric else object)
-    return pd.DataFrame(columns)
+def _no_records(parts: list[Partition]) -> pd.DataFrame:
+    """An empty record frame with the columns and types of the data (for a unit of the
+    geography that has no records)."""
+    first = parts[0]
+    if first.frame is not None:
+        return first.frame.iloc[:0]
+    import pyarrow.parquet as pq
+
+    assert first.path is not None
+    source = next(iter(sorted(first.path.glob("*.parquet"))), first.path)
+    return pq.read_schema(source).empty_table().to_pandas()
 
 
 def _narrow(a: np.ndarray) -> np.ndarray:
