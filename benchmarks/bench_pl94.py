@@ -19,6 +19,14 @@ Run from the repository root, e.g.:
 
 ``--measure-only`` times the tree and the measurement step alone; ``--repo`` runs another
 checkout's engine on the same data (before/after comparisons).
+
+``--stream-by none COUNTY`` runs each size unstreamed and streamed by county
+(``topdown.stream``: peak memory follows the largest county); ``--state-dir DIR`` streams a
+state written by ``python benchmarks/pl94.py --write DIR`` (Parquet by county) instead of
+generating one in memory, e.g. the California-sized state:
+
+    python benchmarks/pl94.py --persons 39000000 --units california --write /tmp/ca
+    python benchmarks/bench_pl94.py --state-dir /tmp/ca --stream-by COUNTY --strategy detailed
 """
 
 from __future__ import annotations
@@ -59,9 +67,11 @@ def _load_pl94():
     return module
 
 
-def run_one(persons: int, executor: str, args: argparse.Namespace) -> dict[str, Any]:
+def run_one(persons: int, executor: str, args: argparse.Namespace, stream: str = "none"):
     """One release (or one measurement) in this process; returns the row of figures."""
     sys.path.insert(0, str(Path(args.repo).resolve()))
+    if stream != "none":
+        return run_streamed(persons, executor, stream, args)
     from topdown import release
     from topdown.metrics import compute_metrics
     from topdown.progress import Progress
@@ -76,7 +86,7 @@ def run_one(persons: int, executor: str, args: argparse.Namespace) -> dict[str, 
     else:
         strategy = pl94.detailed_strategy(args.tract_groups)
         constraints = None
-    row: dict[str, Any] = {"persons": state.persons, "executor": executor}
+    row: dict[str, Any] = {"persons": state.persons, "executor": executor, "stream": "none"}
     data: Any = state.records
     if executor == "dask-parquet":  # the records as a partitioned dataset, read on the workers
         data = Path(tempfile.mkdtemp(prefix="pl94_dataset_"))
@@ -157,6 +167,123 @@ def _partitions(n: int, parts: int) -> list[slice]:
     return [slice(a, b) for a, b in zip(edges[:-1], edges[1:], strict=True)]
 
 
+def run_streamed(persons: int, executor: str, stream_by: str, args: argparse.Namespace):
+    """One streamed release (``topdown.stream``) in this process: a generated state, or the
+    Parquet state of ``--state-dir``; the output folder is removed afterwards unless
+    ``--keep``."""
+    import shutil
+
+    import pandas as pd
+
+    from topdown.progress import Progress
+    from topdown.stream import partitions, release_streamed
+
+    pl94 = _load_pl94()
+    schema = pl94.pl94_schema(args.tract_groups)
+    if args.strategy == "production":
+        strategy, constraints = pl94.production_strategy(args.tract_groups), None
+        constraints = pl94.state_total_invariant()
+    else:
+        strategy, constraints = pl94.detailed_strategy(args.tract_groups), None
+    own0, kids0 = _cpu()
+    wall0 = time.perf_counter()
+    if args.state_dir:
+        data: Any = Path(args.state_dir) / "records"
+        geography = pd.read_parquet(Path(args.state_dir) / "geography.parquet")
+    else:
+        state = pl94.make_state(persons, args.seed)
+        data, geography = state.records, state.geography
+        del state
+    out = Path(args.out or tempfile.mkdtemp(prefix="pl94_stream_")) / f"{persons}_{executor}"
+    rel = release_streamed(
+        data,
+        schema,
+        strategy,
+        stream_by=stream_by,
+        out=out,
+        constraints=constraints,
+        seed=args.seed + 1,
+        executor=executor,
+        workers=args.workers,
+        geography=geography,
+        progress=Progress(enabled=False),
+    )
+    wall = time.perf_counter() - wall0
+    own1, kids1 = _cpu()
+    cpu = (own1 - own0) + (kids1 - kids0)
+    t = rel.timings
+    cells = sum(lv.size for lv in rel.tree.levels) * schema.domain.size
+    row: dict[str, Any] = {
+        "persons": persons,
+        "executor": executor,
+        "stream": stream_by,
+        "nodes": "/".join(str(lv.size) for lv in rel.tree.levels),
+        "wall_s": wall,
+        "cpu_s": cpu,
+        "tree_cpu": t["tree_cpu"] + t["subtree_tree_cpu"],
+        "measure_cpu": t["subtree_measure_cpu"],
+        "estimate_cpu": t["subtree_estimate_cpu"],
+        "top_cpu": t["top_cpu"],
+        "microdata_cpu": t["subtree_write_cpu"],
+        "level_task_s": [round(s.l2_time + s.round_time, 2) for s in rel.stats],
+        "records_out": sum(r.records_out for r in rel.subtrees),
+        "cells": cells,
+        "cells_per_cpu_s": cells / cpu,
+        "peak_main_MiB": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / MIB,
+        "peak_worker_MiB": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / MIB,
+        "largest_subtree_nodes": max(sum(r.nodes) for r in rel.subtrees),
+    }
+    start = time.perf_counter()
+    report = rel.check_correctness()
+    row["correct"] = bool(report.ok)
+    if not report.ok:
+        row["failures"] = list(report.failures)[:5]
+    row["check_s"] = time.perf_counter() - start
+    row["accuracy"] = _stream_accuracy(rel, partitions(data, stream_by))
+    row["peak_after_check_MiB"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / MIB
+    if not args.keep:
+        shutil.rmtree(out, ignore_errors=True)
+    return row
+
+
+def _stream_accuracy(rel, parts) -> dict[str, float]:
+    """Mean absolute error of the released node totals by level, one subtree at a time."""
+    import numpy as np
+    import pandas as pd
+
+    errors: dict[int, list[float]] = {}
+    by_label = {p.label: p for p in parts}
+    stream = rel.tree.levels[rel.stream_level]
+    for level in range(rel.stream_level + 1):
+        true = np.zeros(rel.tree.levels[level].size)
+        column = rel.tree.levels[level].column
+        labels = pd.Index(rel.tree.levels[level].labels.astype(str))
+        for p in parts:
+            records = p.read()
+            node = 0 if column is None else labels.get_loc(str(records[column].iloc[0]))
+            true[node] += len(records)
+        released = rel.counts(level).sum(axis=1)
+        errors[level] = [float(np.abs(released - true).sum()), float(true.size)]
+    for label in stream.labels.astype(str):
+        records = by_label[label].read() if label in by_label else None
+        for level in range(rel.stream_level + 1, rel.tree.n_levels):
+            lv = rel.tree.levels[level]
+            nodes = rel.nodes_of(level, label)
+            released = rel.counts(level, label).sum(axis=1)
+            true = np.zeros(len(nodes))
+            if records is not None and len(records):
+                sizes = records[lv.column].value_counts()
+                sizes = sizes[sizes > 0]  # a categorical lists its unused categories too
+                idx = pd.Index(lv.labels.astype(str)[nodes]).get_indexer(sizes.index.astype(str))
+                if (idx < 0).any():
+                    raise ValueError(f"subtree {label!r}: records outside its units")
+                true[idx] = sizes.to_numpy()
+            entry = errors.setdefault(level, [0.0, 0.0])
+            entry[0] += float(np.abs(released - true).sum())
+            entry[1] += len(nodes)
+    return {f"L{lv} total released": round(e / n, 3) for lv, (e, n) in errors.items()}
+
+
 def _accuracy(rel, truth_counts, compute_metrics, nodes_per_slice: int = 2000) -> dict[str, float]:
     """Mean absolute error of the released and noisy total and detailed cells, by level.
 
@@ -221,12 +348,17 @@ def _measure_only(state, schema, strategy, executor, args, own0, kids0, wall0) -
     }
 
 
-def _child(persons: int, executor: str, argv: list[str]) -> dict[str, Any]:
-    """Run one (size, executor) in a fresh process and read its JSON row."""
-    cmd = [sys.executable, __file__, *argv, "--one", str(persons), executor]
+def _child(persons: int, executor: str, argv: list[str], stream: str = "none") -> dict[str, Any]:
+    """Run one (size, executor, stream) in a fresh process and read its JSON row."""
+    cmd = [sys.executable, __file__, *argv, "--one", str(persons), executor, stream]
     out = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
     if out.returncode != 0:
-        return {"persons": persons, "executor": executor, "error": out.stderr.strip()[-400:]}
+        return {
+            "persons": persons,
+            "executor": executor,
+            "stream": stream,
+            "error": out.stderr.strip()[-400:],
+        }
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -246,8 +378,8 @@ def _print_tables(rows: list[dict[str, Any]], measure_only: bool) -> None:
         cols += ["cells", "measured_cells_per_cpu_s", "peak_main_MiB", "peak_worker_MiB"]
         print(frame[cols].round(2).to_string(index=False))
         return
-    cols = ["persons", "executor", "nodes", "wall_s", "cpu_s", "main_cpu", "workers_cpu"]
-    cols += ["tree_cpu", "measure_cpu"]
+    cols = ["persons", "executor", "stream", "nodes", "wall_s", "cpu_s", "main_cpu"]
+    cols += ["workers_cpu", "tree_cpu", "measure_cpu"]
     cols += ["estimate_cpu", "microdata_cpu", "cells_per_cpu_s", "peak_main_MiB"]
     cols += ["peak_worker_MiB", "correct", "load"]
     shown = frame[cols].copy()
@@ -262,12 +394,35 @@ def _print_tables(rows: list[dict[str, Any]], measure_only: bool) -> None:
     print("\nestimation task seconds by level (L2 + rounding, root first):")
     for r in rows:
         if "error" not in r:
-            print(f"  {r['persons']:>9} {r['executor']:<10} {r['level_task_s']}")
+            print(f"  {r['persons']:>9} {r['executor']:<10} {r['stream']:<8} {r['level_task_s']}")
     print("\naccuracy: mean absolute error by level, released vs noisy (total, detailed cells):")
     acc = pd.DataFrame(
-        [r["accuracy"] | {"persons": r["persons"], "executor": r["executor"]} for r in rows]
-    ).set_index(["persons", "executor"])
+        [
+            r["accuracy"]
+            | {"persons": r["persons"], "executor": r["executor"], "stream": r["stream"]}
+            for r in rows
+            if "error" not in r
+        ]
+    ).set_index(["persons", "executor", "stream"])
     print(acc.T.to_string())
+    _print_ratios(frame)
+
+
+def _print_ratios(frame) -> None:
+    """Streamed / unstreamed peak memory and wall time, per size and executor."""
+    if "stream" not in frame or frame["stream"].nunique() < 2:
+        return
+    print("\nstreamed / unstreamed (same size and executor):")
+    for (persons, executor), group in frame.groupby(["persons", "executor"]):
+        base = group[group["stream"] == "none"]
+        for r in group[group["stream"] != "none"].itertuples():
+            if len(base):
+                b = base.iloc[0]
+                print(
+                    f"  {persons} {executor} by {r.stream}: peak memory "
+                    f"{r.peak_main_MiB / b['peak_main_MiB']:.2f}x, "
+                    f"wall {r.wall_s / b['wall_s']:.2f}x, CPU {r.cpu_s / b['cpu_s']:.2f}x"
+                )
 
 
 def _plot(rows: list[dict[str, Any]], path: Path, measure_only: bool) -> None:
@@ -277,9 +432,18 @@ def _plot(rows: list[dict[str, Any]], path: Path, measure_only: bool) -> None:
     import matplotlib.pyplot as plt
 
     fig, (ax_t, ax_m) = plt.subplots(1, 2, figsize=(11, 4.2))
-    executors = sorted({r["executor"] for r in rows if "error" not in r})
-    for ex in executors:
-        sub = sorted((r for r in rows if r["executor"] == ex and "error" not in r), key=_size)
+    runs = sorted({(r["executor"], r.get("stream", "none")) for r in rows if "error" not in r})
+    for executor, stream in runs:
+        ex = executor if stream == "none" else f"{executor} by {stream}"
+        sub = sorted(
+            (
+                r
+                for r in rows
+                if (r["executor"], r.get("stream", "none")) == (executor, stream)
+                and "error" not in r
+            ),
+            key=_size,
+        )
         x = [r["persons"] for r in sub]
         if measure_only:
             ax_t.plot(x, [r["measure_wall"] for r in sub], "o-", label=f"{ex} measure wall")
@@ -300,6 +464,13 @@ def _plot(rows: list[dict[str, Any]], path: Path, measure_only: bool) -> None:
     fig.suptitle("TopDown on PL94-shaped states (2,016 cells per node)")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
+
+
+def _persons_in(folder: Path) -> int:
+    """Persons of a state written by ``pl94.py --write`` (from the Parquet footers)."""
+    import pyarrow.parquet as pq
+
+    return sum(pq.ParquetFile(p).metadata.num_rows for p in (folder / "records").glob("*.parquet"))
 
 
 def _size(row: dict[str, Any]) -> int:
@@ -329,22 +500,36 @@ def main(argv: list[str] | None = None) -> int:
         default=str(Path(tempfile.gettempdir()) / "pl94_scale.png"),
         help="PNG to write ('' for none)",
     )
-    parser.add_argument("--one", nargs=2, metavar=("PERSONS", "EXECUTOR"), help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--stream-by",
+        nargs="+",
+        default=["none"],
+        help="'none' (unstreamed) and/or hierarchy columns to stream by (e.g. COUNTY)",
+    )
+    parser.add_argument("--state-dir", help="stream the Parquet state written to DIR by pl94.py")
+    parser.add_argument("--out", help="folder for the streamed releases (default a temp folder)")
+    parser.add_argument("--keep", action="store_true", help="keep the streamed release folders")
+    parser.add_argument("--one", nargs=3, help=argparse.SUPPRESS)
     raw = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(raw)
     logging.basicConfig(level=logging.ERROR)
     if args.one:
-        row = run_one(int(args.one[0]), args.one[1], args)
+        row = run_one(int(args.one[0]), args.one[1], args, args.one[2])
         print(json.dumps(row))
         return 0
+    if args.state_dir:
+        if args.stream_by == ["none"] or "none" in args.stream_by:
+            parser.error("--state-dir needs --stream-by COLUMN (a Parquet state is streamed)")
+        args.sizes = [_persons_in(Path(args.state_dir))]
     print("command: python benchmarks/bench_pl94.py", shlex.join(raw))
     print(f"machine: {os.cpu_count()} CPUs; load average {os.getloadavg()[0]:.2f}")
     rows = []
     for persons in args.sizes:
         for executor in args.executors:
-            rows.append(_child(persons, executor, raw))
-            # each row as soon as it is known (a long run may be stopped before the table)
-            print(f"  row: {json.dumps(rows[-1])}", file=sys.stderr, flush=True)
+            for stream in args.stream_by:
+                rows.append(_child(persons, executor, raw, stream))
+                # each row as soon as it is known (a long run may be stopped before the table)
+                print(f"  row: {json.dumps(rows[-1])}", file=sys.stderr, flush=True)
     _print_tables(rows, args.measure_only)
     if args.plot and any("error" not in r for r in rows):
         _plot(rows, Path(args.plot), args.measure_only)

@@ -45,6 +45,10 @@ __all__ = [
     "state_total_invariant",
     "GEOGRAPHY",
     "MEDIUM_PERSONS",
+    "CALIFORNIA_PERSONS",
+    "CALIFORNIA_UNITS",
+    "StateFiles",
+    "write_state",
 ]
 
 MEDIUM_PERSONS = 3_000_000
@@ -151,17 +155,11 @@ def _categorical_from_codes(codes: np.ndarray, labels: list[str]) -> pd.Categori
     return pd.Categorical.from_codes(codes, categories=pd.Index(labels))
 
 
-def make_state(persons: int, seed: int = 0) -> PL94State:
-    """A PL94-shaped state of exactly ``persons`` persons (>= 1,000), reproducible from ``seed``.
-
-    Geography columns are categoricals (so 3 million records stay small); attribute columns
-    are small integers.
-    """
-    if persons < 1_000:
-        raise ValueError(f"persons ({persons}) must be at least 1000")
-    rng = np.random.default_rng(seed)
-    units = _units(persons)
-    # parent index of each unit, level by level, and its label (parent label + own number)
+def _geography(
+    units: dict[str, int], rng: np.random.Generator
+) -> tuple[dict[str, list[str]], dict[str, np.ndarray]]:
+    """Labels of every unit (parent label + own number) and each unit's parent index, level by
+    level; children of one parent are contiguous (parent indices are non-decreasing)."""
     parent_of: dict[str, np.ndarray] = {}
     labels: dict[str, list[str]] = {"STATE": ["01"]}
     previous = "STATE"
@@ -173,13 +171,43 @@ def make_state(persons: int, seed: int = 0) -> PL94State:
         prev = labels[previous]
         labels[column] = [f"{prev[p]}{w:0{width}d}" for p, w in zip(parents, within, strict=True)]
         previous = column
-    n_blocks = units["BLOCK"]
-    # block populations: 35% empty, lognormal sizes for the rest, summing to persons exactly
+    return labels, parent_of
+
+
+def _block_sizes(
+    n_blocks: int, persons: int, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray]:
+    """Block populations: 35% empty, lognormal sizes for the rest, summing to ``persons``
+    exactly; returns (occupied blocks, sizes of all blocks)."""
     occupied = rng.permutation(n_blocks)[: max(1, round(n_blocks * (1 - EMPTY_BLOCKS)))]
     occupied = np.sort(occupied[: min(occupied.size, persons)])
     weights = rng.lognormal(0.0, BLOCK_SIGMA, occupied.size)
     sizes = np.zeros(n_blocks, dtype=np.int64)
     sizes[occupied] = 1 + rng.multinomial(persons - occupied.size, weights / weights.sum())
+    return occupied, sizes
+
+
+def _race(cum: np.ndarray, tract: np.ndarray, u: np.ndarray) -> np.ndarray:
+    """Race codes (1..63) drawn by inverting each person's tract's cumulative shares
+    (``cum``: tracts x 63, rows ending at 1) at the uniforms ``u``; ``tract`` indexes ``cum``."""
+    n_tracts = cum.shape[0]
+    race = np.searchsorted((cum + np.arange(n_tracts)[:, None]).ravel(), u + tract, side="right")
+    return race - tract * 63 + 1
+
+
+def make_state(persons: int, seed: int = 0) -> PL94State:
+    """A PL94-shaped state of exactly ``persons`` persons (>= 1,000), reproducible from ``seed``.
+
+    Geography columns are categoricals (so 3 million records stay small); attribute columns
+    are small integers.
+    """
+    if persons < 1_000:
+        raise ValueError(f"persons ({persons}) must be at least 1000")
+    rng = np.random.default_rng(seed)
+    units = _units(persons)
+    labels, parent_of = _geography(units, rng)
+    n_blocks = units["BLOCK"]
+    occupied, sizes = _block_sizes(n_blocks, persons, rng)
     block = np.repeat(np.arange(n_blocks), sizes)
     # ancestors of every person's block
     code = {"BLOCK": block}
@@ -191,9 +219,7 @@ def make_state(persons: int, seed: int = 0) -> PL94State:
     race_p = rng.dirichlet(_race_shares() * 60.0 + 0.01, n_tracts)
     cum = np.cumsum(race_p, axis=1)
     cum[:, -1] = 1.0
-    u = rng.random(persons)
-    race = np.searchsorted((cum + np.arange(n_tracts)[:, None]).ravel(), u + tract, side="right")
-    race = race - tract * 63 + 1
+    race = _race(cum, tract, rng.random(persons))
     hisp_p = rng.beta(1.2, 5.0, n_tracts)
     hispanic = (rng.random(persons) < hisp_p[tract]).astype(np.int8)
     voting_age = (rng.random(persons) < rng.beta(40, 11, n_tracts)[tract]).astype(np.int8)
@@ -230,6 +256,113 @@ def _ancestor(parent_of: dict[str, np.ndarray], units: dict[str, int], column: s
     raise ValueError(f"column ({column!r}) must be one of {list(units)}")
 
 
+# a California-sized state (2020 counts rounded): 58 counties, about 8,000 tracts, 23,000 block
+# groups, 520,000 blocks; tract groups are pairs of tracts
+CALIFORNIA_PERSONS = 39_000_000
+CALIFORNIA_UNITS = {
+    "COUNTY": 58,
+    "TRACT_GROUP": 4_000,
+    "TRACT": 8_057,
+    "BLOCK_GROUP": 23_212,
+    "BLOCK": 519_723,
+}
+
+
+@dataclass(frozen=True)
+class StateFiles:
+    """A state written by ``write_state``: one Parquet file of records per county (the stream
+    partitions), the declared geography, and the counts of units and persons."""
+
+    records: Path
+    geography: Path
+    units: dict[str, int]
+    persons: int
+
+
+def write_state(
+    out: str | Path,
+    persons: int,
+    seed: int = 0,
+    *,
+    units: dict[str, int] | None = None,
+) -> StateFiles:
+    """Write a PL94-shaped state as Parquet, one county at a time, in bounded memory.
+
+    ``out/records/<county>.parquet`` holds one county's records (every hierarchy column and the
+    four attributes), ``out/geography.parquet`` the declared units (one row per block). The
+    geography and the per-unit parameters (block sizes, tract mixes, group-quarters blocks) are
+    drawn for the whole state from ``seed``; each county's persons from a stream of their own
+    (``seed``, county index), so memory follows the largest county and the files do not depend
+    on the order they are written in. The shape is ``make_state``'s, not its exact records.
+
+    Args:
+        out: a new or empty folder.
+        persons: persons in the state (>= 1,000).
+        seed: the state's seed.
+        units: units per level below the state (``CALIFORNIA_UNITS``); default the medium
+            state's ratios scaled to ``persons``.
+    """
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    if persons < 1_000:
+        raise ValueError(f"persons ({persons}) must be at least 1000")
+    units = dict(units or _units(persons))
+    if list(units) != list(MEDIUM_UNITS):
+        raise ValueError(f"units ({units}) must give, in order, {list(MEDIUM_UNITS)}")
+    out = Path(out)
+    if out.exists() and any(out.iterdir()):
+        raise ValueError(f"out ({str(out)!r}) must be a new or empty folder")
+    (out / "records").mkdir(parents=True)
+    rng = np.random.default_rng(seed)
+    labels, parent_of = _geography(units, rng)
+    n_blocks = units["BLOCK"]
+    occupied, sizes = _block_sizes(n_blocks, persons, rng)
+    n_tracts = units["TRACT"]
+    cum = np.cumsum(rng.dirichlet(_race_shares() * 60.0 + 0.01, n_tracts), axis=1)
+    cum[:, -1] = 1.0
+    hisp_p = rng.beta(1.2, 5.0, n_tracts)
+    adult_p = rng.beta(40, 11, n_tracts)
+    gq_blocks = rng.random(n_blocks) < GQ_BLOCKS * n_blocks / max(1, occupied.size)
+    gq_type = rng.integers(1, 8, n_blocks)
+    ancestors = {c: _ancestor(parent_of, units, c) for c in units}  # per block
+    county_of_block = ancestors["COUNTY"]
+    bounds = np.searchsorted(county_of_block, np.arange(units["COUNTY"] + 1))
+    dictionaries = {c: pa.array(labels[c]) for c in ("STATE", *units)}
+    for county in range(units["COUNTY"]):
+        blocks = np.arange(bounds[county], bounds[county + 1])
+        block = np.repeat(blocks, sizes[blocks])
+        n = block.size
+        draw = np.random.default_rng([seed, county])
+        tract = ancestors["TRACT"][block]
+        race = _race(cum, tract, draw.random(n))
+        hispanic = (draw.random(n) < hisp_p[tract]).astype(np.int8)
+        voting_age = (draw.random(n) < adult_p[tract]).astype(np.int8)
+        in_gq = gq_blocks[block] & (draw.random(n) < 0.8)
+        hhgq = np.where(in_gq, gq_type[block], 0).astype(np.int8)
+        voting_age = np.where(in_gq & (gq_type[block] != 4), 1, voting_age).astype(np.int8)
+        columns = {
+            "STATE": pa.DictionaryArray.from_arrays(np.zeros(n, np.int32), dictionaries["STATE"])
+        }
+        for c in units:  # the county's units are contiguous: its own labels only
+            first, last = ancestors[c][blocks[[0, -1]]] if blocks.size else (0, -1)
+            codes = (ancestors[c][block] - first).astype(np.int32)
+            columns[c] = pa.DictionaryArray.from_arrays(codes, dictionaries[c][first : last + 1])
+        columns |= {
+            "VOTING_AGE": pa.array(voting_age),
+            "HISPANIC": pa.array(hispanic),
+            "RACE": pa.array(race.astype(np.int8)),
+            "HHGQ": pa.array(hhgq),
+        }
+        pq.write_table(pa.table(columns), out / "records" / f"{labels['COUNTY'][county]}.parquet")
+    geography = pd.DataFrame(
+        {"STATE": labels["STATE"] * n_blocks}
+        | {c: np.asarray(labels[c], dtype=object)[ancestors[c]] for c in units}
+    )
+    geography.to_parquet(out / "geography.parquet", index=False)
+    return StateFiles(out / "records", out / "geography.parquet", {"STATE": 1, **units}, persons)
+
+
 def production_strategy(tract_groups: bool = False, rho: Fraction = PRODUCTION_RHO) -> Strategy:
     """rho split over levels by the 2020 production shares; detailed plus marginals per level.
 
@@ -262,7 +395,19 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--persons", type=int, default=10_000)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--units",
+        choices=["scaled", "california"],
+        default="scaled",
+        help="units per level: the medium state's ratios scaled, or California's counts",
+    )
+    parser.add_argument("--write", metavar="DIR", help="write Parquet by county to DIR")
     args = parser.parse_args(argv)
+    if args.write:
+        units = CALIFORNIA_UNITS if args.units == "california" else None
+        files = write_state(args.write, args.persons, args.seed, units=units)
+        print(f"wrote {files.persons} persons by county to {files.records}, units {files.units}")
+        return 0
     state = make_state(args.persons, args.seed)
     by_block = state.records.groupby("BLOCK", observed=False)
     sizes = by_block.size()

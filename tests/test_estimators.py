@@ -208,7 +208,7 @@ def config_dict(tmp_path: Path) -> dict:
 
 def test_config_reads_the_method_and_round_trips(tmp_path: Path) -> None:
     raw = config_dict(tmp_path)
-    assert parse_config(raw, "x.toml", base=tmp_path).estimator == DEFAULT_ESTIMATOR
+    assert parse_config(raw, "x.toml", base=tmp_path).effective_estimator == DEFAULT_ESTIMATOR
     raw["estimation"] = {"method": "topdown"}
     cfg = parse_config(raw, "x.toml", base=tmp_path)
     assert cfg.estimator == "topdown"
@@ -235,7 +235,14 @@ def test_the_default_is_the_documented_one(tmp_path: Path) -> None:
     assert load_config(DEFAULT_CONFIG).estimator == "blue"
     raw = config_dict(tmp_path)
     raw.pop("estimation", None)
-    assert parse_config(raw, "x.toml", base=tmp_path).estimator == "blue"
+    unset = parse_config(raw, "x.toml", base=tmp_path)
+    assert unset.estimator is None and unset.effective_estimator == "blue"
+    assert unset.resolved()["estimation"] == {"method": "blue"}
+    # a streamed run cannot pool the tree: without a chosen method it runs "topdown"; a
+    # chosen "blue" is kept (and refused by the streamed release with its reason)
+    assert unset.with_overrides(stream_by="PUMA").effective_estimator == "topdown"
+    chosen = unset.with_overrides(estimator="blue", stream_by="PUMA")
+    assert chosen.effective_estimator == "blue"
     census = release(df, schema, STRATEGY, seed=2, progress=QUIET, estimator="topdown")
     assert census.estimator == "topdown" and census.blue is None
 

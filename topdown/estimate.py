@@ -52,8 +52,13 @@ def estimate(
     options: EstimateOptions | None = None,
     executor: Executor | None = None,
     progress: Callable | None = None,
+    fixed: Sequence[np.ndarray] = (),
 ) -> tuple[list[np.ndarray], list[LevelStats]]:
     """Integer, non-negative, consistent counts for every node of every level.
+
+    ``fixed`` gives the published counts of the first ``len(fixed)`` levels (nodes x cells
+    each), which are then taken as they are, not estimated: ``topdown.stream`` estimates a
+    subtree from its top's released counts this way. Statistics cover the estimated levels.
 
     Returns:
         counts per level (nodes x cells, int64) and the statistics of each level.
@@ -72,6 +77,9 @@ def estimate(
     counts: list[np.ndarray] = []
     stats: list[LevelStats] = []
     for level in range(tree.n_levels):
+        if level < len(fixed):
+            counts.append(np.asarray(fixed[level]))
+            continue
         lv = tree.levels[level]
         inputs = _LevelInputs.of(level, tree, fitted, first_pass, book, options)
         if level == 0:

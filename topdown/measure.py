@@ -42,7 +42,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, Generic, Protocol, TypeVar
@@ -68,6 +68,8 @@ __all__ = [
     "MeasureTask",
     "measure",
     "measure_chunk",
+    "make_level_mechanisms",
+    "record_level",
     "chunk_nodes",
     "CHUNK_CELLS",
     "MAX_CHUNK_NODES",
@@ -243,6 +245,7 @@ def measure(
     progress: Callable[[Iterable, int, str], Iterable] | None = None,
     executor: Executor | None = None,
     stats: dict[str, float] | None = None,
+    levels: Collection[int] | None = None,
 ) -> tuple[Measurements, dict[int, dict[int, tuple]]]:
     """Answer and noise every query of every node; evaluate declared invariants.
 
@@ -258,6 +261,9 @@ def measure(
         executor: runs the chunks (default: in this process); the noise does not depend on it.
         stats: if given, receives ``measure_worker_cpu``: the CPU seconds of the chunks that
             ran in other processes (for benchmarks; this process's own time is its own).
+        levels: measure only these levels (default all); the others get no measurements and
+            no ledger entries (``topdown.stream`` measures a subtree's lower levels this way and
+            records their cost once, with ``record_level``).
 
     Returns:
         The measurements, and the bound invariants: level -> node index -> constraints with
@@ -266,8 +272,11 @@ def measure(
     executor = executor or Executor()
     size = chunk_nodes(domain.size)
     worker_cpu = 0.0
-    levels = []
+    levels_out: list[tuple[QueryMeasurement, ...]] = []
     for level in range(tree.n_levels):
+        if levels is not None and level not in levels:
+            levels_out.append(())
+            continue
         mechanisms = make_level_mechanisms(strategy, level)
         counts = truth.counts[level]
         n_nodes = tree.levels[level].size
@@ -300,26 +309,12 @@ def measure(
                     worker_cpu += res.cpu_seconds
                 for j, values in enumerate(res.noisy):
                     noisy[j][c * size : c * size + len(values)] = values
-        row = []
-        for (query, share, mech), values in zip(mechanisms, noisy, strict=True):
-            # the sensitivity the mechanism was calibrated with, not a second derivation
-            laplace = isinstance(mech, DiscreteLaplaceMechanism)
-            ledger.record(
-                query.name,
-                level,
-                mech.name,
-                mech.budget,
-                sensitivity=mech.l1_sensitivity if laplace else mech.l2_sensitivity_squared,
-                nodes=n_nodes,
-                note=f"{strategy.neighbouring} neighbours; share {share} of the level's budget; "
-                + ("L1 sensitivity" if laplace else "L2 sensitivity squared"),
-            )
-            row.append(
-                QueryMeasurement(
-                    level, query, share, mech.name, mech.budget, float(mech.variance), values
-                )
-            )
-        levels.append(tuple(row))
+        record_level(ledger, strategy, level, mechanisms, n_nodes)
+        row = [
+            QueryMeasurement(level, query, share, mech.name, mech.budget, float(mech.variance), v)
+            for (query, share, mech), v in zip(mechanisms, noisy, strict=True)
+        ]
+        levels_out.append(tuple(row))
         log.info(
             "measured level %d: %d node(s) in %d chunk(s), queries %s",
             level,
@@ -330,7 +325,31 @@ def measure(
     if stats is not None:
         stats["measure_worker_cpu"] = worker_cpu
     invariants = _evaluate_invariants(tree, truth, domain, constraints, ledger)
-    return Measurements(tuple(levels)), invariants
+    return Measurements(tuple(levels_out)), invariants
+
+
+def record_level(
+    ledger: Ledger,
+    strategy: Strategy,
+    level: int,
+    mechanisms: list[tuple[Query, Fraction, Any]],
+    n_nodes: int,
+) -> None:
+    """Record one level's queries in the ledger: each query once for the level's ``n_nodes``
+    disjoint nodes (parallel composition), with the sensitivity its mechanism was calibrated
+    with (not a second derivation)."""
+    for query, share, mech in mechanisms:
+        laplace = isinstance(mech, DiscreteLaplaceMechanism)
+        ledger.record(
+            query.name,
+            level,
+            mech.name,
+            mech.budget,
+            sensitivity=mech.l1_sensitivity if laplace else mech.l2_sensitivity_squared,
+            nodes=n_nodes,
+            note=f"{strategy.neighbouring} neighbours; share {share} of the level's budget; "
+            + ("L1 sensitivity" if laplace else "L2 sensitivity squared"),
+        )
 
 
 def _evaluate_invariants(

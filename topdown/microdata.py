@@ -22,8 +22,14 @@ from topdown.tree import Tree
 __all__ = ["expand_microdata", "write_table"]
 
 
-def expand_microdata(tree: Tree, schema: Schema, leaf_counts: np.ndarray) -> pd.DataFrame:
-    """Rows of the leaf level: hierarchy columns first, then the query attributes."""
+def expand_microdata(
+    tree: Tree, schema: Schema, leaf_counts: np.ndarray, *, categorical: bool = False
+) -> pd.DataFrame:
+    """Rows of the leaf level: hierarchy columns first, then the query attributes.
+
+    ``categorical`` keeps the hierarchy columns as categoricals (no string per record: the
+    streamed release writes millions of rows per subtree this way).
+    """
     leaf = tree.n_levels - 1
     size = schema.domain.size
     flat = np.asarray(leaf_counts, dtype=np.int64).ravel()
@@ -36,9 +42,10 @@ def expand_microdata(tree: Tree, schema: Schema, leaf_counts: np.ndarray) -> pd.
     for lv in range(1, tree.n_levels):
         labels, column = tree.levels[lv].labels, tree.levels[lv].column
         assert column is not None  # only the root (level 0) has no column
-        columns[column] = pd.Categorical.from_codes(
+        units = pd.Categorical.from_codes(
             ancestors[lv][node], categories=pd.Index(labels.astype(str))
-        ).astype(str)
+        )
+        columns[column] = units if categorical else units.astype(str)
     codes = schema.domain.unravel(cell)
     for attr, code in zip(schema.attributes, codes, strict=True):
         values = np.asarray(attr.domain_values, dtype=object)

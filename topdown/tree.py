@@ -21,9 +21,11 @@ __all__ = [
     "Tree",
     "ConfidentialHistograms",
     "build_tree",
+    "geography_tree",
     "structure",
     "codes_in_geography",
     "text_codes",
+    "lookup",
 ]
 
 ROOT_LABEL = "root"
@@ -96,6 +98,7 @@ def build_tree(
     *,
     keep_records: bool = False,
     geography: pd.DataFrame | None = None,
+    dtype: type[np.signedinteger] = np.int64,
 ) -> tuple[Tree, ConfidentialHistograms]:
     """One pass over the records: node codes per level (pd.factorize), parent links, and the
     histograms of all nodes of a level at once (np.bincount on node * cells + cell).
@@ -107,6 +110,8 @@ def build_tree(
         geography: the published list of units, one row per leaf with every hierarchy column
             (units with no records included). Without it the units are those present in the
             data, which discloses that each has at least one record (the engine records it).
+        dtype: the histograms' integer type (``topdown.stream`` uses int32: a cell count never
+            exceeds the number of records).
 
     Raises:
         HierarchyError: a hierarchy column with missing labels, a label under two parents, or
@@ -119,22 +124,33 @@ def build_tree(
     if geography is None:
         levels, node_codes = structure(data, schema.hierarchy, "data")
     else:
-        missing = [c for c in schema.hierarchy if c not in geography.columns]
-        if missing:
-            raise HierarchyError(
-                f"geography lacks hierarchy column(s) {missing}; its columns are "
-                f"{list(geography.columns)}"
-            )
-        levels, _ = structure(geography, schema.hierarchy, "geography")
+        levels = list(geography_tree(geography, schema).levels)
         node_codes = codes_in_geography(data, levels)
     counts = []
     for lv, codes in zip(levels, node_codes, strict=True):
         flat = np.bincount(codes * size + cells, minlength=lv.size * size)
-        counts.append(flat.reshape(lv.size, size).astype(np.int64, copy=False))
+        counts.append(flat.reshape(lv.size, size).astype(dtype, copy=False))
     records = data if keep_records else None
     return Tree(tuple(levels)), ConfidentialHistograms(
         tuple(counts), records, tuple(node_codes) if keep_records else ()
     )
+
+
+def geography_tree(geography: pd.DataFrame, schema: Schema) -> Tree:
+    """The tree of a declared geography (one row per leaf, every hierarchy column).
+
+    Raises:
+        HierarchyError: a hierarchy column missing, a missing label, or a label under two
+            parents.
+    """
+    missing = [c for c in schema.hierarchy if c not in geography.columns]
+    if missing:
+        raise HierarchyError(
+            f"geography lacks hierarchy column(s) {missing}; its columns are "
+            f"{list(geography.columns)}"
+        )
+    levels, _ = structure(geography, schema.hierarchy, "geography")
+    return Tree(tuple(levels))
 
 
 def structure(
@@ -184,13 +200,13 @@ def codes_in_geography(data: pd.DataFrame, levels: list[Level]) -> list[np.ndarr
         column = lv.column
         assert column is not None
         raw_codes, texts = text_codes(data[column])
-        lookup = pd.Index(lv.labels.astype(str)).get_indexer(texts.astype(str)).astype(np.int64)
-        codes = lookup[raw_codes]
+        known = pd.Index(lv.labels.astype(str)).get_indexer(texts.astype(str)).astype(np.int64)
+        codes = known[raw_codes]
         unknown = codes < 0
         if unknown.any():
             raise HierarchyError(
                 f"hierarchy column {column!r} has {int(unknown.sum())} record(s) in units the "
-                f"geography does not list: {sorted(str(t) for t in texts[lookup < 0])[:10]}"
+                f"geography does not list: {sorted(str(t) for t in texts[known < 0])[:10]}"
             )
         wrong = lv.parent[codes] != node_codes[-1]
         if wrong.any():
@@ -213,6 +229,13 @@ def text_codes(column: pd.Series) -> tuple[np.ndarray, np.ndarray]:
     codes, uniques = pd.factorize(column, use_na_sentinel=False)
     texts = np.asarray(pd.Index(uniques).astype(str), dtype=object)
     return codes.astype(np.int64, copy=False), texts
+
+
+def lookup(index: pd.Index, column: pd.Series) -> np.ndarray:
+    """Position of each row's label (as text) in ``index``, -1 if absent; the text conversion
+    and the search run once per distinct label (``text_codes``)."""
+    raw_codes, texts = text_codes(column)
+    return index.get_indexer(pd.Index(texts.astype(str))).astype(np.int64)[raw_codes]
 
 
 def _is_missing(texts: np.ndarray) -> np.ndarray:

@@ -3,7 +3,8 @@
 Commands (``topdown COMMAND --help`` for each)::
 
     topdown run [CONFIG] [--out DIR] [--overwrite] [--seed N] [--solver S] [--executor E]
-                 [--workers N] [--address TCP] [--capture-problems DIR] [--estimator NAME]
+                 [--workers N] [--address TCP] [--capture-problems DIR]
+                 [--estimator blue|topdown] [--stream-by COLUMN]
     topdown check RELEASE
     topdown report RELEASE [--truth DATA]
     topdown bench {estimators,samplers,solvers,scale} [ARGS...]
@@ -146,6 +147,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument(
         "--estimator", help="blue or topdown (the Census Bureau's 2020 method); overrides the file"
+    )
+    run.add_argument(
+        "--stream-by",
+        metavar="COLUMN",
+        help="stream the release by the subtrees of this hierarchy column (memory follows the "
+        "largest subtree; data.path may be a folder of Parquet partitions, one per unit)",
     )
 
     check = sub.add_parser(
@@ -333,9 +340,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
         address=args.address,
         capture=args.capture_problems,
         estimator=args.estimator,
+        stream_by=args.stream_by,
     )
     cfg.check_inputs()  # every input path, before any work
     out = (args.out or Path.cwd() / f"release-{datetime.now():%Y%m%d-%H%M%S}").absolute()
+    if cfg.stream_by is not None:
+        return _run_streamed(args, cfg, out, start)
     with claim_output(out, args.overwrite, inputs=cfg.input_paths()) as claim:
         on_cluster = cfg.executor == "dask" and is_dataset(cfg.data.path)
         data: pd.DataFrame | Path
@@ -370,7 +380,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
                 address=cfg.address,
                 failsafe=cfg.failsafe,
                 capture=cfg.capture,
-                estimator=cfg.estimator,
+                estimator=cfg.effective_estimator,
                 progress=Progress(enabled=not args.quiet),
             )
         except DataError as err:
@@ -408,6 +418,72 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _run_streamed(args: argparse.Namespace, cfg: RunConfig, out: Path, start: float) -> int:
+    """``topdown run`` streamed by ``cfg.stream_by`` (``topdown.stream``): the subtrees'
+    tables and microdata are written one by one into a hidden folder, checked, then moved into
+    place (``topdown.product.stream_folder``)."""
+    import shutil
+
+    from topdown.product.release_folder import claim_output, set_modes
+    from topdown.product.stream_folder import write_streamed_extras
+    from topdown.progress import Progress
+    from topdown.stream import release_streamed
+
+    if cfg.truth:
+        raise ConfigError(cfg.file, "metrics.truth", "is not available with stream_by (yet)")
+    if cfg.capture is not None:
+        raise ConfigError(cfg.file, "solver.capture", "is not available with stream_by")
+    assert cfg.stream_by is not None
+    folder_input = cfg.data.path.is_dir()
+    if folder_input and cfg.data.derive:
+        raise ConfigError(
+            cfg.file, "data.derive", "needs a data file; a folder of partitions is read as is"
+        )
+    timings: dict[str, float] = {}
+    with claim_output(out, args.overwrite, inputs=cfg.input_paths()) as claim:
+        data: pd.DataFrame | Path = cfg.data.path if folder_input else load_data(cfg)
+        tmp = claim.new_partial()
+        try:
+            t = time.perf_counter()
+            try:
+                rel = release_streamed(
+                    data,
+                    cfg.schema,
+                    cfg.strategy,
+                    stream_by=cfg.stream_by,
+                    out=tmp,
+                    constraints=cfg.constraints,
+                    seed=cfg.seed,
+                    solver=cfg.solver,
+                    solver_options=cfg.solver_options,
+                    executor=cfg.executor,
+                    workers=cfg.workers,
+                    address=cfg.address,
+                    failsafe=cfg.failsafe,
+                    estimator=cfg.effective_estimator,
+                    microdata_format=cfg.output_format,
+                    progress=Progress(enabled=not args.quiet),
+                )
+            except (DomainError, ValueError) as err:
+                if isinstance(err, TopDownError):
+                    raise type(err)(f"{cfg.file}: {err}") from None
+                raise
+            timings["release"] = time.perf_counter() - t
+            verdict = rel.check_correctness()
+            if not verdict.ok:
+                raise ReleaseError(
+                    "the release failed its checks, nothing was written:\n" + str(verdict)
+                )
+            timings["total"] = time.perf_counter() - start
+            write_streamed_extras(rel, cfg, tmp, timings)
+            set_modes(tmp)
+            claim.install(tmp)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    print(out)
+    return EXIT_OK
+
+
 def _check_node_labels(cfg: RunConfig, data: pd.DataFrame) -> None:
     """Constraints attached to named nodes must name units that exist (a typo applies nowhere)."""
     labels = {0: [ROOT_LABEL]}
@@ -432,9 +508,13 @@ def _existing_release(path: Path) -> Path:
 
 def _cmd_check(args: argparse.Namespace) -> int:
     from topdown.product.release_folder import verify_release_folder
+    from topdown.product.stream_folder import is_streamed_folder, verify_streamed_folder
 
     folder = _existing_release(args.release)
-    verdict = verify_release_folder(folder)
+    if is_streamed_folder(folder):
+        verdict = verify_streamed_folder(folder)
+    else:
+        verdict = verify_release_folder(folder)
     if not verdict.private:
         print(f"topdown: WARNING: NOT PRIVATE: noise: {verdict.noise}", file=sys.stderr)
     if verdict.failures:
@@ -462,8 +542,13 @@ def _cmd_report(args: argparse.Namespace) -> int:
         write_metrics,
     )
     from topdown.product.report import build_report
+    from topdown.product.stream_folder import is_streamed_folder
 
     folder = _existing_release(args.release)
+    if is_streamed_folder(folder):
+        raise ConfigError(
+            "command line", "RELEASE", f"{str(folder)!r} is a streamed release: it has no report"
+        )
     with_truth = args.truth is not None
     rebuilt = REBUILT_WITH_TRUTH if with_truth else REBUILT_BY_REPORT
     # a report is rebuilt only over an intact release: re-signing a file that someone changed

@@ -11,7 +11,9 @@ Layout (see ``topdown/data/default.toml`` for a commented example)::
     [estimation] method ("blue" | "topdown")
     [solver]     name (one backend, or a table per pass: l2, rounding), strict, options,
                  failsafe, capture (a folder: every problem solved, as MPS)
-    [executor]   name, workers, address
+    [executor]   name, workers, address, stream_by (a hierarchy column: stream the release by
+                 its subtrees, see topdown.stream; data.path may then be a folder of Parquet
+                 partitions, one per unit)
     [output]     format (csv | parquet)
     [metrics]    truth = true (the input data) | false | "path"
 
@@ -121,7 +123,16 @@ class RunConfig:
     address: str | None = None
     output_format: str = "csv"
     truth: bool | Path = False
-    estimator: str = DEFAULT_ESTIMATOR
+    estimator: str | None = None  # None: not chosen, see ``effective_estimator``
+    stream_by: str | None = None
+
+    @property
+    def effective_estimator(self) -> str:
+        """The estimator the run uses: the one chosen, else ``"topdown"`` for a streamed run
+        (the whole-tree BLUE cannot stream, see ``topdown.stream``), else the engine's default."""
+        if self.estimator is not None:
+            return self.estimator
+        return "topdown" if self.stream_by is not None else DEFAULT_ESTIMATOR
 
     def with_overrides(
         self,
@@ -133,9 +144,15 @@ class RunConfig:
         address: str | None = None,
         capture: Path | None = None,
         estimator: str | None = None,
+        stream_by: str | None = None,
     ) -> RunConfig:
         """Command-line overrides, validated like the file's values (key = the option)."""
         out = self
+        if stream_by is not None:
+            rule = _stream_rule(stream_by, self.schema.hierarchy)
+            if rule:
+                raise ConfigError("command line", "--stream-by", rule)
+            out = replace(out, stream_by=stream_by)
         if seed is not None:
             if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
                 raise ConfigError(
@@ -241,7 +258,7 @@ class RunConfig:
                 "levels": levels,
             },
             "constraints": list(self.constraint_specs),
-            "estimation": {"method": self.estimator},
+            "estimation": {"method": self.effective_estimator},
             "solver": {
                 "name": self.solver.to_config(),
                 "strict": self.solver.strict,
@@ -252,10 +269,22 @@ class RunConfig:
                 "name": self.executor,
                 "workers": self.workers or 0,
                 "address": self.address or "",
+                "stream_by": self.stream_by or "",
             },
             "output": {"format": self.output_format},
             "metrics": {"truth": str(self.truth) if isinstance(self.truth, Path) else self.truth},
         }
+
+
+def _stream_rule(value: object, hierarchy: tuple[str, ...]) -> str:
+    """Why ``value`` cannot be the stream level ("" when it can): a hierarchy column with a
+    level below it."""
+    if not isinstance(value, str) or value not in hierarchy[:-1]:
+        return (
+            f"{value!r} must be a hierarchy column with a level below it, one of "
+            f"{list(hierarchy[:-1])}"
+        )
+    return ""
 
 
 def _choice(flag: str, value: str, known: Iterable[str], what: str) -> str:
@@ -333,8 +362,8 @@ def parse_config(raw: Mapping[str, Any], file: str, *, base: Path) -> RunConfig:
         bad("seed", f'must be "none" (secure noise) or a non-negative integer; got {seed!r}')
     estimation = _table(raw, "estimation", bad)
     _known(estimation, {"method"}, "estimation", bad)
-    estimator = estimation.get("method", DEFAULT_ESTIMATOR)
-    if estimator not in ESTIMATORS:
+    estimator = estimation.get("method")
+    if estimator is not None and estimator not in ESTIMATORS:
         bad(
             "estimation.method",
             f'{estimator!r} is unknown; it must be one of {list(ESTIMATORS)} ("topdown" is the '
@@ -351,7 +380,12 @@ def parse_config(raw: Mapping[str, Any], file: str, *, base: Path) -> RunConfig:
     if not isinstance(capture, str):
         bad("solver.capture", f"must be a folder path (a string); got {capture!r}")
     executor = _table(raw, "executor", bad)
-    _known(executor, {"name", "workers", "address"}, "executor", bad)
+    _known(executor, {"name", "workers", "address", "stream_by"}, "executor", bad)
+    stream_by = executor.get("stream_by", "") or None
+    if stream_by is not None:
+        rule = _stream_rule(stream_by, schema.hierarchy)
+        if rule:
+            bad("executor.stream_by", rule)
     ex_name = executor.get("name", "serial")
     if ex_name not in EXECUTORS:
         bad("executor.name", f"{ex_name!r} is unknown; executors are {list(EXECUTORS)}")
@@ -390,6 +424,7 @@ def parse_config(raw: Mapping[str, Any], file: str, *, base: Path) -> RunConfig:
         output_format=out_fmt,
         truth=truth,
         estimator=estimator,
+        stream_by=stream_by,
     )
 
 

@@ -225,15 +225,12 @@ def write_metrics(folder: Path, metrics: Any) -> None:
     write_table(metrics.bias_by_size, folder / "bias_by_size.csv")
 
 
-def _write_contents(rel: Release, cfg: RunConfig, folder: Path, metrics: Any) -> None:
-    fmt = cfg.output_format
-    write_table(rel.microdata, folder / f"microdata.{fmt}", fmt=fmt)
-    for lv in rel.tree.levels:
-        write_table(rel.long_table(lv.number), folder / table_name(lv.number, lv.column))
+def hierarchy_frame(tree: Tree) -> pd.DataFrame:
+    """The public tree as a table: level, column, node, parent label (empty at the root)."""
     rows = []
-    for lv in rel.tree.levels:
+    for lv in tree.levels:
         parents = (
-            rel.tree.levels[lv.number - 1].labels.astype(str)[lv.parent]
+            tree.levels[lv.number - 1].labels.astype(str)[lv.parent]
             if lv.number
             else [""] * lv.size
         )
@@ -247,7 +244,15 @@ def _write_contents(rel: Release, cfg: RunConfig, folder: Path, metrics: Any) ->
                 }
             )
         )
-    write_table(pd.concat(rows, ignore_index=True), folder / "hierarchy.csv")
+    return pd.concat(rows, ignore_index=True)
+
+
+def _write_contents(rel: Release, cfg: RunConfig, folder: Path, metrics: Any) -> None:
+    fmt = cfg.output_format
+    write_table(rel.microdata, folder / f"microdata.{fmt}", fmt=fmt)
+    for lv in rel.tree.levels:
+        write_table(rel.long_table(lv.number), folder / table_name(lv.number, lv.column))
+    write_table(hierarchy_frame(rel.tree), folder / "hierarchy.csv")
     write_table(rel.measurements.to_frame(rel.tree), folder / "measurements.csv")
     write_table(rel.solver_stats(), folder / "solver_stats.csv")
     if rel.blue is not None:
@@ -444,9 +449,9 @@ def load_release(folder: Path) -> tuple[Release, RunConfig]:
         stats=[LevelStats(level=i) for i in range(tree.n_levels)],
         constraints=cfg.constraints,
         invariants=invariants,
-        estimator=cfg.estimator,
+        estimator=cfg.effective_estimator,
         # post-processing of the published measurements: recomputed, not stored
-        blue=blue(tree, domain, measurements) if cfg.estimator == "blue" else None,
+        blue=blue(tree, domain, measurements) if cfg.effective_estimator == "blue" else None,
     )
     return rel, cfg
 
