@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from test_batched_round import needing
 
@@ -72,6 +72,16 @@ def _family(noisy, counts, parent, p):
 
 @settings(max_examples=60, deadline=None)
 @given(levels())
+@example(
+    (
+        np.array(
+            [[19, 7, 17], [16, 27, 6], [-2, 15, 27], [28, 24, 17], [5, 5, -9], [-3, 3, 3]]
+            + [[13, 10, 17]]
+        ),
+        np.array([[13, 2, 10], [18, 24, 21]]),
+        np.array([1, 1, 0, 0, 1, 0, 0]),
+    )
+)
 def test_batched_equals_the_per_family_qp(level):
     """Per family, the same L2 problem the family path builds, solved by the closed form and
     by a general QP solver (HiGHS), gives the batched answer."""
@@ -92,8 +102,11 @@ def test_batched_equals_the_per_family_qp(level):
         mine = x[np.ix_(children, support)]
         exact = solvers.solve(problem, solver="closed_form").x.reshape(k, n)
         np.testing.assert_allclose(mine, exact, atol=1e-9)
-        general = solvers.solve(problem, solver="highs").x.reshape(k, n)
-        np.testing.assert_allclose(mine, general, atol=1e-4)
+        # an interior-point QP solver as the general reference: HiGHS 1.15's QP solver cycles
+        # on some of these tiny degenerate problems (18 million iterations on 12 variables,
+        # the first family of the example above) and stops at its time limit
+        general = solvers.solve(problem, solver="cvxpy:CLARABEL").x.reshape(k, n)
+        np.testing.assert_allclose(mine, general, atol=1e-3)  # its tolerance, about 2e-4 here
 
 
 @settings(max_examples=40, deadline=None)
