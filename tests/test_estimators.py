@@ -240,8 +240,8 @@ def test_the_default_is_the_documented_one(tmp_path: Path) -> None:
     assert unset.resolved()["estimation"] == {"method": "blue"}
     # a streamed run cannot pool the tree: without a chosen method it runs "topdown"; a
     # chosen "blue" is kept (and refused by the streamed release with its reason)
-    assert unset.with_overrides(stream_by="PUMA").effective_estimator == "topdown"
-    chosen = unset.with_overrides(estimator="blue", stream_by="PUMA")
+    assert unset.with_overrides(stream_by="STATE").effective_estimator == "topdown"
+    chosen = unset.with_overrides(estimator="blue", stream_by="STATE")
     assert chosen.effective_estimator == "blue"
     census = release(df, schema, STRATEGY, seed=2, progress=QUIET, estimator="topdown")
     assert census.estimator == "topdown" and census.blue is None
