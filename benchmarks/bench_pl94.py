@@ -175,8 +175,9 @@ def run_streamed(persons: int, executor: str, stream_by: str, args: argparse.Nam
 
     import pandas as pd
 
+    from topdown.partitions import partitions
     from topdown.progress import Progress
-    from topdown.stream import partitions, release_streamed
+    from topdown.stream import release_streamed
 
     pl94 = _load_pl94()
     schema = pl94.pl94_schema(args.tract_groups)

@@ -15,9 +15,10 @@ from constraints.contextual_constraints import SumEqualRealTotal
 from constraints.logical_expressions.atomic import TrueExpression
 from topdown import Attribute, Schema, Strategy, release
 from topdown.errors import DataError, HierarchyError, ReleaseError, StrategyError
+from topdown.partitions import partitions
 from topdown.progress import Progress
 from topdown.strategy import LevelStrategy, Query
-from topdown.stream import partitions, release_streamed
+from topdown.stream import release_streamed
 
 QUIET = Progress(enabled=False)
 

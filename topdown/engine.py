@@ -13,9 +13,7 @@ from __future__ import annotations
 
 import logging
 import os
-import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +38,7 @@ from topdown.progress import Progress
 from topdown.release import CorrectnessReport, Release
 from topdown.schema import Attribute, Schema
 from topdown.strategy import MECHANISMS, Strategy
+from topdown.timing import PhaseClock
 
 __all__ = ["release", "TopDown", "make_schema"]
 
@@ -118,7 +117,7 @@ def release(
         isinstance(a.constraint, ContextualConstraint) for a in constraints.invariants()
     )
     timings: dict[str, float] = {}
-    clock = _PhaseClock(timings)
+    clock = PhaseClock(timings)
     options = EstimateOptions(
         solver=choice,
         solver_options=dict(solver_options or {}),
@@ -182,21 +181,6 @@ def release(
         blue_seconds=blue_seconds,
         timings=timings,
     )
-
-
-class _PhaseClock:
-    """Wall and CPU (this process) seconds of each phase, into ``timings`` as
-    ``<phase>_wall`` and ``<phase>_cpu`` (for benchmarks and logs)."""
-
-    def __init__(self, timings: dict[str, float]):
-        self.timings = timings
-
-    @contextmanager
-    def __call__(self, phase: str) -> Iterator[None]:
-        wall, cpu = time.perf_counter(), time.process_time()
-        yield
-        self.timings[f"{phase}_wall"] = time.perf_counter() - wall
-        self.timings[f"{phase}_cpu"] = time.process_time() - cpu
 
 
 def make_schema(

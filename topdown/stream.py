@@ -42,10 +42,8 @@ import json
 import logging
 import os
 import shutil
-import time
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -65,29 +63,21 @@ from topdown.executors import make_executor
 from topdown.io import read_data
 from topdown.measure import Measurements, make_level_mechanisms, measure
 from topdown.microdata import expand_microdata, write_table
+from topdown.partitions import Partition, partitions
 from topdown.progress import Progress
-from topdown.release import CorrectnessReport, Release
+from topdown.release import Release
 from topdown.schema import Schema
 from topdown.strategy import Strategy
+from topdown.streamed_release import StreamedRelease, SubtreeResult, safe_name, table_dir
+from topdown.timing import PhaseClock
 from topdown.tree import (
-    ROOT_LABEL,
     ConfidentialHistograms,
     Tree,
     build_tree,
     geography_tree,
-    lookup,
 )
 
-__all__ = [
-    "Partition",
-    "StreamedRelease",
-    "SubtreeResult",
-    "partitions",
-    "release_streamed",
-    "MAX_SUBTREE_CELLS",
-    "dense_counts",
-    "table_dir",
-]
+__all__ = ["release_streamed", "MAX_SUBTREE_CELLS"]
 
 log = logging.getLogger(__name__)
 
@@ -96,98 +86,7 @@ log = logging.getLogger(__name__)
 MAX_SUBTREE_CELLS = 2**30
 
 
-# -- input partitions ----------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Partition:
-    """The records of one subtree: a Parquet file or folder, or a DataFrame (CONFIDENTIAL).
-
-    Attributes:
-        label: the subtree's unit at the stream level.
-        path: a Parquet file (or folder of files) holding this unit's records only.
-        frame: the records themselves (for DataFrame inputs).
-    """
-
-    label: str
-    path: Path | None = None
-    frame: pd.DataFrame | None = None
-
-    def read(self) -> pd.DataFrame:
-        if self.frame is not None:
-            return self.frame
-        assert self.path is not None
-        return pd.read_parquet(self.path)
-
-
-def partitions(data: pd.DataFrame | str | Path, column: str) -> list[Partition]:
-    """The subtrees' record sources, sorted by label.
-
-    Args:
-        data: a DataFrame (grouped by ``column`` here), or a folder whose ``*.parquet`` files
-            (or sub-folders of Parquet files) each hold the records of one unit of ``column``
-            (``benchmarks/pl94.py --write`` makes one).
-        column: the stream level's hierarchy column.
-
-    Raises:
-        DataError: ``column`` missing, a partition with no or several units of ``column``, two
-            partitions of one unit, or a folder without Parquet partitions.
-    """
-    if isinstance(data, pd.DataFrame):
-        if column not in data.columns:
-            raise DataError(
-                f"data has no column {column!r} (stream_by); its columns are {list(data.columns)}"
-            )
-        groups = data.groupby(data[column].astype(str), sort=True, observed=True).indices
-        return [Partition(str(label), frame=data.iloc[rows]) for label, rows in groups.items()]
-    folder = Path(data)
-    if not folder.is_dir():
-        raise DataError(
-            f"data ({str(folder)!r}) must be a DataFrame or a folder of Parquet "
-            "partitions (one file or sub-folder per unit of the stream level)"
-        )
-    import pyarrow.parquet as pq
-
-    paths = sorted(p for p in folder.iterdir() if p.suffix == ".parquet" or p.is_dir())
-    if not paths:
-        raise DataError(f"data folder {str(folder)!r} has no Parquet partitions")
-    out: dict[str, Partition] = {}
-    for path in paths:
-        names = pq.read_schema(next(iter(sorted(path.glob("*.parquet"))), path)).names
-        if column not in names:
-            raise DataError(
-                f"partition {str(path)!r} has no column {column!r} (stream_by); its "
-                f"columns are {names}"
-            )
-        values = pq.read_table(path, columns=[column]).column(0).unique().to_pylist()
-        units = sorted({str(v) for v in values})
-        if len(units) != 1:
-            raise DataError(
-                f"partition {str(path)!r} holds {len(units)} units of {column!r} "
-                f"({units[:5]}); each partition must hold the records of one unit"
-            )
-        if units[0] in out:
-            raise DataError(
-                f"partitions {str(out[units[0]].path)!r} and {str(path)!r} both hold "
-                f"unit {units[0]!r} of {column!r}; give each unit one partition"
-            )
-        out[units[0]] = Partition(units[0], path=path)
-    return [out[k] for k in sorted(out)]
-
-
 # -- the release ---------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class SubtreeResult:
-    """What a subtree task reports back (public: sizes, statistics, seconds)."""
-
-    label: str
-    nodes: tuple[int, ...]  # nodes per level below the stream level
-    records_out: int
-    stats: tuple[LevelStats, ...]
-    timings: dict[str, float]
-    pid: int
 
 
 @dataclass(frozen=True)
@@ -212,7 +111,7 @@ class _SubtreeTask:
 def _run_subtree(task: _SubtreeTask) -> SubtreeResult:
     """Build, measure, estimate and write one subtree; nothing of it stays in memory."""
     timings: dict[str, float] = {}
-    clock = _clock(timings)
+    clock = PhaseClock(timings)
     schema, top = task.schema, len(task.chain) - 1
     with clock("tree"):
         records = task.partition.read()
@@ -254,7 +153,7 @@ def _run_subtree(task: _SubtreeTask) -> SubtreeResult:
         records_out = len(micro)
         write_table(
             micro,
-            task.folder / "microdata" / f"{_safe(task.label)}.{task.microdata_format}",
+            task.folder / "microdata" / f"{safe_name(task.label)}.{task.microdata_format}",
         )
     return SubtreeResult(
         task.label,
@@ -342,7 +241,7 @@ def release_streamed(
     noise = NoiseSource.from_seed(seed)
     ledger = Ledger(noise)
     timings: dict[str, float] = {}
-    clock = _clock(timings)
+    clock = PhaseClock(timings)
     parts = partitions(data, stream_by)
     if not parts:
         raise DataError("data has no records: a streamed release needs at least one partition")
@@ -672,181 +571,7 @@ def _narrow_measurements(m: Measurements) -> Measurements:
     )
 
 
-def _safe(label: str) -> str:
-    """A file name for a label (labels are public; path separators are not allowed in one)."""
-    return label.replace(os.sep, "_").replace("/", "_") or "_"
-
-
-def table_dir(folder: Path, tree: Tree, level: int) -> Path:
-    return folder / "tables" / f"level_{level}_{tree.levels[level].column or ROOT_LABEL}"
-
-
 def _write_part(frame: pd.DataFrame, folder: Path, part: str) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     frame = frame.astype({"count": np.int32}) if len(frame) else frame
-    write_table(frame, folder / f"{_safe(part)}.parquet")
-
-
-@contextmanager
-def _phase(timings: dict[str, float], phase: str) -> Iterator[None]:
-    wall, cpu = time.perf_counter(), time.process_time()
-    yield
-    timings[f"{phase}_wall"] = timings.get(f"{phase}_wall", 0.0) + time.perf_counter() - wall
-    timings[f"{phase}_cpu"] = timings.get(f"{phase}_cpu", 0.0) + time.process_time() - cpu
-
-
-def _clock(timings: dict[str, float]):
-    return lambda phase: _phase(timings, phase)
-
-
-# -- reading and checking the output -------------------------------------------------------
-
-
-@dataclass
-class StreamedRelease:
-    """A streamed release: the levels down to the stream level in memory, the rest on disk.
-
-    ``table(level)`` and ``microdata()`` read the folder (the subtrees' parts concatenated);
-    ``subtree_counts`` gives one subtree's dense counts of one level; ``check_correctness``
-    verifies the whole release one subtree at a time.
-    """
-
-    schema: Schema
-    tree: Tree
-    strategy: Strategy
-    stream_level: int
-    folder: Path
-    top_counts: list[np.ndarray]
-    measurements: Measurements
-    ledger: Ledger
-    stats: list[LevelStats]
-    invariants: dict[int, dict[int, tuple]] = field(default_factory=dict)
-    constraints: ConstraintSet | None = None
-    subtrees: tuple[SubtreeResult, ...] = ()
-    timings: dict[str, float] = field(default_factory=dict)
-
-    def table_dir(self, level: int) -> Path:
-        return table_dir(self.folder, self.tree, level)
-
-    def table(self, level: int, part: str | None = None) -> pd.DataFrame:
-        """Level ``level`` in long format (node, attributes, count), all parts or one subtree's."""
-        folder = self.table_dir(level)
-        files = [folder / f"{_safe(part)}.parquet"] if part else sorted(folder.glob("*.parquet"))
-        frame = pd.concat([pd.read_parquet(f) for f in files], ignore_index=True)
-        return frame.sort_values("node", kind="stable", ignore_index=True)
-
-    def microdata(self, part: str | None = None) -> pd.DataFrame:
-        files = sorted((self.folder / "microdata").glob("*.*"))
-        if part is not None:
-            files = [f for f in files if f.stem == _safe(part)]
-        return pd.concat(
-            [pd.read_parquet(f) if f.suffix == ".parquet" else pd.read_csv(f) for f in files],
-            ignore_index=True,
-        )
-
-    def nodes_of(self, level: int, label: str | None = None) -> np.ndarray:
-        """Indices of ``level``'s nodes, all of them or those of one subtree."""
-        if label is None or level <= self.stream_level:
-            return np.arange(self.tree.levels[level].size)
-        top = self.tree.levels[self.stream_level].labels.astype(str).tolist().index(label)
-        return np.flatnonzero(self.tree.ancestors(level)[self.stream_level] == top)
-
-    def counts(self, level: int, label: str | None = None) -> np.ndarray:
-        """Dense counts (nodes x cells, in node order) of a level, or of one subtree's part."""
-        if level <= self.stream_level:
-            return self.top_counts[level]
-        nodes = self.nodes_of(level, label)
-        labels = self.tree.levels[level].labels.astype(str)[nodes]
-        where = f"level {level}" + ("" if label is None else f", subtree {label!r}")
-        return dense_counts(self.table(level, label), labels, self.schema, where)
-
-    def check_correctness(self, *, microdata: bool = True) -> CorrectnessReport:
-        """Non-negative integers, children summing to their parent at every level (each
-        subtree's first level to its released top), every lower node present once, the
-        microdata equal to the leaf tables, and the ledger's total equal to the strategy's."""
-        top = Release(
-            self.schema,
-            Tree(self.tree.levels[: self.stream_level + 1]),
-            self.strategy,
-            self.top_counts,
-            self.measurements,
-            self.ledger,
-            self.stats,
-            self.constraints,
-            self.invariants,
-        )
-        report = top.check_correctness()
-        checks, failures = dict(report.checks), list(report.failures)
-        problems: list[str] = []
-        stream = self.tree.levels[self.stream_level]
-        leaf = self.tree.n_levels - 1
-        for node, label in enumerate(stream.labels.astype(str).tolist()):
-            parent = self.top_counts[self.stream_level][node][None, :]
-            parent_nodes = np.array([node])
-            for level in range(self.stream_level + 1, self.tree.n_levels):
-                try:
-                    dense = self.counts(level, label)
-                except (OSError, ValueError, ReleaseError) as exc:
-                    problems.append(f"subtree {label!r}, level {level}: {exc}")
-                    break
-                if (dense < 0).any():
-                    problems.append(f"subtree {label!r}, level {level}: negative counts")
-                nodes = self.nodes_of(level, label)
-                up = pd.Index(parent_nodes).get_indexer(self.tree.levels[level].parent[nodes])
-                sums = np.zeros_like(parent)
-                np.add.at(sums, up, dense)
-                bad = np.flatnonzero((sums != parent).any(axis=1))
-                for p in bad[:3]:
-                    problems.append(
-                        f"subtree {label!r}, level {level}: children of "
-                        f"{self.tree.label_of(level - 1, int(parent_nodes[p]))!r} differ from it"
-                    )
-                if microdata and level == leaf and not problems:
-                    problems += self._microdata_failures(label, dense)
-                parent, parent_nodes = dense, nodes
-        checks["subtrees: children sum to parent, microdata equal the leaf"] = not problems
-        failures += problems[:20]
-        return CorrectnessReport(checks, tuple(failures))
-
-    def _microdata_failures(self, label: str, leaf: np.ndarray) -> list[str]:
-        micro = self.microdata(label)
-        leaf_level = self.tree.levels[-1]
-        assert leaf_level.column is not None
-        nodes = self.nodes_of(self.tree.n_levels - 1, label)
-        row = lookup(pd.Index(leaf_level.labels.astype(str)[nodes]), micro[leaf_level.column])
-        if (row < 0).any():
-            return [f"subtree {label!r}: microdata rows in units outside it"]
-        found = np.zeros_like(leaf)
-        np.add.at(found, (row, _cells(micro, self.schema)), 1)
-        if not np.array_equal(found, leaf):
-            return [f"subtree {label!r}: the microdata differ from the leaf table"]
-        return []
-
-
-def dense_counts(frame: pd.DataFrame, labels: np.ndarray, schema: Schema, where: str) -> np.ndarray:
-    """A long table (node, attributes, count) as dense counts (len(labels) x cells).
-
-    Raises:
-        ReleaseError: a node not in ``labels``, a value outside its domain, or a count that is
-            not a non-negative integer.
-    """
-    row = lookup(pd.Index(labels), frame["node"])
-    if (row < 0).any():
-        raise ReleaseError(f"{where}: the table has nodes outside it")
-    values = frame["count"].to_numpy()
-    if not np.issubdtype(values.dtype, np.integer) or (values < 0).any():
-        raise ReleaseError(f"{where}: counts must be non-negative integers")
-    dense = np.zeros((len(labels), schema.domain.size), dtype=np.int64)
-    np.add.at(dense, (row, _cells(frame, schema)), values)
-    return dense
-
-
-def _cells(frame: pd.DataFrame, schema: Schema) -> np.ndarray:
-    """Flat cell index of each row from its (decoded) attribute columns."""
-    codes = []
-    for a in schema.attributes:
-        code = pd.Index(list(a.domain_values)).get_indexer(frame[a.name])
-        if (code < 0).any():
-            raise ReleaseError(f"column {a.name!r} has values outside its domain")
-        codes.append(code)
-    return schema.domain.ravel(codes)
+    write_table(frame, folder / f"{safe_name(part)}.parquet")

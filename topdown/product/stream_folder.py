@@ -32,7 +32,7 @@ from topdown.product.release_folder import (
     manifest_failures,
     read_json,
 )
-from topdown.stream import StreamedRelease, dense_counts, table_dir
+from topdown.streamed_release import StreamedRelease, dense_counts, table_dir
 from topdown.tree import Level, Tree
 
 __all__ = ["FORMAT", "is_streamed_folder", "write_streamed_extras", "verify_streamed_folder"]

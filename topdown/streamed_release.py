@@ -1,0 +1,200 @@
+"""A streamed release's result: the levels down to the stream level in memory, the rest on disk.
+
+``StreamedRelease`` reads the folder ``topdown.stream`` wrote (``tables/level_<k>_<column>/``,
+``microdata/``), one subtree or one level at a time, and checks the whole release one subtree at
+a time, so reading and checking follow the largest subtree's memory too.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from constraints.attach import ConstraintSet
+from mechanisms.ledger import Ledger
+from topdown.errors import ReleaseError
+from topdown.estimate import LevelStats
+from topdown.measure import Measurements
+from topdown.release import CorrectnessReport, Release
+from topdown.schema import Schema
+from topdown.strategy import Strategy
+from topdown.tree import ROOT_LABEL, Tree, lookup
+
+__all__ = ["StreamedRelease", "SubtreeResult", "dense_counts", "safe_name", "table_dir"]
+
+
+@dataclass(frozen=True)
+class SubtreeResult:
+    """What a subtree task reports back (public: sizes, statistics, seconds)."""
+
+    label: str
+    nodes: tuple[int, ...]  # nodes per level below the stream level
+    records_out: int
+    stats: tuple[LevelStats, ...]
+    timings: dict[str, float]
+    pid: int
+
+
+def safe_name(label: str) -> str:
+    """A file name for a label (labels are public; path separators are not allowed in one)."""
+    return label.replace(os.sep, "_").replace("/", "_") or "_"
+
+
+def table_dir(folder: Path, tree: Tree, level: int) -> Path:
+    return folder / "tables" / f"level_{level}_{tree.levels[level].column or ROOT_LABEL}"
+
+
+@dataclass
+class StreamedRelease:
+    """A streamed release: the levels down to the stream level in memory, the rest on disk.
+
+    ``table(level)`` and ``microdata()`` read the folder (the subtrees' parts concatenated);
+    ``subtree_counts`` gives one subtree's dense counts of one level; ``check_correctness``
+    verifies the whole release one subtree at a time.
+    """
+
+    schema: Schema
+    tree: Tree
+    strategy: Strategy
+    stream_level: int
+    folder: Path
+    top_counts: list[np.ndarray]
+    measurements: Measurements
+    ledger: Ledger
+    stats: list[LevelStats]
+    invariants: dict[int, dict[int, tuple]] = field(default_factory=dict)
+    constraints: ConstraintSet | None = None
+    subtrees: tuple[SubtreeResult, ...] = ()
+    timings: dict[str, float] = field(default_factory=dict)
+
+    def table_dir(self, level: int) -> Path:
+        return table_dir(self.folder, self.tree, level)
+
+    def table(self, level: int, part: str | None = None) -> pd.DataFrame:
+        """Level ``level`` in long format (node, attributes, count), all parts or one subtree's."""
+        folder = self.table_dir(level)
+        files = (
+            [folder / f"{safe_name(part)}.parquet"] if part else sorted(folder.glob("*.parquet"))
+        )
+        frame = pd.concat([pd.read_parquet(f) for f in files], ignore_index=True)
+        return frame.sort_values("node", kind="stable", ignore_index=True)
+
+    def microdata(self, part: str | None = None) -> pd.DataFrame:
+        files = sorted((self.folder / "microdata").glob("*.*"))
+        if part is not None:
+            files = [f for f in files if f.stem == safe_name(part)]
+        return pd.concat(
+            [pd.read_parquet(f) if f.suffix == ".parquet" else pd.read_csv(f) for f in files],
+            ignore_index=True,
+        )
+
+    def nodes_of(self, level: int, label: str | None = None) -> np.ndarray:
+        """Indices of ``level``'s nodes, all of them or those of one subtree."""
+        if label is None or level <= self.stream_level:
+            return np.arange(self.tree.levels[level].size)
+        top = self.tree.levels[self.stream_level].labels.astype(str).tolist().index(label)
+        return np.flatnonzero(self.tree.ancestors(level)[self.stream_level] == top)
+
+    def counts(self, level: int, label: str | None = None) -> np.ndarray:
+        """Dense counts (nodes x cells, in node order) of a level, or of one subtree's part."""
+        if level <= self.stream_level:
+            return self.top_counts[level]
+        nodes = self.nodes_of(level, label)
+        labels = self.tree.levels[level].labels.astype(str)[nodes]
+        where = f"level {level}" + ("" if label is None else f", subtree {label!r}")
+        return dense_counts(self.table(level, label), labels, self.schema, where)
+
+    def check_correctness(self, *, microdata: bool = True) -> CorrectnessReport:
+        """Non-negative integers, children summing to their parent at every level (each
+        subtree's first level to its released top), every lower node present once, the
+        microdata equal to the leaf tables, and the ledger's total equal to the strategy's."""
+        top = Release(
+            self.schema,
+            Tree(self.tree.levels[: self.stream_level + 1]),
+            self.strategy,
+            self.top_counts,
+            self.measurements,
+            self.ledger,
+            self.stats,
+            self.constraints,
+            self.invariants,
+        )
+        report = top.check_correctness()
+        checks, failures = dict(report.checks), list(report.failures)
+        problems: list[str] = []
+        stream = self.tree.levels[self.stream_level]
+        leaf = self.tree.n_levels - 1
+        for node, label in enumerate(stream.labels.astype(str).tolist()):
+            parent = self.top_counts[self.stream_level][node][None, :]
+            parent_nodes = np.array([node])
+            for level in range(self.stream_level + 1, self.tree.n_levels):
+                try:
+                    dense = self.counts(level, label)
+                except (OSError, ValueError, ReleaseError) as exc:
+                    problems.append(f"subtree {label!r}, level {level}: {exc}")
+                    break
+                if (dense < 0).any():
+                    problems.append(f"subtree {label!r}, level {level}: negative counts")
+                nodes = self.nodes_of(level, label)
+                up = pd.Index(parent_nodes).get_indexer(self.tree.levels[level].parent[nodes])
+                sums = np.zeros_like(parent)
+                np.add.at(sums, up, dense)
+                bad = np.flatnonzero((sums != parent).any(axis=1))
+                for p in bad[:3]:
+                    problems.append(
+                        f"subtree {label!r}, level {level}: children of "
+                        f"{self.tree.label_of(level - 1, int(parent_nodes[p]))!r} differ from it"
+                    )
+                if microdata and level == leaf and not problems:
+                    problems += self._microdata_failures(label, dense)
+                parent, parent_nodes = dense, nodes
+        checks["subtrees: children sum to parent, microdata equal the leaf"] = not problems
+        failures += problems[:20]
+        return CorrectnessReport(checks, tuple(failures))
+
+    def _microdata_failures(self, label: str, leaf: np.ndarray) -> list[str]:
+        micro = self.microdata(label)
+        leaf_level = self.tree.levels[-1]
+        assert leaf_level.column is not None
+        nodes = self.nodes_of(self.tree.n_levels - 1, label)
+        row = lookup(pd.Index(leaf_level.labels.astype(str)[nodes]), micro[leaf_level.column])
+        if (row < 0).any():
+            return [f"subtree {label!r}: microdata rows in units outside it"]
+        found = np.zeros_like(leaf)
+        np.add.at(found, (row, _cells(micro, self.schema)), 1)
+        if not np.array_equal(found, leaf):
+            return [f"subtree {label!r}: the microdata differ from the leaf table"]
+        return []
+
+
+def dense_counts(frame: pd.DataFrame, labels: np.ndarray, schema: Schema, where: str) -> np.ndarray:
+    """A long table (node, attributes, count) as dense counts (len(labels) x cells).
+
+    Raises:
+        ReleaseError: a node not in ``labels``, a value outside its domain, or a count that is
+            not a non-negative integer.
+    """
+    row = lookup(pd.Index(labels), frame["node"])
+    if (row < 0).any():
+        raise ReleaseError(f"{where}: the table has nodes outside it")
+    values = frame["count"].to_numpy()
+    if not np.issubdtype(values.dtype, np.integer) or (values < 0).any():
+        raise ReleaseError(f"{where}: counts must be non-negative integers")
+    dense = np.zeros((len(labels), schema.domain.size), dtype=np.int64)
+    np.add.at(dense, (row, _cells(frame, schema)), values)
+    return dense
+
+
+def _cells(frame: pd.DataFrame, schema: Schema) -> np.ndarray:
+    """Flat cell index of each row from its (decoded) attribute columns."""
+    codes = []
+    for a in schema.attributes:
+        code = pd.Index(list(a.domain_values)).get_indexer(frame[a.name])
+        if (code < 0).any():
+            raise ReleaseError(f"column {a.name!r} has values outside its domain")
+        codes.append(code)
+    return schema.domain.ravel(codes)
