@@ -31,7 +31,11 @@ import numpy as np
 
 from solvers.backends.closed_form import buckets, project_groups
 
-__all__ = ["batched_l2_total"]
+__all__ = ["batched_l2_total", "DUAL_NEWTON"]
+
+#: the solver's name in the statistics (not "closed_form": an iteration, and the closed_form
+#: backend declines problems with a total row)
+DUAL_NEWTON = "dual_newton"
 
 MAX_VALUES = 2**21  # (family, child, cell) values per vectorised step
 TOLERANCE = 1e-10  # the KKT residual |G_c|, relative to the size of its terms
