@@ -161,16 +161,19 @@ def _line_search(
     v: np.ndarray,
     mu: np.ndarray,
     d: np.ndarray,
+    f0: np.ndarray,
     rounds: int = 60,
 ) -> np.ndarray:
     """The exact line search of the concave dual along the ascent direction d: the step where
     its slope (piecewise linear and decreasing in the step) vanishes, found by the Illinois
     variant of regula falsi (exact once the bracket lies in one linear piece). The full Newton
-    step is taken when the slope there is still >= 0 and nothing past it is needed."""
+    step is taken when the slope there vanishes to rounding (the usual case once the active
+    sets are right). ``f0``: the slope at step 0 (> 0)."""
     n = mu.shape[0]
     lo, hi = np.zeros(n), np.ones(n)
-    f_lo = _slope(y, t, p, w, v, mu, d)
+    f_lo = f0.copy()
     f_hi = _slope(y, t, p, w, v, mu + d, d)
+    f_hi[np.abs(f_hi) <= 1e-12 * np.abs(f_lo)] = 0.0  # the Newton step is exact: take it
     # widen the bracket while the slope at the far end is still positive
     for _ in range(30):
         up = np.flatnonzero(f_hi > 0)
@@ -236,11 +239,13 @@ def _solve_bucket(
         S = a.sum(axis=1)  # (Q, n)
         with np.errstate(divide="ignore", invalid="ignore"):
             aS = np.where(S[:, None, :] > 0, a / S[:, None, :], 0.0)
-        JT = np.einsum("qcj,qdj->qcd", a, aS) - a.sum(axis=2)[:, :, None] * eye
+        JT = np.matmul(a, aS.transpose(0, 2, 1)) - a.sum(axis=2)[:, :, None] * eye
         J = v[todo][:, :, None] * JT - eye
         d = np.linalg.solve(J, -G[todo][:, :, None])[:, :, 0]
         d[v[todo] == 0] = 0.0  # exactly: mu_c stays 0 (the solve leaves ~1e-25 there)
-        step = _line_search(y[todo], t[todo], p[todo], w[todo], v[todo], mu[todo], d)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            f0 = (np.where(v[todo] > 0, G[todo] / v[todo], 0.0) * d).sum(axis=1)
+        step = _line_search(y[todo], t[todo], p[todo], w[todo], v[todo], mu[todo], d, f0)
         mu[todo] += step[:, None] * d
         x[todo] = _project(y[todo], w[todo], mu[todo], p[todo], live[todo])
         G[todo] = v[todo] * (x[todo].sum(axis=2) - t[todo]) - mu[todo]
