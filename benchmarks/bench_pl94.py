@@ -107,6 +107,8 @@ def run_one(persons: int, executor: str, args: argparse.Namespace, stream: str =
         workers=args.workers,
         geography=state.geography,
         progress=Progress(enabled=False),
+        # the engine's default estimator unless one is named
+        **({"estimator": args.estimator} if args.estimator else {}),
     )
     cpu_micro = time.process_time()
     wall_micro = time.perf_counter()
@@ -496,6 +498,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--measure-only", action="store_true")
     parser.add_argument("--repo", default=str(ROOT), help="checkout whose engine runs")
+    parser.add_argument(
+        "--estimator",
+        choices=["blue", "topdown"],
+        default=None,
+        help="the passes' estimator (default: the engine's default)",
+    )
     parser.add_argument(
         "--plot",
         default=str(Path(tempfile.gettempdir()) / "pl94_scale.png"),

@@ -27,6 +27,7 @@ from constraints.diagnostics import check_children, check_node
 from constraints.domain import Domain
 from topdown import capture
 from topdown.batched import batched_l2, batched_round, detailed_only
+from topdown.batched_total import DUAL_NEWTON, batched_l2_total
 from topdown.blue import EstimatorInputs, QueryEstimate, as_inputs
 from topdown.estimators import family_weights
 from topdown.executors import Executor
@@ -208,22 +209,20 @@ def _batched(
         or book.invariants
         or options.solver.l2 not in ("auto", "closed_form")
         or options.capture is not None
-        or not detailed_only([m.query for m in inputs.measurements], inputs.first_pass)
     ):
         return _Batch()
-    m = inputs.measurements[0]
-    variance = m.variance  # float (nodes,), as QueryEstimate stores it
-    if not np.all(np.isfinite(variance) & (variance > 0)):
-        return _Batch()  # exact or missing answers: the per-family path weighs them
     start = time.perf_counter()
-    x = batched_l2(m.noisy, parent_counts, parent_of, weights=1.0 / variance)
+    solved_l2 = _batched_l2(inputs, parent_of, parent_counts)
+    if solved_l2 is None:
+        return _Batch()
+    x, solver = solved_l2
     # what the per-family path solves: a parent with several children and some count
     solving = (np.bincount(parent_of, minlength=len(families)) > 1) & parent_counts.any(axis=1)
     solved = int(solving.sum())
     l2 = SolveStats(
         problems=solved,
         l2_time=time.perf_counter() - start,
-        solved=_by_closed_form("l2", solved),
+        solved=_by_closed_form("l2", solved, solver),
     )
     if options.solver.rounding not in ("auto", "closed_form"):
         return _Batch(l2=x, stats=l2)
@@ -248,10 +247,67 @@ def _batched(
     return _Batch(l2=x, counts=counts, left=left, stats=l2 + rounding)
 
 
-def _by_closed_form(pass_name: str, problems: int) -> tuple[tuple[str, str, int], ...]:
-    """The ``solved`` entry of a batched pass: the closed form solved ``problems`` families'
-    problems (no entry when there were none, as when a level only copies its parents)."""
-    return ((pass_name, "closed_form", problems),) if problems else ()
+def _batched_l2(
+    inputs: _LevelInputs, parent_of: np.ndarray, parent_counts: np.ndarray
+) -> tuple[np.ndarray, str] | None:
+    """The level's L2 answer by a batched solver and that solver's name in the statistics,
+    when the level's queries allow one: the detailed histogram alone (``batched_l2``, the
+    closed form), or the detailed histogram and the node totals, as ``estimator="blue"`` feeds
+    a detailed-only strategy (``batched_l2_total``, the dual Newton iteration, under the auto
+    L2 solver only: the closed_form backend declines problems with a total row). None (the
+    per-family path) for other queries, a first pass, exact or missing detailed answers, exact
+    totals, or a family the Newton iteration did not settle."""
+    queries = [m.query for m in inputs.measurements]
+    if detailed_only(queries, inputs.first_pass):
+        variance = inputs.measurements[0].variance  # float (nodes,), as QueryEstimate stores it
+        if not np.all(np.isfinite(variance) & (variance > 0)):
+            return None  # exact or missing answers: the per-family path weighs them
+        x = batched_l2(
+            inputs.measurements[0].noisy, parent_counts, parent_of, weights=1.0 / variance
+        )
+        return x, "closed_form"
+    if (
+        len(queries) != 2
+        or inputs.options.solver.l2 != "auto"
+        or inputs.first_pass
+        or queries[0].attributes is not None
+        or queries[1].attributes != ()
+    ):
+        return None
+    cells, total = inputs.measurements
+    v_cells = np.broadcast_to(np.asarray(cells.variance, dtype=float), (cells.noisy.shape[0],))
+    v_total = np.broadcast_to(np.asarray(total.variance, dtype=float), (total.noisy.shape[0],))
+    if not np.all(np.isfinite(v_cells) & (v_cells > 0)) or not np.all(v_total > 0):
+        return None  # an exact answer outweighs the rest: the per-family path weighs it
+    # the per-family weights are these inverse variances scaled per family (family_weights);
+    # a common factor does not move the minimiser. An infinite variance weighs 0.
+    x, failed = batched_l2_total(
+        cells.noisy,
+        np.asarray(total.noisy, dtype=float).reshape(-1),
+        parent_counts,
+        parent_of,
+        weights=1.0 / v_cells,
+        total_weights=np.where(np.isinf(v_total), 0.0, 1.0 / v_total),
+    )
+    if failed.size:
+        log.warning(
+            "level %d: the batched L2 pass did not settle %d famil%s; the level goes to the "
+            "per-family path",
+            inputs.level,
+            failed.size,
+            "y" if failed.size == 1 else "ies",
+        )
+        return None
+    return x, DUAL_NEWTON
+
+
+def _by_closed_form(
+    pass_name: str, problems: int, solver: str = "closed_form"
+) -> tuple[tuple[str, str, int], ...]:
+    """The ``solved`` entry of a batched pass: ``solver`` (the closed form, or the dual Newton
+    iteration of ``topdown.batched_total``) solved ``problems`` families' problems (no entry
+    when there were none, as when a level only copies its parents)."""
+    return ((pass_name, solver, problems),) if problems else ()
 
 
 def _parent(tree: Tree, counts: list[np.ndarray], level: int, p: int) -> _Parent | None:

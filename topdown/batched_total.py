@@ -1,0 +1,254 @@
+"""Level-batched L2 pass of families fitted to their detailed cells and their node totals.
+
+Under ``estimator="blue"`` a detailed-only strategy feeds each level two queries: the BLUE of
+the detailed cells (weight ``w_c`` per child) and of the node total (weight ``v_c``). Per
+family, on the parent's non-zero cells ``j`` (a zero parent cell gives zero children),
+
+    minimize   sum_c w_c sum_j (x_cj - y_cj)^2 + v_c (sum_j x_cj - t_c)^2
+    subject to sum_c x_cj = p_j,  x >= 0,
+
+the problem ``solvers.builders.children_l2_problem`` builds from these two queries. The total
+rows couple the cells, so the problem is not the cell-by-cell projection of
+``topdown.batched.batched_l2``; but with one multiplier ``mu_c`` per child for its total it is.
+For fixed ``mu`` the minimiser over ``x`` is, cell by cell, the weighted projection of
+``y_c - mu_c / w_c`` onto ``{x >= 0, sum_c x = p_j}``, and the optimum is the ``mu`` with
+
+    G_c(mu) = v_c (T_c(mu) - t_c) - mu_c = 0        (T_c: child c's total of x(mu)),
+
+the gradient (times ``v_c``) of the concave dual. ``G`` is piecewise linear; it is solved by
+semismooth Newton, the generalised Jacobian from each cell's set of positive children (k x k
+per family, one batched ``np.linalg.solve``), with an Armijo backtracking on the dual value so
+every step ascends. Once the active sets are right the Newton step is exact, so the answer is
+the QP's optimum to rounding. A zero total weight (``v_c = 0``) fixes ``mu_c = 0``.
+
+Families that do not reach the tolerance within ``max_iter`` steps are reported, and the caller
+(``topdown.estimate._batched``) leaves the whole level to the per-family path.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from solvers.backends.closed_form import buckets, project_groups
+
+__all__ = ["batched_l2_total", "DUAL_NEWTON"]
+
+#: the solver's name in the statistics (not "closed_form": an iteration, and the closed_form
+#: backend declines problems with a total row)
+DUAL_NEWTON = "dual_newton"
+
+MAX_VALUES = 2**21  # (family, child, cell) values per vectorised step
+TOLERANCE = 1e-10  # the KKT residual |G_c|, relative to the size of its terms
+
+
+def batched_l2_total(
+    noisy: np.ndarray,
+    totals: np.ndarray,
+    parent_counts: np.ndarray,
+    parent: np.ndarray,
+    *,
+    weights: np.ndarray,
+    total_weights: np.ndarray,
+    max_iter: int = 100,
+    max_values: int = MAX_VALUES,
+) -> tuple[np.ndarray, np.ndarray]:
+    """The L2 answers of every child of a level fitted to detailed cells and node totals.
+
+    Args:
+        noisy: the children's detailed answers (children, cells).
+        totals: the children's total answers (children,).
+        parent_counts: the parent level's integer counts (parents, cells), >= 0.
+        parent: each child's parent index.
+        weights: each child's detailed weight, finite and > 0 (inverse variance).
+        total_weights: each child's total weight, finite and >= 0 (0: no total term).
+        max_iter: Newton steps per family before it is given up.
+        max_values: at most about this many values per vectorised step.
+
+    Returns:
+        (x, failed): float (children, cells), zero where the parent is zero, and the parents
+        whose families did not converge (their rows are not meaningful).
+
+    Raises:
+        ValueError: shapes that disagree, weights out of range, a negative parent count.
+    """
+    noisy = np.asarray(noisy, dtype=float)
+    totals = np.asarray(totals, dtype=float).reshape(-1)
+    parent = np.asarray(parent, dtype=np.int64)
+    w = np.asarray(weights, dtype=float)
+    v = np.asarray(total_weights, dtype=float)
+    if noisy.ndim != 2 or parent.shape != (noisy.shape[0],):
+        raise ValueError(f"noisy (shape {noisy.shape}) must be (children, cells), one per parent")
+    n_children, cells = noisy.shape
+    if parent_counts.ndim != 2 or parent_counts.shape[1] != cells:
+        raise ValueError(
+            f"parent_counts (shape {parent_counts.shape}) must be (parents, {cells} cells)"
+        )
+    if parent_counts.size and parent_counts.min() < 0:
+        raise ValueError(f"parent_counts has a negative entry ({parent_counts.min()})")
+    if totals.shape != (n_children,):
+        raise ValueError(f"totals (shape {totals.shape}) must give one total per child")
+    if w.shape != (n_children,) or not np.all(np.isfinite(w) & (w > 0)):
+        raise ValueError(f"weights (shape {w.shape}) must be finite and > 0, one per child")
+    if v.shape != (n_children,) or not np.all(np.isfinite(v) & (v >= 0)):
+        raise ValueError(f"total_weights (shape {v.shape}) must be finite and >= 0, one per child")
+    out = np.zeros((n_children, cells), dtype=float)
+    failed: list[np.ndarray] = []
+    for parents_k, children_k in buckets(parent, parent_counts.shape[0]):
+        k = children_k.shape[1]
+        if k == 0:
+            continue
+        if k == 1:
+            out[children_k[:, 0]] = parent_counts[parents_k]  # an only child is its parent
+            continue
+        step = max(1, max_values // (k * cells))
+        for first in range(0, parents_k.size, step):
+            fam = children_k[first : first + step]
+            x, ok = _solve_bucket(
+                noisy[fam],
+                totals[fam],
+                parent_counts[parents_k[first : first + step]].astype(float),
+                w[fam],
+                v[fam],
+                max_iter,
+            )
+            out[fam] = x
+            failed.append(parents_k[first : first + step][~ok])
+    bad = np.concatenate(failed) if failed else np.zeros(0, dtype=np.int64)
+    return out, np.sort(bad)
+
+
+def _project(
+    y: np.ndarray, w: np.ndarray, mu: np.ndarray, p: np.ndarray, live: np.ndarray
+) -> np.ndarray:
+    """x(mu): per (family, cell) with p > 0, the weighted projection of ``y - mu / w``
+    (shapes: y (P, k, n), w and mu (P, k), p (P, n), live = p > 0)."""
+    P, k, n = y.shape
+    shifted = (y - (mu / w)[:, :, None]).transpose(0, 2, 1)  # (P, n, k)
+    x = np.zeros((P, n, k))
+    ww = np.broadcast_to(w[:, None, :], (P, n, k))
+    x[live] = project_groups(shifted[live], ww[live], p[live])
+    return x.transpose(0, 2, 1)
+
+
+def _settled(G: np.ndarray, v: np.ndarray, size: np.ndarray, mu: np.ndarray) -> np.ndarray:
+    """Per family: every child's residual ``G_c = v_c (T_c - t_c) - mu_c`` is within
+    ``TOLERANCE`` of the size of its terms (rounding leaves about 1e-16 of it)."""
+    return np.all(np.abs(G) <= TOLERANCE * (v * size + np.abs(mu)) + 1e-300, axis=1)
+
+
+def _slope(
+    y: np.ndarray,
+    t: np.ndarray,
+    p: np.ndarray,
+    w: np.ndarray,
+    v: np.ndarray,
+    mu: np.ndarray,
+    d: np.ndarray,
+) -> np.ndarray:
+    """Half the dual's directional derivative along d at mu, per family: sum_c d_c G_c / v_c
+    (``d_c = 0`` where ``v_c = 0``)."""
+    x = _project(y, w, mu, p, p > 0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        g = np.where(v > 0, (x.sum(axis=2) - t) - mu / v, 0.0)
+    return (g * d).sum(axis=1)
+
+
+def _line_search(
+    y: np.ndarray,
+    t: np.ndarray,
+    p: np.ndarray,
+    w: np.ndarray,
+    v: np.ndarray,
+    mu: np.ndarray,
+    d: np.ndarray,
+    f0: np.ndarray,
+    rounds: int = 60,
+) -> np.ndarray:
+    """The exact line search of the concave dual along the ascent direction d: the step where
+    its slope (piecewise linear and decreasing in the step) vanishes, found by the Illinois
+    variant of regula falsi (exact once the bracket lies in one linear piece). The full Newton
+    step is taken when the slope there vanishes to rounding (the usual case once the active
+    sets are right). ``f0``: the slope at step 0 (> 0)."""
+    n = mu.shape[0]
+    lo, hi = np.zeros(n), np.ones(n)
+    f_lo = f0.copy()
+    f_hi = _slope(y, t, p, w, v, mu + d, d)
+    f_hi[np.abs(f_hi) <= 1e-12 * np.abs(f_lo)] = 0.0  # the Newton step is exact: take it
+    # widen the bracket while the slope at the far end is still positive
+    for _ in range(30):
+        up = np.flatnonzero(f_hi > 0)
+        if up.size == 0:
+            break
+        lo[up], f_lo[up] = hi[up], f_hi[up]
+        hi[up] *= 2.0
+        f_hi[up] = _slope(y[up], t[up], p[up], w[up], v[up], mu[up] + hi[up, None] * d[up], d[up])
+    step = np.where(f_hi >= 0, hi, lo)
+    todo = np.flatnonzero((f_lo > 0) & (f_hi < 0))
+    side = np.zeros(n, dtype=np.int8)
+    for _ in range(rounds):
+        if todo.size == 0:
+            break
+        a = lo[todo] - f_lo[todo] * (hi[todo] - lo[todo]) / (f_hi[todo] - f_lo[todo])
+        a = np.clip(a, lo[todo], hi[todo])
+        fa = _slope(
+            y[todo], t[todo], p[todo], w[todo], v[todo], mu[todo] + a[:, None] * d[todo], d[todo]
+        )
+        scale = np.maximum(np.abs(f_lo[todo]), np.abs(f_hi[todo]))
+        done = (np.abs(fa) <= 1e-13 * scale) | (hi[todo] - lo[todo] <= 1e-15 * hi[todo])
+        step[todo] = a
+        pos = fa > 0
+        i_pos, i_neg = todo[pos], todo[~pos]
+        lo[i_pos], f_lo[i_pos] = a[pos], fa[pos]
+        hi[i_neg], f_hi[i_neg] = a[~pos], fa[~pos]
+        # Illinois: halve the stale end's value when the same end moves twice
+        same_pos = i_pos[side[i_pos] == 1]
+        f_hi[same_pos] *= 0.5
+        same_neg = i_neg[side[i_neg] == -1]
+        f_lo[same_neg] *= 0.5
+        side[i_pos], side[i_neg] = 1, -1
+        todo = todo[~done]
+    return step
+
+
+def _solve_bucket(
+    y: np.ndarray,
+    t: np.ndarray,
+    p: np.ndarray,
+    w: np.ndarray,
+    v: np.ndarray,
+    max_iter: int,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Semismooth Newton on G(mu) = 0 for P families of k children (y (P, k, n)); returns x
+    (P, k, n) and per family whether it converged."""
+    P, k, n = y.shape
+    live = p > 0
+    size = p.sum(axis=1)[:, None] + np.abs(t)  # bounds |T_c - t_c| from above
+    mu = np.zeros((P, k))
+    x = _project(y, w, mu, p, live)
+    G = v * (x.sum(axis=2) - t) - mu
+    ok = np.zeros(P, dtype=bool)
+    eye = np.eye(k)
+    for _ in range(max_iter):
+        ok = _settled(G, v, size, mu)
+        todo = np.flatnonzero(~ok)
+        if todo.size == 0:
+            break
+        # the generalised Jacobian of T: a_cj = [x_cj > 0] / w_c,
+        # dT/dmu = -diag(sum_j a_cj) + sum_j a_j a_j' / sum_c a_cj
+        a = (x[todo] > 0) / w[todo][:, :, None]  # (Q, k, n)
+        S = a.sum(axis=1)  # (Q, n)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            aS = np.where(S[:, None, :] > 0, a / S[:, None, :], 0.0)
+        JT = np.matmul(a, aS.transpose(0, 2, 1)) - a.sum(axis=2)[:, :, None] * eye
+        J = v[todo][:, :, None] * JT - eye
+        d = np.linalg.solve(J, -G[todo][:, :, None])[:, :, 0]
+        d[v[todo] == 0] = 0.0  # exactly: mu_c stays 0 (the solve leaves ~1e-25 there)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            f0 = (np.where(v[todo] > 0, G[todo] / v[todo], 0.0) * d).sum(axis=1)
+        step = _line_search(y[todo], t[todo], p[todo], w[todo], v[todo], mu[todo], d, f0)
+        mu[todo] += step[:, None] * d
+        x[todo] = _project(y[todo], w[todo], mu[todo], p[todo], live[todo])
+        G[todo] = v[todo] * (x[todo].sum(axis=2) - t[todo]) - mu[todo]
+    else:
+        ok = _settled(G, v, size, mu)
+    return x, ok
