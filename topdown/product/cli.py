@@ -327,7 +327,6 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from topdown.engine import release
     from topdown.product.release_folder import claim_output, write_release_folder
     from topdown.product.report import build_report
-    from topdown.progress import Progress
 
     timings: dict[str, float] = {}
     start = time.perf_counter()
@@ -368,20 +367,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         t = time.perf_counter()
         try:
             rel = release(
-                data,
-                cfg.schema,
-                cfg.strategy,
-                constraints=cfg.constraints,
-                seed=cfg.seed,
-                solver=cfg.solver,
-                solver_options=cfg.solver_options,
-                executor=cfg.executor,
-                workers=cfg.workers,
-                address=cfg.address,
-                failsafe=cfg.failsafe,
-                capture=cfg.capture,
-                estimator=cfg.effective_estimator,
-                progress=Progress(enabled=not args.quiet),
+                data, cfg.schema, cfg.strategy, capture=cfg.capture, **_engine_options(cfg, args)
             )
         except DataError as err:
             raise DataError(f"data file {str(cfg.data.path)!r}: {err}") from None
@@ -426,7 +412,6 @@ def _run_streamed(args: argparse.Namespace, cfg: RunConfig, out: Path, start: fl
 
     from topdown.product.release_folder import claim_output, set_modes
     from topdown.product.stream_folder import write_streamed_extras
-    from topdown.progress import Progress
     from topdown.stream import release_streamed
 
     if cfg.truth:
@@ -452,17 +437,8 @@ def _run_streamed(args: argparse.Namespace, cfg: RunConfig, out: Path, start: fl
                     cfg.strategy,
                     stream_by=cfg.stream_by,
                     out=tmp,
-                    constraints=cfg.constraints,
-                    seed=cfg.seed,
-                    solver=cfg.solver,
-                    solver_options=cfg.solver_options,
-                    executor=cfg.executor,
-                    workers=cfg.workers,
-                    address=cfg.address,
-                    failsafe=cfg.failsafe,
-                    estimator=cfg.effective_estimator,
                     microdata_format=cfg.output_format,
-                    progress=Progress(enabled=not args.quiet),
+                    **_engine_options(cfg, args),
                 )
             except (DomainError, ValueError) as err:
                 if isinstance(err, TopDownError):
@@ -482,6 +458,24 @@ def _run_streamed(args: argparse.Namespace, cfg: RunConfig, out: Path, start: fl
             shutil.rmtree(tmp, ignore_errors=True)
     print(out)
     return EXIT_OK
+
+
+def _engine_options(cfg: RunConfig, args: argparse.Namespace) -> dict[str, Any]:
+    """The engine arguments a config sets, the same for a release and a streamed release."""
+    from topdown.progress import Progress
+
+    return {
+        "constraints": cfg.constraints,
+        "seed": cfg.seed,
+        "solver": cfg.solver,
+        "solver_options": cfg.solver_options,
+        "executor": cfg.executor,
+        "workers": cfg.workers,
+        "address": cfg.address,
+        "failsafe": cfg.failsafe,
+        "estimator": cfg.effective_estimator,
+        "progress": Progress(enabled=not args.quiet),
+    }
 
 
 def _check_node_labels(cfg: RunConfig, data: pd.DataFrame) -> None:
