@@ -223,6 +223,8 @@ def run_streamed(persons: int, executor: str, stream_by: str, args: argparse.Nam
         "nodes": "/".join(str(lv.size) for lv in rel.tree.levels),
         "wall_s": wall,
         "cpu_s": cpu,
+        "main_cpu": own1 - own0,
+        "workers_cpu": kids1 - kids0,
         "tree_cpu": t["tree_cpu"] + t["subtree_tree_cpu"],
         "measure_cpu": t["subtree_measure_cpu"],
         "estimate_cpu": t["subtree_estimate_cpu"],
@@ -244,6 +246,7 @@ def run_streamed(persons: int, executor: str, stream_by: str, args: argparse.Nam
     row["check_s"] = time.perf_counter() - start
     row["accuracy"] = _stream_accuracy(rel, partitions(data, stream_by))
     row["peak_after_check_MiB"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / MIB
+    row["load"] = os.getloadavg()[0]  # the machine may be shared: its 1-minute load at the end
     if not args.keep:
         shutil.rmtree(out, ignore_errors=True)
     return row
