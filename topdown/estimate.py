@@ -28,7 +28,7 @@ from constraints.domain import Domain
 from topdown import capture
 from topdown.batched import batched_l2, batched_round, detailed_only
 from topdown.batched_total import DUAL_NEWTON, batched_l2_total
-from topdown.blue import EstimatorInputs, QueryEstimate, as_inputs
+from topdown.blue import EstimatorInputs, QueryEstimate, as_inputs, precision
 from topdown.estimators import family_weights
 from topdown.executors import Executor
 from topdown.family import FamilyTask, Measurement, solve_family
@@ -280,14 +280,14 @@ def _batched_l2(
     if not np.all(np.isfinite(v_cells) & (v_cells > 0)) or not np.all(v_total > 0):
         return None  # an exact answer outweighs the rest: the per-family path weighs it
     # the per-family weights are these inverse variances scaled per family (family_weights);
-    # a common factor does not move the minimiser. An infinite variance weighs 0.
+    # a common factor does not move the minimiser. An infinite variance weighs 0 (precision).
     x, failed = batched_l2_total(
         cells.noisy,
         np.asarray(total.noisy, dtype=float).reshape(-1),
         parent_counts,
         parent_of,
-        weights=1.0 / v_cells,
-        total_weights=np.where(np.isinf(v_total), 0.0, 1.0 / v_total),
+        weights=precision(v_cells),
+        total_weights=precision(v_total),
     )
     if failed.size:
         log.warning(
