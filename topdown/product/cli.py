@@ -33,7 +33,8 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 from types import FrameType
@@ -365,22 +366,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
             log.info("read %d records from %s", len(data), cfg.data.path)
         timings["read"] = time.perf_counter() - start
         t = time.perf_counter()
-        try:
+        with _engine_errors(cfg):
             rel = release(
                 data, cfg.schema, cfg.strategy, capture=cfg.capture, **_engine_options(cfg, args)
             )
-        except DataError as err:
-            raise DataError(f"data file {str(cfg.data.path)!r}: {err}") from None
-        except (DomainError, ValueError) as err:
-            if isinstance(err, TopDownError):
-                raise type(err)(f"{cfg.file}: {err}") from None
-            raise
         timings["release"] = time.perf_counter() - t
-        verdict = rel.check_correctness()
-        if not verdict.ok:
-            raise ReleaseError(
-                "the release failed its checks, nothing was written:\n" + str(verdict)
-            )
+        _require_correct(rel)
         metrics = None
         if cfg.truth:
             t = time.perf_counter()
@@ -430,7 +421,7 @@ def _run_streamed(args: argparse.Namespace, cfg: RunConfig, out: Path, start: fl
         tmp = claim.new_partial()
         try:
             t = time.perf_counter()
-            try:
+            with _engine_errors(cfg):
                 rel = release_streamed(
                     data,
                     cfg.schema,
@@ -440,16 +431,8 @@ def _run_streamed(args: argparse.Namespace, cfg: RunConfig, out: Path, start: fl
                     microdata_format=cfg.output_format,
                     **_engine_options(cfg, args),
                 )
-            except (DomainError, ValueError) as err:
-                if isinstance(err, TopDownError):
-                    raise type(err)(f"{cfg.file}: {err}") from None
-                raise
             timings["release"] = time.perf_counter() - t
-            verdict = rel.check_correctness()
-            if not verdict.ok:
-                raise ReleaseError(
-                    "the release failed its checks, nothing was written:\n" + str(verdict)
-                )
+            _require_correct(rel)
             timings["total"] = time.perf_counter() - start
             write_streamed_extras(rel, cfg, tmp, timings)
             set_modes(tmp)
@@ -458,6 +441,27 @@ def _run_streamed(args: argparse.Namespace, cfg: RunConfig, out: Path, start: fl
             shutil.rmtree(tmp, ignore_errors=True)
     print(out)
     return EXIT_OK
+
+
+@contextmanager
+def _engine_errors(cfg: RunConfig) -> Iterator[None]:
+    """Engine errors named after their source: a data error after the data file, a config
+    value's error after the config file (the release and the streamed release alike)."""
+    try:
+        yield
+    except DataError as err:
+        raise DataError(f"data file {str(cfg.data.path)!r}: {err}") from None
+    except (DomainError, ValueError) as err:
+        if isinstance(err, TopDownError):
+            raise type(err)(f"{cfg.file}: {err}") from None
+        raise
+
+
+def _require_correct(rel: Any) -> None:
+    """A release that fails its own checks is not written (``Release`` or ``StreamedRelease``)."""
+    verdict = rel.check_correctness()
+    if not verdict.ok:
+        raise ReleaseError("the release failed its checks, nothing was written:\n" + str(verdict))
 
 
 def _engine_options(cfg: RunConfig, args: argparse.Namespace) -> dict[str, Any]:
