@@ -22,7 +22,7 @@ family alone, so neither the chunking nor the executor changes the release.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 
@@ -30,7 +30,7 @@ from solvers.backends.closed_form import buckets, project_groups
 from solvers.backends.transport import transport_repair
 from topdown.strategy import Query
 
-__all__ = ["detailed_only", "batched_l2", "batched_round", "MAX_GROUP_VALUES"]
+__all__ = ["detailed_only", "batched_l2", "batched_round", "family_chunks", "MAX_GROUP_VALUES"]
 
 MAX_GROUP_VALUES = 2**22  # values projected per vectorised call (bounds the working arrays)
 
@@ -179,23 +179,31 @@ def batched_round(
         )
     counts = np.zeros(x.shape, dtype=np.int64)
     left: list[np.ndarray] = []
+    for parents, children in family_chunks(parent, parent_counts, counts, max_values):
+        left.append(_round_families(x, parent_counts, parents, children, counts, controlled))
+    unsolved = np.concatenate(left) if left else np.zeros(0, dtype=np.int64)
+    return counts, np.sort(unsolved)
+
+
+def family_chunks(
+    parent: np.ndarray, parent_counts: np.ndarray, out: np.ndarray, max_values: int
+) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """The families of a level with two or more children, by number of children k (one
+    bucket per k), cut into chunks of about ``max_values`` (child, cell) values: yields
+    (parents (P,), children (P, k)). An only child is its parent: its row of ``out`` gets the
+    parent's counts here. The one family loop of the batched passes (``batched_round`` and
+    ``topdown.batched_total``); chunks follow the public structure only."""
+    cells = out.shape[1]
     for parents_k, children_k in buckets(parent, parent_counts.shape[0]):
         k = children_k.shape[1]
         if k == 0:
             continue
         if k == 1:
-            counts[children_k[:, 0]] = parent_counts[parents_k]  # an only child is its parent
+            out[children_k[:, 0]] = parent_counts[parents_k]
             continue
-        step = max(1, max_values // (k * x.shape[1]))
+        step = max(1, max_values // (k * cells))
         for first in range(0, parents_k.size, step):
-            chunk = slice(first, first + step)
-            left.append(
-                _round_families(
-                    x, parent_counts, parents_k[chunk], children_k[chunk], counts, controlled
-                )
-            )
-    unsolved = np.concatenate(left) if left else np.zeros(0, dtype=np.int64)
-    return counts, np.sort(unsolved)
+            yield parents_k[first : first + step], children_k[first : first + step]
 
 
 def _round_families(

@@ -29,7 +29,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from solvers.backends.closed_form import buckets, project_groups
+from solvers.backends.closed_form import project_groups
+from topdown.batched import family_chunks
 
 __all__ = ["batched_l2_total", "DUAL_NEWTON"]
 
@@ -93,26 +94,12 @@ def batched_l2_total(
         raise ValueError(f"total_weights (shape {v.shape}) must be finite and >= 0, one per child")
     out = np.zeros((n_children, cells), dtype=float)
     failed: list[np.ndarray] = []
-    for parents_k, children_k in buckets(parent, parent_counts.shape[0]):
-        k = children_k.shape[1]
-        if k == 0:
-            continue
-        if k == 1:
-            out[children_k[:, 0]] = parent_counts[parents_k]  # an only child is its parent
-            continue
-        step = max(1, max_values // (k * cells))
-        for first in range(0, parents_k.size, step):
-            fam = children_k[first : first + step]
-            x, ok = _solve_bucket(
-                noisy[fam],
-                totals[fam],
-                parent_counts[parents_k[first : first + step]].astype(float),
-                w[fam],
-                v[fam],
-                max_iter,
-            )
-            out[fam] = x
-            failed.append(parents_k[first : first + step][~ok])
+    for parents, fam in family_chunks(parent, parent_counts, out, max_values):
+        x, ok = _solve_bucket(
+            noisy[fam], totals[fam], parent_counts[parents].astype(float), w[fam], v[fam], max_iter
+        )
+        out[fam] = x
+        failed.append(parents[~ok])
     bad = np.concatenate(failed) if failed else np.zeros(0, dtype=np.int64)
     return out, np.sort(bad)
 
