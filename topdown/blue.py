@@ -388,7 +388,8 @@ def _group_z(
     nodes = pi.shape[0]
     width = int(np.prod(reduced))
     if len(members) == 1 and len(lv) == 1 and np.all(pi > 0):
-        return np.asarray(lv[0].noisy).reshape(nodes, width)
+        raw = np.asarray(lv[0].noisy)
+        return raw if raw.shape == (nodes, width) else raw.reshape(nodes, width)
     mine, others = members[g], [s for h, ms in enumerate(members) if h != g for s in ms]
     z: np.ndarray | None = None
     for m in lv:
