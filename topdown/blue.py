@@ -314,7 +314,12 @@ def blue(
     by_sig: dict[tuple[tuple[int, int], ...], list[frozenset[int]]] = {}
     for s in subsets:
         by_sig.setdefault(tuple(signature[s]), []).append(s)
-    groups = sorted(by_sig.items(), key=lambda kv: -len(kv[1]))
+    # the group on the most cells first: solved on every cell, as the identity minus the
+    # other groups' projectors; the others on their own axes' cells
+    groups = sorted(
+        by_sig.items(),
+        key=lambda kv: (-_width(frozenset().union(*kv[1]), domain.shape), -len(kv[1])),
+    )
     members = [tuple(m) for _, m in groups]
     sums = _sum_matrices(tree)
     parents = [lv.parent for lv in tree.levels]
@@ -354,6 +359,10 @@ def blue(
     return Blue(domain, tuple(fitted), tuple(members), tuple(scale), tuple(subtree), leaf_shift)
 
 
+def _width(axes: frozenset[int], shape: Sequence[int]) -> int:
+    return int(np.prod([n for i, n in enumerate(shape) if i in axes]))
+
+
 def _group_precision(
     lv: tuple[QueryEstimate, ...],
     sig: tuple[tuple[int, int], ...],
@@ -390,29 +399,30 @@ def _group_z(
     if len(members) == 1 and len(lv) == 1 and np.all(pi > 0):
         raw = np.asarray(lv[0].noisy)
         return raw if raw.shape == (nodes, width) else raw.reshape(nodes, width)
-    mine, others = members[g], [s for h, ms in enumerate(members) if h != g for s in ms]
+    axes = [frozenset().union(*ms) for ms in members]
     z: np.ndarray | None = None
     for m in lv:
         kept = _kept_axes(m.query, domain)
-        if not mine[0] <= kept:  # a group's subsets share the queries that see them
+        if not members[g][0] <= kept:  # a group's subsets share the queries that see them
             continue
-        prec = precision(m.variance)
-        values = m.noisy if np.all(prec > 0) else np.where(prec[:, None] > 0, m.noisy, 0.0)
-        term = prec.reshape((nodes,) + (1,) * len(shape)) * _reduced(m.query, values, domain)
+        prec = precision(m.variance).reshape((nodes,) + (1,) * len(shape))
+        values = _reduced(m.query, m.noisy, domain)
+        if not np.all(prec > 0):
+            values = np.where(prec > 0, values, 0.0)
         if g == 0:  # the identity minus the other groups' projectors
-            for s in others:
-                if s <= kept:
-                    term -= _project(term, s)
-            part = term
-        else:
-            part = sum((_project(term, s) for s in mine), np.zeros((nodes,) + (1,) * len(shape)))
-        del term
+            part = prec * values
+            for h, ms in enumerate(members):
+                if h != g and ms[0] <= kept:
+                    part -= _group_part(part, ms, axes[h])
+        else:  # averaged onto the group's axes first: the product is of the group's size
+            part = _group_part(prec * _mean_over(values, axes[g]), members[g], axes[g])
         if z is None and part.shape[1:] == reduced:
             z = part  # a fresh array of the group's shape: no second dense copy
         elif z is None:
             z = np.zeros((nodes,) + reduced) + part
         else:
             z += part
+        del part
     if z is None:
         return np.zeros((nodes, width))
     z = z.reshape(nodes, width)
@@ -420,6 +430,26 @@ def _group_z(
         z /= pi[:, None]
     z[pi <= 0] = 0.0
     return z
+
+
+def _mean_over(x: np.ndarray, axes: frozenset[int]) -> np.ndarray:
+    """x (nodes, *shape or reduced) averaged over every axis outside ``axes``."""
+    for i in range(x.ndim - 1):
+        if i not in axes and x.shape[1 + i] > 1:
+            x = x.mean(axis=1 + i, keepdims=True)
+    return x
+
+
+def _group_part(
+    x: np.ndarray, members: tuple[frozenset[int], ...], axes: frozenset[int]
+) -> np.ndarray:
+    """sum_{S in members} P_S x, on the members' axes only: x is averaged over the other axes
+    once (every P_S does that first), then each P_S acts on the small array."""
+    small = _mean_over(x, axes)
+    out = _project(small, members[0])
+    for s in members[1:]:
+        out = out + _project(small, s)
+    return out
 
 
 def _reduced(query: Query, values: np.ndarray, domain: Domain) -> np.ndarray:
