@@ -102,6 +102,21 @@ def test_release_content(released: Path) -> None:
     assert config["seed"] == 7
 
 
+def test_a_loaded_release_recomputes_the_published_error_estimates(released: Path) -> None:
+    """``load_release`` recomputes the BLUE from the published measurements with the root
+    total invariant as an exact total, as the release did: the same error table (the root
+    total's stderr is 0 in both)."""
+    from topdown.error_estimates import node_error_table
+
+    rel, _ = release_folder.load_release(released)
+    assert rel.blue is not None
+    written = pd.read_csv(released / "error_estimates.csv", dtype={"node": str})
+    again = node_error_table(rel.tree, rel.counts, rel.blue)
+    assert written.loc[written["level"] == 0, "total_stderr"].tolist() == [0.0]
+    for column in ("blue_total", "total_stderr", "cell_stderr"):
+        pd.testing.assert_series_equal(again[column], written[column], check_dtype=False)
+
+
 def ledger_total_records(folder: Path) -> int:
     """The invariant root total: the number of input records (published exactly)."""
     return json.loads((folder / "invariants.json").read_text())[0]["value"]

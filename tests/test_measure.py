@@ -192,3 +192,50 @@ def test_noise_is_calibrated_and_independent_across_nodes_and_chunks(small_chunk
     bad, truth, _ = _measure(5000)
     bad_residual = bad.at(1)[0].noisy - truth.counts[1]
     assert _residual_pvalues(bad_residual, sigma2)["across"] < ALPHA / 3
+
+
+def test_smallest_int_type_by_hand():
+    cases = {
+        (-128, 127): np.int8,
+        (0, 128): np.int16,
+        (-129, 0): np.int16,
+        (-32769, 5): np.int32,
+        (0, 2**31): np.int64,
+        (): np.int8,
+    }
+    for values, expected in cases.items():
+        assert measure_module.smallest_int_type(np.array(values, dtype=np.int64)) is expected
+
+
+def test_a_wider_chunk_widens_its_level_without_changing_a_value():
+    small = np.array([[1, -2]], dtype=np.int8)
+    wide = np.array([[300, 0]], dtype=np.int16)
+    out = measure_module._store(None, small, 0, 3)
+    assert out.dtype == np.int8
+    out = measure_module._store(out, wide, 1, 3)
+    out = measure_module._store(out, small, 2, 3)
+    assert out.dtype == np.int16
+    np.testing.assert_array_equal(out, [[1, -2], [300, 0], [1, -2]])
+
+
+def test_noisy_answers_are_stored_narrow_with_the_sampler_values(small_chunks):
+    """One unit of 400 records in one cell (chunk 2 of level 1): its level needs int16, the
+    others' answers fit int8 (a level total fits int16); every value is the sampler's."""
+    df, geography = _data(40)
+    big = pd.DataFrame({"UNIT": ["U00030"] * 400, "A": [1] * 400, "B": [2] * 400})
+    df = pd.concat([df, big], ignore_index=True)
+    tree, truth = build_tree(df, SCHEMA, geography=geography)
+    key = new_release_key(5)
+    m, _ = measure(tree, truth, SCHEMA.domain, _strategy(), release_key=key, ledger=Ledger())
+    strategy = _strategy()
+    for level in (0, 1):
+        for qm, (query, share) in zip(m.at(level), strategy.levels[level].queries, strict=True):
+            assert qm.noisy.dtype == measure_module.smallest_int_type(qm.noisy)
+            sigma2 = Fraction(1) / (2 * strategy.levels[level].budget * share)
+            answers = query.answer(truth.counts[level], SCHEMA.domain)
+            for c, first in enumerate(range(0, answers.shape[0], 13)):
+                rows = answers[first : first + 13]
+                rng = child_rng(key, "measure", level, query.name, 13, c)
+                expected = rows + sample_discrete_gaussian(sigma2, rows.shape, rng=rng)
+                np.testing.assert_array_equal(qm.noisy[first : first + 13], expected)
+    assert m.at(1)[0].noisy.dtype == np.int16 and m.at(0)[0].noisy.dtype == np.int16

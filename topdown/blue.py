@@ -17,7 +17,8 @@ each node has one scalar precision ``pi_v(S) = sum_q [S subset K_q] prod_{a not 
 Var_q(v)``. Subspaces with the same precisions everywhere are solved together, cell by cell,
 by Hay et al. (2010)'s upward and downward recursions, generalised to unequal variances and to
 nodes without information (infinite variance): O(groups x nodes x cells) time. A detailed-only
-strategy is one group; detailed plus total is two.
+strategy is one group; detailed plus total is two (the second, the node totals' direction, is
+solved on one value per node).
 
 The variance of every answer follows from the same split: within a group the estimate's
 covariance is a scalar (per node) times the group's projector, so a marginal's answers all have
@@ -28,7 +29,7 @@ from __future__ import annotations
 
 import itertools
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -150,25 +151,6 @@ def _coefficient(subset: frozenset[int], kept: frozenset[int], shape: Sequence[i
     return c
 
 
-def _project(r: np.ndarray, subset: frozenset[int], shape: tuple[int, ...]) -> np.ndarray:
-    """P_S applied to every row of r (nodes, cells): per axis the mean, or minus the mean."""
-    x = r.reshape((r.shape[0],) + shape)
-    for i, n in enumerate(shape):
-        if n == 1:
-            continue
-        mean = x.mean(axis=1 + i, keepdims=True)
-        x = x - mean if i in subset else mean
-    return np.broadcast_to(x, (r.shape[0],) + shape).reshape(r.shape)
-
-
-def _back(query: Query, values: np.ndarray, domain: Domain) -> np.ndarray:
-    """Q' y for a stack of answers (nodes, answers) -> (nodes, cells)."""
-    kept = _kept_axes(query, domain)
-    reduced = tuple(n if i in kept else 1 for i, n in enumerate(domain.shape))
-    x = values.reshape((values.shape[0],) + reduced)
-    return np.broadcast_to(x, (values.shape[0],) + domain.shape).reshape(values.shape[0], -1)
-
-
 def precision(variance: np.ndarray | float) -> np.ndarray:
     """Inverse variances, the one conversion every estimator uses: ``inf`` (no information)
     gives 0, and 0 (an exact answer) a huge but finite precision, so sums and ratios of
@@ -181,31 +163,93 @@ def precision(variance: np.ndarray | float) -> np.ndarray:
 
 
 @dataclass(frozen=True)
+class LeafShift:
+    """How the leaf level's final BLUE follows from its subtree estimates: each leaf moves by
+    its share ``ratio`` (its subtree variance over its siblings' total) of its parent's gap
+    (the parent's final estimate minus its children's summed subtree estimates), cell by cell.
+    Exact for one subspace group with finite variances (see ``blue``).
+
+    Attributes:
+        parent: each leaf's parent index (leaves,).
+        ratio: float (leaves,).
+        gap: float (parents, cells).
+    """
+
+    parent: np.ndarray
+    ratio: np.ndarray
+    gap: np.ndarray
+
+
+@dataclass(frozen=True)
 class Blue:
     """The BLUE of every node's cells and the variances needed for any marginal's answers.
 
+    The leaf level, the bulk of a tree, is kept as its subtree estimates when that is exact
+    (one subspace group, every leaf informed: a detailed-only strategy, whose leaves' subtree
+    estimates are their raw measurements, held without a copy); its final BLUE is then computed
+    on demand (``cells_at``), a block of nodes at a time if asked. So the whole tree's BLUE is
+    never held as dense floats.
+
     Attributes:
         domain: the query domain.
-        cells: per level, float (nodes, cells): the estimate (consistent, may be negative).
+        fitted: per level (nodes, cells): the final BLUE (consistent, may be negative), except
+            the leaf level when ``leaf_shift`` is set: its subtree estimates.
         groups: the attribute subsets solved together (same precisions everywhere).
         scale: per level, float (groups, nodes): each group's per-coordinate variance (inf
             where the measurements do not identify it).
         subtree_scale: the same for each node's estimate from its own subtree's measurements
             only (the upward recursion): siblings' subtree estimates are independent.
+        leaf_shift: set when ``fitted[-1]`` holds the leaves' subtree estimates.
     """
 
     domain: Domain
-    cells: tuple[np.ndarray, ...]
+    fitted: tuple[np.ndarray, ...]
     groups: tuple[tuple[frozenset[int], ...], ...]
     scale: tuple[np.ndarray, ...]
     subtree_scale: tuple[np.ndarray, ...]
+    leaf_shift: LeafShift | None = None
+
+    @property
+    def n_levels(self) -> int:
+        return len(self.fitted)
+
+    def holds_subtree(self, level: int) -> bool:
+        """True when ``fitted[level]`` holds the subtree estimates, not the final BLUE."""
+        return self.leaf_shift is not None and level == self.n_levels - 1
+
+    def cells_at(self, level: int, nodes: slice | None = None) -> np.ndarray:
+        """The final BLUE of the cells of ``level``'s nodes (all, or the slice ``nodes``):
+        float (nodes, cells), a new array when the level is computed on demand."""
+        rows = slice(None) if nodes is None else nodes
+        base = self.fitted[level][rows]
+        shift = self.leaf_shift
+        if shift is None or not self.holds_subtree(level):
+            return np.asarray(base, dtype=float)
+        out = shift.gap[shift.parent[rows]]
+        out *= shift.ratio[rows, None]
+        out += base
+        return out
+
+    def totals_at(self, level: int) -> np.ndarray:
+        """The final BLUE of every node total of ``level`` (nodes,), without its cells."""
+        total = self.fitted[level].sum(axis=1, dtype=float)
+        shift = self.leaf_shift
+        if shift is None or not self.holds_subtree(level):
+            return total
+        return total + shift.ratio * shift.gap.sum(axis=1)[shift.parent]
+
+    @property
+    def cells(self) -> tuple[np.ndarray, ...]:
+        """Every level's final BLUE (float (nodes, cells) each). Builds the leaf level: for
+        small trees and tests; large ones read ``cells_at`` level by level."""
+        return tuple(self.cells_at(level) for level in range(self.n_levels))
 
     def variance(self, level: int, query: Query | str, *, subtree: bool = False) -> np.ndarray:
         """Variance of each answer of ``query`` at every node of ``level`` (nodes,); with
         ``subtree``, that of the node's estimate from its own subtree only."""
         kept = _kept_axes(Query.parse(query), self.domain)
         scale = (self.subtree_scale if subtree else self.scale)[level]
-        out = np.zeros(self.cells[level].shape[0])
+        out = np.zeros(scale.shape[1])
         for g, subsets in enumerate(self.groups):
             c = sum(_coefficient(s, kept, self.domain.shape) for s in subsets)
             if c > 0:
@@ -218,7 +262,7 @@ class Blue:
         return QueryEstimate(
             level,
             q,
-            np.asarray(q.answer(self.cells[level], self.domain), dtype=float),
+            np.asarray(q.answer(self.cells_at(level), self.domain), dtype=float),
             self.variance(level, q),
         )
 
@@ -235,6 +279,13 @@ def blue(
     exact_totals: Mapping[int, Mapping[int, float]] | None = None,
 ) -> Blue:
     """The whole-tree BLUE from the noisy measurements (see the module docstring).
+
+    Memory: one subspace group (a detailed-only strategy) reads each level's measurements in
+    place (a level with one query and no uninformed node is its own ``z``) and stores the leaf
+    level as its subtree estimates, i.e. the raw measurements (``Blue.leaf_shift``): the only
+    dense floats are those of the levels above the leaves. Several groups hold each level's
+    final BLUE; a group whose subsets involve few attributes (the node totals' group: one
+    value per node) is solved on those attributes' cells only.
 
     Args:
         tree: the public structure.
@@ -253,69 +304,268 @@ def blue(
     inputs = _with_exact_totals(inputs, tree, exact_totals or {})
     shape = tuple(int(n) for n in domain.shape)
     subsets = _subsets(domain)
-    # r_v = sum_q Q_q' y_vq / Var_q(v), kept apart per kept-attribute set: a query's term lies
-    # in the subspaces it sees, and projecting each term separately keeps an exact answer's
-    # huge term (precision 1e200) from cancelling catastrophically against the noisy ones
-    weighted: list[dict[frozenset[int], np.ndarray]] = []
     signature: dict[frozenset[int], list[tuple[int, int]]] = {s: [] for s in subsets}
     for level, lv in enumerate(inputs.levels):
-        nodes = tree.levels[level].size
-        terms: dict[frozenset[int], np.ndarray] = {}
         for qi, m in enumerate(lv):
-            prec = precision(np.broadcast_to(m.variance, (nodes,)))
-            values = np.where(prec[:, None] > 0, m.noisy, 0.0)
             kept = _kept_axes(m.query, domain)
-            term = prec[:, None] * _back(m.query, values, domain)
-            terms[kept] = terms[kept] + term if kept in terms else term
             for s in subsets:
                 if s <= kept:
                     signature[s].append((level, qi))
-        weighted.append(terms)
     by_sig: dict[tuple[tuple[int, int], ...], list[frozenset[int]]] = {}
     for s in subsets:
         by_sig.setdefault(tuple(signature[s]), []).append(s)
-    groups = sorted(by_sig.items(), key=lambda kv: -len(kv[1]))
+    # the group on the most cells first: solved on every cell, as the identity minus the
+    # other groups' projectors; the others on their own axes' cells
+    groups = sorted(
+        by_sig.items(),
+        key=lambda kv: (-_width(frozenset().union(*kv[1]), domain.shape), -len(kv[1])),
+    )
+    members = [tuple(m) for _, m in groups]
     sums = _sum_matrices(tree)
-    cells = [np.zeros((lv.size, domain.size)) for lv in tree.levels]
+    parents = [lv.parent for lv in tree.levels]
+    last = tree.n_levels - 1
+    fitted: list[np.ndarray] = []
     scale = [np.zeros((len(groups), lv.size)) for lv in tree.levels]
     subtree = [np.zeros((len(groups), lv.size)) for lv in tree.levels]
-    for g, (sig, members) in enumerate(groups):
-        pis = []
-        for level, lv in enumerate(inputs.levels):
-            nodes = tree.levels[level].size
-            pi = np.zeros(nodes)
-            for lvl, qi in sig:
-                if lvl == level:
-                    m = lv[qi]
-                    pi += _lift(m.query, domain) * precision(np.broadcast_to(m.variance, (nodes,)))
-            pis.append(pi)
-        zs = []
-        for level in range(tree.n_levels):
-            proj = np.zeros((tree.levels[level].size, domain.size))
-            for kept, term in weighted[level].items():
-                if not members[0] <= kept:  # a group's subsets share the queries that see them
-                    continue
-                if g == 0:
-                    # the largest group: the identity minus the other groups' projectors
-                    proj += term
-                    for _, others in groups[1:]:
-                        for s in others:
-                            if s <= kept:
-                                proj -= _project(term, s, shape)
-                else:
-                    proj += sum(_project(term, s, shape) for s in members)
-            pi = pis[level]
-            with np.errstate(divide="ignore", invalid="ignore"):
-                zs.append(np.where(pi[:, None] > 0, proj / pi[:, None], 0.0))
-        u, f, v = _tree_gls(zs, pis, sums)
-        for level in range(tree.n_levels):
-            cells[level] += u[level]
+    leaf_shift: LeafShift | None = None
+    for g, (sig, _) in enumerate(groups):
+        pis = [
+            _group_precision(inputs.at(level), sig, level, tree.levels[level].size, domain)
+            for level in range(last + 1)
+        ]
+        axes = frozenset().union(*members[g])
+        # the largest group (g = 0) is solved on every cell; the others on their axes' cells
+        reduced = shape if g == 0 else tuple(n if i in axes else 1 for i, n in enumerate(shape))
+
+        def z_at(
+            level: int, g: int = g, reduced: tuple[int, ...] = reduced, pis: list = pis
+        ) -> np.ndarray:
+            return _group_z(inputs.at(level), pis[level], domain, members, g, reduced)
+
+        up = _upward(z_at, pis, sums)
+        lean = len(groups) == 1 and bool(np.isfinite(up.var[last]).all()) and last > 0
+        u, f, shift = _downward(up, parents, sums, lean)
+        if shift is not None:
+            leaf_shift = shift
+        for level in range(last + 1):
             scale[level][g] = f[level]
-            subtree[level][g] = v[level]
+            subtree[level][g] = up.var[level]
+            if g == 0:
+                fitted.append(u[level])
+            else:
+                _add_reduced(fitted[level], u[level], reduced, shape)
+            u[level] = np.empty(0)  # this level's share is in ``fitted``: free it
     log.debug("BLUE: %d subspace group(s) over %d level(s)", len(groups), tree.n_levels)
-    return Blue(
-        domain, tuple(cells), tuple(tuple(m) for _, m in groups), tuple(scale), tuple(subtree)
-    )
+    return Blue(domain, tuple(fitted), tuple(members), tuple(scale), tuple(subtree), leaf_shift)
+
+
+def _width(axes: frozenset[int], shape: Sequence[int]) -> int:
+    return int(np.prod([n for i, n in enumerate(shape) if i in axes]))
+
+
+def _group_precision(
+    lv: tuple[QueryEstimate, ...],
+    sig: tuple[tuple[int, int], ...],
+    level: int,
+    nodes: int,
+    domain: Domain,
+) -> np.ndarray:
+    """pi_v of a group at every node of a level: its queries' lifts over their variances."""
+    pi = np.zeros(nodes)
+    for lvl, qi in sig:
+        if lvl == level:
+            m = lv[qi]
+            pi = pi + _lift(m.query, domain) * precision(m.variance)
+    return pi
+
+
+def _group_z(
+    lv: tuple[QueryEstimate, ...],
+    pi: np.ndarray,
+    domain: Domain,
+    members: list[tuple[frozenset[int], ...]],
+    g: int,
+    reduced: tuple[int, ...],
+) -> np.ndarray:
+    """A group's ``z_v = P_g r_v / pi_v`` at every node of a level, shape (nodes, cells of
+    ``reduced``), with ``r_v = sum_q Q_q' y_vq / Var_q(v)`` kept apart per kept-attribute set:
+    a query's term lies in the subspaces it sees, and each term is projected before terms are
+    added, so an exact answer's huge term (precision 1e200) cancels exactly against its own
+    projection instead of swamping the noisy ones. One group and one informed query: ``z`` is
+    the measurement itself (no copy)."""
+    shape = tuple(int(n) for n in domain.shape)
+    nodes = pi.shape[0]
+    width = int(np.prod(reduced))
+    if len(members) == 1 and len(lv) == 1 and np.all(pi > 0):
+        raw = np.asarray(lv[0].noisy)
+        return raw if raw.shape == (nodes, width) else raw.reshape(nodes, width)
+    axes = [frozenset().union(*ms) for ms in members]
+    z: np.ndarray | None = None
+    for m in lv:
+        kept = _kept_axes(m.query, domain)
+        if not members[g][0] <= kept:  # a group's subsets share the queries that see them
+            continue
+        prec = precision(m.variance).reshape((nodes,) + (1,) * len(shape))
+        values = _reduced(m.query, m.noisy, domain)
+        if not np.all(prec > 0):
+            values = np.where(prec > 0, values, 0.0)
+        if g == 0:  # the identity minus the other groups' projectors
+            part = prec * values
+            for h, ms in enumerate(members):
+                if h != g and ms[0] <= kept:
+                    part -= _group_part(part, ms, axes[h])
+        else:  # averaged onto the group's axes first: the product is of the group's size
+            part = _group_part(prec * _mean_over(values, axes[g]), members[g], axes[g])
+        if z is None and part.shape[1:] == reduced:
+            z = part  # a fresh array of the group's shape: no second dense copy
+        elif z is None:
+            z = np.zeros((nodes,) + reduced) + part
+        else:
+            z += part
+        del part
+    if z is None:
+        return np.zeros((nodes, width))
+    z = z.reshape(nodes, width)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        z /= pi[:, None]
+    z[pi <= 0] = 0.0
+    return z
+
+
+def _mean_over(x: np.ndarray, axes: frozenset[int]) -> np.ndarray:
+    """x (nodes, *shape or reduced) averaged over every axis outside ``axes``."""
+    for i in range(x.ndim - 1):
+        if i not in axes and x.shape[1 + i] > 1:
+            x = x.mean(axis=1 + i, keepdims=True)
+    return x
+
+
+def _group_part(
+    x: np.ndarray, members: tuple[frozenset[int], ...], axes: frozenset[int]
+) -> np.ndarray:
+    """sum_{S in members} P_S x, on the members' axes only: x is averaged over the other axes
+    once (every P_S does that first), then each P_S acts on the small array."""
+    small = _mean_over(x, axes)
+    out = _project(small, members[0])
+    for s in members[1:]:
+        out = out + _project(small, s)
+    return out
+
+
+def _reduced(query: Query, values: np.ndarray, domain: Domain) -> np.ndarray:
+    """A query's answers (nodes, answers) as (nodes, *shape) with summed axes of size 1: Q' y
+    by broadcasting, never materialised."""
+    kept = _kept_axes(query, domain)
+    reduced = tuple(n if i in kept else 1 for i, n in enumerate(domain.shape))
+    return np.asarray(values).reshape((values.shape[0],) + reduced)
+
+
+def _project(x: np.ndarray, subset: frozenset[int]) -> np.ndarray:
+    """P_S applied to every node's array x (nodes, *shape or a reduced shape): per axis the
+    mean, or minus the mean (the per-axis factors commute). The averaging axes go first, so
+    the result and every temporary have the size of S's axes only."""
+    ndim = x.ndim - 1
+    for i in range(ndim):
+        if i not in subset and x.shape[1 + i] > 1:
+            x = x.mean(axis=1 + i, keepdims=True)
+    for i in sorted(subset):
+        if x.shape[1 + i] > 1:
+            x = x - x.mean(axis=1 + i, keepdims=True)
+    return x
+
+
+def _add_reduced(
+    out: np.ndarray, part: np.ndarray, reduced: tuple[int, ...], shape: tuple[int, ...]
+) -> None:
+    """out (nodes, cells) += a group's estimate on its own axes, broadcast over the others."""
+    nodes = out.shape[0]
+    full = out.reshape((nodes,) + shape)
+    full += part.reshape((nodes,) + reduced)
+
+
+@dataclass
+class _Upward:
+    """The upward recursion's results per level: subtree estimates and variances, and the
+    children's summed estimates and summed variances (parents' levels)."""
+
+    est: list[np.ndarray]
+    var: list[np.ndarray]
+    child_sum: list[np.ndarray]
+    child_var: list[np.ndarray]
+
+
+def _upward(
+    z_at: Callable[[int], np.ndarray], pi: list[np.ndarray], sums: list[sp.csr_matrix]
+) -> _Upward:
+    """Cell-by-cell tree GLS, upward: each node's estimate from its own subtree (its own value
+    combined by inverse variance with the sum of its children's). A leaf's is its own ``z``
+    (no arithmetic: raw measurements stay as they are)."""
+    n_levels = len(pi)
+    empty = [np.empty(0)] * n_levels
+    up = _Upward(list(empty), list(empty), list(empty), list(empty))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        for level in range(n_levels - 1, -1, -1):
+            own = pi[level]
+            z = z_at(level)
+            if level == n_levels - 1:
+                up.est[level] = z
+                up.var[level] = np.where(own > 0, 1.0 / own, np.inf)
+                continue
+            S = sums[level]
+            m = S @ up.est[level + 1]
+            M = S @ up.var[level + 1]
+            M = np.where(S.getnnz(axis=1) > 0, M, np.inf)  # childless: no information
+            up.child_sum[level], up.child_var[level] = m, M
+            m_prec = precision(M)
+            prec = own + m_prec
+            up.var[level] = np.where(prec > 0, 1.0 / prec, np.inf)
+            est = (own[:, None] * z + m * m_prec[:, None]) / prec[:, None]
+            est[prec <= 0] = 0.0
+            up.est[level] = est
+    return up
+
+
+def _downward(
+    up: _Upward, parents: list[np.ndarray], sums: list[sp.csr_matrix], lean: bool
+) -> tuple[list[np.ndarray], list[np.ndarray], LeafShift | None]:
+    """Cell-by-cell tree GLS, downward: each child's subtree estimate corrected by its share
+    (its variance over the children's total variance) of the gap between its parent's final
+    estimate and the children's sum. Infinite variances mean no information: a child without
+    any takes the whole gap if it is alone, an equal share (infinite variance) if not.
+
+    Returns the final estimates per level (with ``lean``, the leaves' subtree estimates, and
+    the shift that makes them final), their per-coordinate variances, and the shift."""
+    n_levels = len(up.est)
+    u = [up.est[0]]
+    f = [up.var[0]]
+    shift: LeafShift | None = None
+    with np.errstate(divide="ignore", invalid="ignore"):
+        for level in range(1, n_levels):
+            S = sums[level - 1]
+            par = parents[level]
+            V = up.var[level]
+            inf = np.isinf(V)
+            n_inf = (S @ inf.astype(float))[par]
+            finite_sum = (S @ np.where(inf, 0.0, V))[par]
+            M = up.child_var[level - 1][par]
+            M_inf = np.isinf(M)
+            ratio = np.where(inf, 1.0 / np.maximum(n_inf, 1.0), np.where(M_inf, 0.0, V / M))
+            gap = u[level - 1] - up.child_sum[level - 1]
+            up.child_sum[level - 1] = np.empty(0)
+            if lean and level == n_levels - 1:
+                shift = LeafShift(par, ratio, gap)
+                u.append(up.est[level])
+            else:
+                final = gap[par]
+                final *= ratio[:, None]
+                final += up.est[level]
+                u.append(final)
+            up.est[level] = np.empty(0)  # the level's subtree estimate is not needed any more
+            Fp = f[level - 1][par]
+            informed = V * (M - V) / M + ratio**2 * Fp  # both finite: Var(c | sum) + share of F_p
+            uninformed = np.where(n_inf == 1, finite_sum + Fp, np.inf)  # takes the whole gap
+            f.append(np.where(inf, uninformed, np.where(M_inf, V, informed)))
+    return u, f, shift
 
 
 def _with_exact_totals(
@@ -359,63 +609,6 @@ def _sum_matrices(tree: Tree) -> list[sp.csr_matrix]:
     return out
 
 
-def _tree_gls(
-    z: list[np.ndarray], pi: list[np.ndarray], sums: list[sp.csr_matrix]
-) -> tuple[list[np.ndarray], list[np.ndarray], list[np.ndarray]]:
-    """Cell-by-cell tree GLS: minimise sum_v pi_v ||u_v - z_v||^2 with u_parent = sum u_child.
-
-    Upward: each node's estimate from its own subtree (its own value combined by inverse
-    variance with the sum of its children's). Downward: each child's subtree estimate corrected
-    by its share (its variance over the children's total variance) of the gap between its
-    parent's final estimate and the children's sum. Infinite variances mean no information: a
-    child without any takes the whole gap if it is alone, an equal share (infinite variance)
-    if not. Returns the estimates, their per-coordinate variances and those of the subtree
-    estimates (the upward pass's), per level.
-    """
-    n_levels = len(z)
-    sub_est: list[np.ndarray] = [np.empty(0)] * n_levels
-    sub_var: list[np.ndarray] = [np.empty(0)] * n_levels
-    child_sum: list[np.ndarray] = [np.empty(0)] * n_levels
-    child_var: list[np.ndarray] = [np.empty(0)] * n_levels
-    with np.errstate(divide="ignore", invalid="ignore"):
-        for level in range(n_levels - 1, -1, -1):
-            own = pi[level]
-            if level == n_levels - 1:
-                m_prec = np.zeros_like(own)
-                m_term = np.zeros_like(z[level])
-            else:
-                S = sums[level]
-                m = S @ sub_est[level + 1]
-                M = S @ sub_var[level + 1]
-                M = np.where(S.getnnz(axis=1) > 0, M, np.inf)  # childless: no information
-                child_sum[level], child_var[level] = m, M
-                m_prec = precision(M)
-                m_term = m * m_prec[:, None]
-            prec = own + m_prec
-            V = np.where(prec > 0, 1.0 / prec, np.inf)
-            est = np.where(prec[:, None] > 0, (own[:, None] * z[level] + m_term) / prec[:, None], 0)
-            sub_est[level], sub_var[level] = est, V
-        u = [sub_est[0]]
-        f = [sub_var[0]]
-        for level in range(1, n_levels):
-            S = sums[level - 1]
-            par = np.asarray(S.T.argmax(axis=1)).ravel()  # each child's parent (one 1 per column)
-            V = sub_var[level]
-            inf = np.isinf(V)
-            n_inf = (S @ inf.astype(float))[par]
-            finite_sum = (S @ np.where(inf, 0.0, V))[par]
-            M = child_var[level - 1][par]
-            M_inf = np.isinf(M)
-            ratio = np.where(inf, 1.0 / np.maximum(n_inf, 1.0), np.where(M_inf, 0.0, V / M))
-            gap = u[level - 1] - child_sum[level - 1]
-            u.append(sub_est[level] + ratio[:, None] * gap[par])
-            Fp = f[level - 1][par]
-            informed = V * (M - V) / M + ratio**2 * Fp  # both finite: Var(c | sum) + share of F_p
-            uninformed = np.where(n_inf == 1, finite_sum + Fp, np.inf)  # takes the whole gap
-            f.append(np.where(inf, uninformed, np.where(M_inf, V, informed)))
-    return u, f, sub_var
-
-
 def blue_inputs(
     measurements: Measurements | EstimatorInputs,
     estimate: Blue,
@@ -431,9 +624,17 @@ def blue_inputs(
     is the GLS of the children given the published parent: where nothing is clipped it moves
     each child by its share ``V_c / sum V`` of the gap between the published parent and the
     BLUE parent, the BLUE's own downward step (final variances would split it by
-    ``f_c / sum f``). Feeding the BLUE values or the subtree estimates then gives the same
-    answer, clipped or not (they differ by a per-cell shift proportional to ``V_c``, which the
-    parent constraint absorbs). At the root the two variances coincide.
+    ``f_c / sum f``). At the root the two variances coincide.
+
+    Feeding the BLUE values or the subtree estimates gives the same answer, clipped or not,
+    when the BLUE has one subspace group (a detailed-only strategy): a child's final BLUE is
+    its subtree estimate plus ``V_c`` times a per-parent vector ``g``, so every query's answer
+    moves by ``V_c Q g`` and its fed variance is ``c_Q V_c``; the passes' objective changes by
+    ``-2 sum_c (Q g)' Q x_c / c_Q`` plus a constant, fixed by the parent's sum constraint on
+    the ``x_c``. So the leaf level, whose final BLUE is never built (``Blue.leaf_shift``), is
+    fed its subtree estimates: the raw measurements, integers as measured. With several
+    groups the shift is ``sum_g V_c^g P_g g_g`` and the fed cell variance mixes the groups'
+    ``V_c^g``, so no such identity holds: every level gets its final BLUE.
 
     The totals go in although, for a strategy without a measured total, they are a linear
     function of the cells (the Mahalanobis weight of such a total is 0): non-negativity is
@@ -457,10 +658,13 @@ def blue_inputs(
         names = ["detailed", "total"] + [
             m.query.name for m in lv if m.query.name not in ("detailed", "total")
         ]
+        cells = (
+            estimate.fitted[level] if estimate.holds_subtree(level) else estimate.cells_at(level)
+        )
         fed = []
         for name in names:
             query = Query.parse(name)
-            values = np.asarray(query.answer(estimate.cells[level], estimate.domain), dtype=float)
+            values = query.answer(cells, estimate.domain)  # the cells themselves: no copy
             variance = estimate.variance(level, query, subtree=True)
             held = list((exact_totals or {}).get(level, {})) if name == "total" else []
             variance[held] = np.inf

@@ -71,6 +71,7 @@ __all__ = [
     "make_level_mechanisms",
     "record_level",
     "chunk_nodes",
+    "smallest_int_type",
     "CHUNK_CELLS",
     "MAX_CHUNK_NODES",
 ]
@@ -93,7 +94,9 @@ class QueryMeasurement:
         mechanism: mechanism name.
         budget: the privacy cost of this query on this level (nodes compose in parallel).
         variance: variance of the noise added to each answer.
-        noisy: int64 array (nodes of the level, answers of the query).
+        noisy: integer array (nodes of the level, answers of the query), of the smallest
+            signed integer type that holds every answer (``smallest_int_type``): int8 or
+            int16 for most levels. Code doing integer arithmetic on it widens first.
     """
 
     level: int
@@ -187,6 +190,43 @@ def chunk_nodes(cells: int) -> int:
     return max(1, min(MAX_CHUNK_NODES, CHUNK_CELLS // cells))
 
 
+_INT_TYPES = (np.int8, np.int16, np.int32, np.int64)
+
+
+def smallest_int_type(values: np.ndarray) -> type[np.signedinteger]:
+    """The narrowest signed integer type holding every value of ``values`` (int8 if empty).
+
+    The noisy answers are stored in it: a block's answers fit int8 or int16, an eighth or a
+    quarter of int64's memory. The type is a function of the noisy answers, which are
+    published: choosing it is post-processing."""
+    if values.size == 0:
+        return np.int8
+    lo, hi = int(values.min()), int(values.max())
+    for t in _INT_TYPES:
+        info = np.iinfo(t)
+        if info.min <= lo and hi <= info.max:
+            return t
+    return np.int64
+
+
+def _narrowed(values: np.ndarray) -> np.ndarray:
+    """``values`` in ``smallest_int_type`` (no copy when it already is)."""
+    return values.astype(smallest_int_type(values), copy=False)
+
+
+def _store(
+    level_array: np.ndarray | None, values: np.ndarray, first: int, n_nodes: int
+) -> np.ndarray:
+    """Put a chunk's answers in rows ``first:`` of its level's array, allocated on the first
+    chunk in the chunk's type and widened (one copy) when a later chunk needs a wider one."""
+    if level_array is None:
+        level_array = np.empty((n_nodes, values.shape[1]), dtype=values.dtype)
+    elif np.promote_types(level_array.dtype, values.dtype) != level_array.dtype:
+        level_array = level_array.astype(np.promote_types(level_array.dtype, values.dtype))
+    level_array[first : first + len(values)] = values
+    return level_array
+
+
 @dataclass(frozen=True)
 class MeasureTask:
     """One chunk of one level: what a worker needs to measure it, and nothing more.
@@ -229,7 +269,7 @@ def measure_chunk(task: MeasureTask) -> ChunkResult:
     for query, mech in zip(task.queries, task.mechanisms, strict=True):
         answers = query.answer(task.histograms, task.domain)
         rng = child_rng(task.release_key, "measure", task.level, query.name, task.size, task.chunk)
-        out.append(mech.release(answers, rng=rng))
+        out.append(_narrowed(mech.release(answers, rng=rng)))
     return ChunkResult(tuple(out), time.process_time() - start, os.getpid())
 
 
@@ -282,7 +322,7 @@ def measure(
         n_nodes = tree.levels[level].size
         queries = tuple(q for q, _, _ in mechanisms)
         mechs = tuple(m for _, _, m in mechanisms)
-        noisy = [np.empty((n_nodes, q.n_answers(domain)), dtype=np.int64) for q in queries]
+        noisy: list[np.ndarray | None] = [None] * len(queries)
         n_chunks = -(-n_nodes // size)
         # batches of chunks bound the results held at once; the streams are keyed by chunk
         # index, so how chunks are batched (or spread over workers) does not change the noise
@@ -308,10 +348,18 @@ def measure(
                 if res.pid != os.getpid():
                     worker_cpu += res.cpu_seconds
                 for j, values in enumerate(res.noisy):
-                    noisy[j][c * size : c * size + len(values)] = values
+                    noisy[j] = _store(noisy[j], values, c * size, n_nodes)
         record_level(ledger, strategy, level, mechanisms, n_nodes)
         row = [
-            QueryMeasurement(level, query, share, mech.name, mech.budget, float(mech.variance), v)
+            QueryMeasurement(
+                level,
+                query,
+                share,
+                mech.name,
+                mech.budget,
+                float(mech.variance),
+                np.empty((0, query.n_answers(domain)), dtype=np.int8) if v is None else v,
+            )
             for (query, share, mech), v in zip(mechanisms, noisy, strict=True)
         ]
         levels_out.append(tuple(row))

@@ -163,7 +163,8 @@ class Release:
         out = []
         for level in range(1, self.tree.n_levels):
             parent = self.tree.levels[level].parent
-            sums = np.zeros_like(self.counts[level - 1])
+            # int64 sums: counts stored in a narrower type must not wrap round here
+            sums = np.zeros(self.counts[level - 1].shape, dtype=np.int64)
             np.add.at(sums, parent, self.counts[level])
             bad = np.flatnonzero((sums != self.counts[level - 1]).any(axis=1))
             for p in bad:

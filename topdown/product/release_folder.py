@@ -54,6 +54,7 @@ from topdown.blue import blue
 from topdown.error_estimates import error_summary, node_error_table
 from topdown.errors import ReleaseError, TopDownError
 from topdown.estimate import LevelStats
+from topdown.estimators import exact_totals
 from topdown.measure import Measurements, QueryMeasurement
 from topdown.microdata import write_table
 from topdown.product.config import RunConfig, load_config
@@ -451,7 +452,11 @@ def load_release(folder: Path) -> tuple[Release, RunConfig]:
         invariants=invariants,
         estimator=cfg.effective_estimator,
         # post-processing of the published measurements: recomputed, not stored
-        blue=blue(tree, domain, measurements) if cfg.effective_estimator == "blue" else None,
+        blue=(
+            blue(tree, domain, measurements, exact_totals=exact_totals(invariants, domain))
+            if cfg.effective_estimator == "blue"
+            else None
+        ),
     )
     return rel, cfg
 
