@@ -5,18 +5,18 @@ large state would make that billions of rows. Here each subtree task writes its 
 measurements before the next subtree starts (``topdown.stream``), and the levels down to the
 stream level go into one part (``top``)::
 
-    measurements/level_<k>_<column>/<part>.parquet
+    measurements/level_<k>_<column>/<part>.parquet, one row per node and query:
         node     the node's label (dictionary-encoded)
         query    the query's name (dictionary-encoded)
-        answer   the answer's index within the query (0 .. answers - 1)
-        noisy    the noisy answer (the smallest integer type that holds it)
         variance the variance of its noise (one value per level and query)
+        noisy    the noisy answers, a list in the query's answer order (as ``Query.answer``)
 
-the columns of ``measurements.csv`` but ``level`` (in the folder's name). Compact because every
-column but ``noisy`` repeats (dictionary and run-length encoded) and ``noisy`` is small integers
-(zstd): about one byte per answer for the noise of census-sized budgets. Written and checked in
-row groups of at most ``ROW_GROUP`` answers, so neither holds more than one row group beside the
-subtree's own arrays.
+``read_measurements`` gives a part in the long format of ``measurements.csv`` (node, query,
+answer, noisy, variance). One row per node and query rather than per answer: the noisy answers
+are the only per-answer data written (dictionary-encoded small integers, zstd), so a part takes
+about half a byte per answer at the production budgets, and writing it costs a few percent of
+the subtree's time. Written and checked in row groups of at most ``ROW_GROUP`` answers, so
+neither holds more than one row group beside the subtree's own arrays.
 
 These are public (the output of the only step that read the confidential data, and what every
 estimate was computed from): an analyst can re-estimate from them, or compare the release with
@@ -46,7 +46,7 @@ __all__ = [
     "measurement_failures",
 ]
 
-#: answers per Parquet row group (about 4 x 2^20: 16-48 MB of arrays while one is written)
+#: answers per Parquet row group (4 x 2^20: about 60 MB of arrays while one is written)
 ROW_GROUP = 1 << 22
 
 
@@ -87,40 +87,59 @@ def write_measurements(
                 nodes, answers = m.noisy.shape
                 step = max(1, ROW_GROUP // max(answers, 1))
                 for first in range(0, nodes, step):
-                    rows = m.noisy[first : first + step]
+                    rows = np.ascontiguousarray(m.noisy[first : first + step])
                     n = rows.shape[0]
-                    node = np.repeat(np.arange(first, first + n, dtype=np.int32), answers)
+                    offsets = pa.array(np.arange(n + 1, dtype=np.int32) * answers)
                     batch = pa.table(
                         {
-                            "node": pa.DictionaryArray.from_arrays(node, labels),
-                            "query": pa.DictionaryArray.from_arrays(
-                                np.zeros(node.size, dtype=np.int32) + j, names
+                            "node": pa.DictionaryArray.from_arrays(
+                                np.arange(first, first + n, dtype=np.int32), labels
                             ),
-                            "answer": np.tile(np.arange(answers, dtype=np.int32), n),
-                            "noisy": rows.ravel(),
-                            "variance": np.full(node.size, m.variance),
+                            "query": pa.DictionaryArray.from_arrays(
+                                np.full(n, j, dtype=np.int16), names
+                            ),
+                            "variance": np.full(n, m.variance),
+                            "noisy": pa.ListArray.from_arrays(offsets, pa.array(rows.ravel())),
                         }
                     )
                     if writer is None:
                         writer = pq.ParquetWriter(path, batch.schema, compression="zstd")
-                    writer.write_table(batch, row_group_size=max(node.size, 1))
+                    writer.write_table(batch, row_group_size=max(n, 1))
         finally:
             if writer is not None:
                 writer.close()
 
 
 def read_measurements(path: Path) -> pd.DataFrame:
-    """One part as a long frame (node, query, answer, noisy, variance; labels as text)."""
-    frame = pd.read_parquet(path)
-    return frame.astype({"node": str, "query": str})
+    """One part in the long format of ``measurements.csv`` (node, query, answer, noisy,
+    variance; one row per answer, labels as text)."""
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(path)
+    rows = table.drop_columns(["noisy"]).to_pandas().astype({"node": str, "query": str})
+    noisy = table["noisy"].combine_chunks()
+    lengths = noisy.value_lengths().to_numpy(zero_copy_only=False)
+    values = noisy.flatten().to_numpy(zero_copy_only=False)
+    starts = np.repeat(np.cumsum(lengths) - lengths, lengths)
+    return pd.DataFrame(
+        {
+            "node": np.repeat(rows["node"].to_numpy(dtype=object), lengths),
+            "query": np.repeat(rows["query"].to_numpy(dtype=object), lengths),
+            "answer": np.arange(values.size) - starts,
+            "noisy": values,
+            "variance": np.repeat(rows["variance"].to_numpy(dtype=float), lengths),
+        }
+    )
 
 
 def measurement_failures(
     path: Path, level: int, labels: np.ndarray, strategy: Strategy, domain: Domain
 ) -> list[str]:
     """What is wrong with one part: every query of the level's strategy must give each of
-    ``labels`` (the part's nodes on ``level``) its answers once, as integers, with the variance
-    its mechanism was calibrated to; no other query or node. Read one row group at a time."""
+    ``labels`` (the part's nodes on ``level``) one row of its answers, all integers, with the
+    variance its mechanism was calibrated to; no other query or node. Read one row group at a
+    time."""
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
     where = f"{path.parent.name}/{path.name}"
@@ -131,39 +150,35 @@ def measurement_failures(
         for q, _, m in make_level_mechanisms(strategy, level)
     }
     index = pd.Index(labels.astype(str))
-    seen = {name: np.zeros(len(labels) * n, dtype=np.uint8) for name, (n, _) in expected.items()}
-    out: list[str] = []
+    seen = {name: np.zeros(len(labels), dtype=np.int64) for name in expected}
     source = pq.ParquetFile(path)
     for g in range(source.num_row_groups):
-        frame = source.read_row_group(g).to_pandas()
-        if not np.issubdtype(frame["noisy"].dtype, np.integer):
-            return [f"{where}: noisy answers must be integers (found {frame['noisy'].dtype})"]
+        table = source.read_row_group(g)
+        noisy = table["noisy"].combine_chunks()
+        kind = noisy.type
+        if not (pa.types.is_list(kind) and pa.types.is_integer(kind.value_type)):
+            return [f"{where}: noisy answers must be lists of integers (found {kind})"]
+        if noisy.null_count or noisy.flatten().null_count:
+            return [f"{where}: noisy answers missing (null)"]
+        frame = table.drop_columns(["noisy"]).to_pandas()
+        frame["answers"] = noisy.value_lengths().to_numpy(zero_copy_only=False)
         for name, rows in frame.groupby(frame["query"].astype(str), sort=False, observed=True):
             if name not in expected:
                 return [f"{where}: query {name!r} is not measured on level {level}"]
             answers, variance = expected[name]
-            if (rows["variance"].to_numpy() != variance).any():
+            if (rows["variance"].to_numpy(dtype=float) != variance).any():
                 return [f"{where}: query {name!r}: variance differs from its mechanism's"]
+            if (rows["answers"].to_numpy() != answers).any():
+                return [f"{where}: query {name!r}: a node has not {answers} answers"]
             node = lookup(index, rows["node"])
-            answer = rows["answer"].to_numpy()
-            if (node < 0).any() or (answer < 0).any() or (answer >= answers).any():
-                return [f"{where}: query {name!r}: answers of nodes or indices outside the part"]
-            _count(seen[name], node * answers + answer)
+            if (node < 0).any():
+                return [f"{where}: query {name!r}: answers of nodes outside the part"]
+            np.add.at(seen[name], node, 1)
+    out = []
     for name, count in seen.items():
-        if count.size and (count != 1).any():
-            bad = int(np.flatnonzero(count != 1)[0]) // expected[name][0]
+        for bad in np.flatnonzero(count != 1)[:3]:
             out.append(
-                f"{where}: query {name!r}: node {str(labels[bad])!r} has its answers missing or "
-                "repeated"
+                f"{where}: query {name!r}: node {str(labels[bad])!r} has "
+                f"{int(count[bad])} rows of answers, not one"
             )
     return out
-
-
-def _count(seen: np.ndarray, flat: np.ndarray) -> None:
-    """``seen[flat] += 1`` (repeats counted), over the span of ``flat`` only: a row group's
-    answers are one run of a node range, so this stays the size of the row group."""
-    if not flat.size:
-        return
-    low, high = int(flat.min()), int(flat.max())
-    counts = np.bincount(flat - low, minlength=high - low + 1)
-    seen[low : high + 1] = np.minimum(seen[low : high + 1] + counts, 2)

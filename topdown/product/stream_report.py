@@ -185,7 +185,7 @@ def _measurements_html(folder: Path, sizes: pd.DataFrame, config: dict[str, Any]
     rows = []
     for level, column, nodes in _levels(sizes):
         parts = sorted(_level_dir(folder, "measurements", level, column).glob("*.parquet"))
-        answers = sum(pq.ParquetFile(p).metadata.num_rows for p in parts)
+        answers = sum(_answers(pq.ParquetFile(p).metadata) for p in parts)
         size = sum(p.stat().st_size for p in parts)
         queries = levels[level].get("queries", {}) if level < len(levels) else {}
         rows.append(
@@ -208,6 +208,18 @@ def _measurements_html(folder: Path, sizes: pd.DataFrame, config: dict[str, Any]
         "ledger's entries.</p>"
     )
     return note + table_html(pd.DataFrame(rows))
+
+
+def _answers(metadata: Any) -> int:
+    """The noisy answers of a part, from its Parquet metadata: the values of its ``noisy``
+    lists, summed over the row groups."""
+    total = 0
+    for g in range(metadata.num_row_groups):
+        group = metadata.row_group(g)
+        for c in range(group.num_columns):
+            if group.column(c).path_in_schema.split(".")[0] == "noisy":
+                total += group.column(c).num_values
+    return total
 
 
 def _subtrees_html(subtrees: pd.DataFrame) -> str:
