@@ -203,9 +203,9 @@ def _measurements_html(folder: Path, sizes: pd.DataFrame, config: dict[str, Any]
         )
     note = (
         "<p class=note>The noisy answers every estimate was computed from, in "
-        "<code>measurements/level_&lt;k&gt;_&lt;column&gt;/&lt;part&gt;.parquet</code> "
-        "(node, query, answer, noisy, variance); the noise variance of each query is in the "
-        "ledger's entries.</p>"
+        "<code>measurements/level_&lt;k&gt;_&lt;column&gt;/&lt;part&gt;.parquet</code>, one "
+        "row per node and query: node, query, the variance of its noise, and its noisy answers "
+        "as a list in the query's answer order.</p>"
     )
     return note + table_html(pd.DataFrame(rows))
 
