@@ -205,7 +205,8 @@ def release_streamed(
             None reads them from the data (a disclosure, recorded in the ledger).
         executor, workers, address: where the subtrees run (``serial``, ``processes``,
             ``dask``); each subtree is one task, so peak memory is about workers x the largest
-            subtree.
+            subtree. The workers write their subtrees' parts themselves: on a Dask cluster,
+            ``out`` must be on a filesystem every worker sees at the same path.
         estimator: ``"topdown"`` only (``"blue"`` pools the whole tree and cannot stream).
         microdata_format: ``parquet`` or ``csv``.
         max_subtree_cells: the largest dense (nodes x cells) array of one level that may be
