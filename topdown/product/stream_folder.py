@@ -6,9 +6,10 @@ Contents (``manifest.json`` lists every file with its size and SHA-256)::
     tables/level_<k>_<column>/<part>.parquet        per level, long format (node, attributes,
                                                     count): part ``top`` for the levels down to
                                                     the stream level, one part per subtree below
-    measurements/level_<k>_<column>/<part>.parquet  the noisy measurements (node, query, answer,
-                                                    noisy, variance), parted the same way
-                                                    (``topdown.streamed_measurements``)
+    measurements/level_<k>_<column>/<part>.parquet  the noisy measurements, parted the same way:
+                                                    one row per node and query (node, query,
+                                                    variance, the noisy answers as a list;
+                                                    ``topdown.streamed_measurements``)
     microdata/<subtree>.parquet | .csv              synthetic records of each subtree's leaves
     ledger.json                                     privacy ledger with its summary, as unstreamed
     invariants.json                                 values published exactly, per node
