@@ -233,11 +233,14 @@ def _subtrees_html(subtrees: pd.DataFrame) -> str:
     ax.set_ylabel("seconds (tree, measure, estimate, write)")
     ax.set_title("Subtrees: time against size")
     frame = subtrees.assign(nodes=nodes, seconds=seconds)
-    slowest = frame.sort_values("seconds", ascending=False).head(10)
+    walls = [c for c in frame.columns if c.endswith("_wall")]
+    shown = ["subtree", "nodes", "records", "seconds", *walls]
+    slowest = frame.sort_values("seconds", ascending=False).head(10)[shown]
     text = (
         f"<p>{len(frame)} subtree(s); the largest has {int(nodes.max())} node(s), the slowest "
         f"took {float(seconds.max()):.2f} s; {int(frame['records'].sum())} microdata record(s) "
-        "in all. The ten slowest:</p>"
+        "in all. The ten slowest (wall seconds by phase; CPU seconds in <code>subtrees.csv</code>):"
+        "</p>"
     )
     return figure_html(fig, "subtree seconds against nodes") + text + table_html(slowest)
 
