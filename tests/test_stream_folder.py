@@ -188,19 +188,11 @@ def test_report_has_its_sections_and_plots(folder: Path):
     not Path("/usr/bin/chromium").is_file(), reason="/usr/bin/chromium is not installed (optional)"
 )
 def test_report_renders_in_chromium(folder: Path, tmp_path: Path) -> None:
-    import importlib.util
+    from benchmarks.check_report_render import render, screenshot_bands
 
-    root = Path(__file__).resolve().parents[1]
-    spec = importlib.util.spec_from_file_location(
-        "check_report_render", root / "benchmarks" / "check_report_render.py"
-    )
-    assert spec is not None and spec.loader is not None
-    checker = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(checker)
     shot = tmp_path / "shot.png"
-    checker.render(folder / "report.html", shot, "/usr/bin/chromium")
-    bands = checker.screenshot_bands(shot)
-    assert min(bands) >= 20, bands  # every part of the page has content, not a blank area
+    render(folder / "report.html", shot, "/usr/bin/chromium")
+    assert min(screenshot_bands(shot)) >= 20  # every part of the page has content, not blank
 
 
 def test_report_reads_one_part_at_a_time(folder: Path, tmp_path, monkeypatch):
