@@ -100,6 +100,14 @@ def test_measurement_check_finds_missing_repeated_and_foreign_answers(exact, tmp
     assert any("variance differs" in f for f in moved.check_correctness().failures)
     frame.to_parquet(part, index=False)
     assert moved.check_correctness().ok  # the part restored (as plain strings: still read)
+    frame.drop(columns=["variance"]).to_parquet(part, index=False)
+    assert any(
+        "C03.parquet: has no column(s) ['variance']" in f
+        for f in moved.check_correctness().failures
+    )
+    part.write_text("not parquet")
+    assert any("C03.parquet: not a Parquet file" in f for f in moved.check_correctness().failures)
+    frame.to_parquet(part, index=False)
     shutil.copy(part, part.with_name("C99.parquet"))
     assert any(
         "parts of no subtree: ['C99.parquet']" in f for f in moved.check_correctness().failures

@@ -151,7 +151,13 @@ def measurement_failures(
     }
     index = pd.Index(labels.astype(str))
     seen = {name: np.zeros(len(labels), dtype=np.int64) for name in expected}
-    source = pq.ParquetFile(path)
+    try:
+        source = pq.ParquetFile(path)
+    except (OSError, ValueError) as err:
+        return [f"{where}: not a Parquet file ({err})"]
+    missing = sorted({"node", "query", "variance", "noisy"} - set(source.schema_arrow.names))
+    if missing:
+        return [f"{where}: has no column(s) {missing}"]
     for g in range(source.num_row_groups):
         table = source.read_row_group(g)
         noisy = table["noisy"].combine_chunks()
