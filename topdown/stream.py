@@ -32,6 +32,8 @@ Output folder (moved into place only when complete)::
     tables/level_<k>_<column>/<part>.parquet   per level, long format (node, attributes, count);
                                                one file for the levels down to the stream level
                                                (top.parquet), one per subtree below it
+    measurements/level_<k>_<column>/<part>.parquet  the noisy measurements, parted the same way
+                                               (``topdown.streamed_measurements``)
     microdata/<subtree>.parquet                the leaf records of each subtree
     ledger.json                                the privacy ledger
 """
@@ -68,6 +70,7 @@ from topdown.progress import Progress
 from topdown.release import Release
 from topdown.schema import Schema
 from topdown.strategy import Strategy
+from topdown.streamed_measurements import write_measurements
 from topdown.streamed_release import StreamedRelease, SubtreeResult, safe_name, table_dir
 from topdown.timing import PhaseClock
 from topdown.tree import (
@@ -149,6 +152,7 @@ def _run_subtree(task: _SubtreeTask) -> SubtreeResult:
         rel = Release(task.schema, tree, task.strategy, counts, measurements, Ledger(), stats)
         for level in lower:
             _write_part(rel.long_table(level), table_dir(task.folder, tree, level), task.label)
+        write_measurements(measurements, tree, lower, task.folder, task.label)
         micro = expand_microdata(tree, schema, counts[-1], categorical=True)
         records_out = len(micro)
         write_table(
@@ -195,13 +199,14 @@ def release_streamed(
             ``topdown.release``.
         stream_by: the hierarchy column whose units are streamed (e.g. ``"COUNTY"``); it must
             have a level below it.
-        out: a new (or empty) folder for the tables, microdata and ledger (written into a
-            hidden sibling and renamed into place when complete).
+        out: a new (or empty) folder for the tables, measurements, microdata and ledger
+            (written into a hidden sibling and renamed into place when complete).
         geography: the published units (a DataFrame, or a CSV / Parquet path), one row per leaf;
             None reads them from the data (a disclosure, recorded in the ledger).
         executor, workers, address: where the subtrees run (``serial``, ``processes``,
             ``dask``); each subtree is one task, so peak memory is about workers x the largest
-            subtree.
+            subtree. The workers write their subtrees' parts themselves: on a Dask cluster,
+            ``out`` must be on a filesystem every worker sees at the same path.
         estimator: ``"topdown"`` only (``"blue"`` pools the whole tree and cannot stream).
         microdata_format: ``parquet`` or ``csv``.
         max_subtree_cells: the largest dense (nodes x cells) array of one level that may be
@@ -304,6 +309,7 @@ def release_streamed(
                 )
                 for level in range(stream_level + 1):
                     _write_part(top_rel.long_table(level), table_dir(tmp, tree, level), "top")
+                write_measurements(measurements, top_tree, range(stream_level + 1), tmp, "top")
             tasks = _subtree_tasks(
                 tree,
                 geo,

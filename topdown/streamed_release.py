@@ -1,13 +1,13 @@
 """A streamed release's result: the levels down to the stream level in memory, the rest on disk.
 
 ``StreamedRelease`` reads the folder ``topdown.stream`` wrote (``tables/level_<k>_<column>/``,
-``microdata/``), one subtree or one level at a time, and checks the whole release one subtree at
-a time, so reading and checking follow the largest subtree's memory too.
+``measurements/level_<k>_<column>/``, ``microdata/``), one subtree or one level at a time, and
+checks the whole release one subtree at a time (counts, noisy measurements, microdata), so
+reading and checking follow the largest subtree's memory too.
 """
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -22,6 +22,12 @@ from topdown.measure import Measurements
 from topdown.release import CorrectnessReport, Release
 from topdown.schema import Schema
 from topdown.strategy import Strategy
+from topdown.streamed_measurements import (
+    measurement_failures,
+    measurements_dir,
+    read_measurements,
+    safe_name,
+)
 from topdown.tree import ROOT_LABEL, Tree, lookup
 
 __all__ = ["StreamedRelease", "SubtreeResult", "dense_counts", "safe_name", "table_dir"]
@@ -37,11 +43,6 @@ class SubtreeResult:
     stats: tuple[LevelStats, ...]
     timings: dict[str, float]
     pid: int
-
-
-def safe_name(label: str) -> str:
-    """A file name for a label (labels are public; path separators are not allowed in one)."""
-    return label.replace(os.sep, "_").replace("/", "_") or "_"
 
 
 def table_dir(folder: Path, tree: Tree, level: int) -> Path:
@@ -108,23 +109,45 @@ class StreamedRelease:
         where = f"level {level}" + ("" if label is None else f", subtree {label!r}")
         return dense_counts(self.table(level, label), labels, self.schema, where)
 
-    def check_correctness(self, *, microdata: bool = True) -> CorrectnessReport:
-        """Non-negative integers, children summing to their parent at every level (each
-        subtree's first level to its released top), every lower node present once, the
-        microdata equal to the leaf tables, and the ledger's total equal to the strategy's."""
-        top = Release(
+    def top_release(self) -> Release:
+        """The levels down to the stream level as a ``Release`` (with the whole ledger)."""
+        return Release(
             self.schema,
             Tree(self.tree.levels[: self.stream_level + 1]),
             self.strategy,
             self.top_counts,
             self.measurements,
             self.ledger,
-            self.stats,
+            self.stats[: self.stream_level + 1],
             self.constraints,
             self.invariants,
         )
-        report = top.check_correctness()
+
+    def measurements_dir(self, level: int) -> Path:
+        return measurements_dir(self.folder, self.tree, level)
+
+    def measurement_table(self, level: int, part: str | None = None) -> pd.DataFrame:
+        """Level ``level``'s noisy measurements (node, query, answer, noisy, variance), all
+        parts or one subtree's (``"top"`` for the levels down to the stream level)."""
+        folder = self.measurements_dir(level)
+        files = (
+            [folder / f"{safe_name(part)}.parquet"] if part else sorted(folder.glob("*.parquet"))
+        )
+        return pd.concat([read_measurements(f) for f in files], ignore_index=True)
+
+    def check_correctness(
+        self, *, microdata: bool = True, measurements: bool = True
+    ) -> CorrectnessReport:
+        """Non-negative integers, children summing to their parent at every level (each
+        subtree's first level to its released top), every lower node present once, the
+        microdata equal to the leaf tables, every node's noisy measurements written once with
+        their mechanism's variance, and the ledger's total equal to the strategy's."""
+        report = self.top_release().check_correctness()
         checks, failures = dict(report.checks), list(report.failures)
+        if measurements:
+            noisy = self._measurement_failures()
+            checks["noisy measurements: every node's answers once, with their variance"] = not noisy
+            failures += noisy[:20]
         problems: list[str] = []
         stream = self.tree.levels[self.stream_level]
         leaf = self.tree.n_levels - 1
@@ -155,6 +178,25 @@ class StreamedRelease:
         checks["subtrees: children sum to parent, microdata equal the leaf"] = not problems
         failures += problems[:20]
         return CorrectnessReport(checks, tuple(failures))
+
+    def _measurement_failures(self) -> list[str]:
+        """The measurement parts, one at a time: the top part for the levels down to the
+        stream level, one part per subtree below it, and no other part."""
+        out: list[str] = []
+        stream = self.tree.levels[self.stream_level].labels.astype(str).tolist()
+        domain = self.schema.domain
+        for level in range(self.tree.n_levels):
+            parts = ["top"] if level <= self.stream_level else stream
+            folder = self.measurements_dir(level)
+            for part in parts:
+                labels = self.tree.levels[level].labels[self.nodes_of(level, part)]
+                path = folder / f"{safe_name(part)}.parquet"
+                out += measurement_failures(path, level, labels, self.strategy, domain)
+            expected = {f"{safe_name(p)}.parquet" for p in parts}
+            extra = sorted(p.name for p in folder.glob("*") if p.name not in expected)
+            if extra:
+                out.append(f"{folder.name}: parts of no subtree: {extra[:5]}")
+        return out
 
     def _microdata_failures(self, label: str, leaf: np.ndarray) -> list[str]:
         micro = self.microdata(label)

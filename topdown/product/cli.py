@@ -434,7 +434,7 @@ def _run_streamed(args: argparse.Namespace, cfg: RunConfig, out: Path, start: fl
             timings["release"] = time.perf_counter() - t
             _require_correct(rel)
             timings["total"] = time.perf_counter() - start
-            write_streamed_extras(rel, cfg, tmp, timings)
+            write_streamed_extras(rel, cfg, tmp, timings, name=out.name)
             set_modes(tmp)
             claim.install(tmp)
         finally:
@@ -541,11 +541,13 @@ def _cmd_report(args: argparse.Namespace) -> int:
     )
     from topdown.product.report import build_report
     from topdown.product.stream_folder import is_streamed_folder
+    from topdown.product.stream_report import build_streamed_report
 
     folder = _existing_release(args.release)
-    if is_streamed_folder(folder):
+    streamed = is_streamed_folder(folder)
+    if streamed and args.truth is not None:
         raise ConfigError(
-            "command line", "RELEASE", f"{str(folder)!r} is a streamed release: it has no report"
+            "command line", "--truth", f"{str(folder)!r} is a streamed release: it keeps no truth"
         )
     with_truth = args.truth is not None
     rebuilt = REBUILT_WITH_TRUTH if with_truth else REBUILT_BY_REPORT
@@ -563,7 +565,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
         write_metrics(folder, rel.metrics(load_data(cfg, args.truth)))
         record_metrics_disclosure(rel)  # once, however often the report is rebuilt
         write_ledger(folder, rel)
-    path = build_report(folder)
+    path = build_streamed_report(folder) if streamed else build_report(folder)
     set_modes(folder, rebuilt)
     refresh_manifest(folder, rebuilt)
     print(path)

@@ -248,6 +248,22 @@ def hierarchy_frame(tree: Tree) -> pd.DataFrame:
     return pd.concat(rows, ignore_index=True)
 
 
+def write_invariants(folder: Path, tree: Tree, invariants: dict[int, dict[int, tuple]]) -> None:
+    """invariants.json: each bound invariant's published value (level, node, name, value)."""
+    rows = [
+        {
+            "level": level,
+            "node": str(tree.levels[level].labels[i]),
+            "name": c.name,
+            "value": c.value,
+        }
+        for level, per_node in sorted(invariants.items())
+        for i, cs in sorted(per_node.items())
+        for c in cs
+    ]
+    _write_json(folder / "invariants.json", rows)
+
+
 def _write_contents(rel: Release, cfg: RunConfig, folder: Path, metrics: Any) -> None:
     fmt = cfg.output_format
     write_table(rel.microdata, folder / f"microdata.{fmt}", fmt=fmt)
@@ -262,18 +278,7 @@ def _write_contents(rel: Release, cfg: RunConfig, folder: Path, metrics: Any) ->
         )
         write_table(error_summary(rel.tree, rel.counts, rel.blue), folder / "error_summary.csv")
     write_ledger(folder, rel)
-    invariants = [
-        {
-            "level": level,
-            "node": str(rel.tree.levels[level].labels[i]),
-            "name": c.name,
-            "value": c.value,
-        }
-        for level, per_node in sorted(rel.invariants.items())
-        for i, cs in sorted(per_node.items())
-        for c in cs
-    ]
-    _write_json(folder / "invariants.json", invariants)
+    write_invariants(folder, rel.tree, rel.invariants)
     _write_json(folder / "config.json", dict(cfg.resolved(), seed=noise_config_value(rel)))
     if metrics is not None:
         write_metrics(folder, metrics)
@@ -439,7 +444,7 @@ def load_release(folder: Path) -> tuple[Release, RunConfig]:
         counts.append(arr)
     ledger = Ledger.from_dict(read_json(folder, "ledger.json"))
     measurements = _measurements(folder, tree, cfg, ledger)
-    invariants = _invariants(folder, tree, cfg)
+    invariants = read_invariants(folder, tree, cfg)
     rel = Release(
         schema=schema,
         tree=tree,
@@ -550,7 +555,8 @@ def _measurements(folder: Path, tree: Tree, cfg: RunConfig, ledger: Ledger) -> M
     return Measurements(tuple(per_level))
 
 
-def _invariants(folder: Path, tree: Tree, cfg: RunConfig) -> dict[int, dict[int, tuple]]:
+def read_invariants(folder: Path, tree: Tree, cfg: RunConfig) -> dict[int, dict[int, tuple]]:
+    """invariants.json bound to the configured invariants (level -> node -> constraints)."""
     path = folder / "invariants.json"
     if not path.is_file():
         return {}
@@ -621,23 +627,25 @@ def verify_release_folder(folder: Path) -> Verdict:
     for name, ok in report.checks.items():
         checks[name] = ok
     failures.extend(report.failures)
-    written = read_json(folder, "ledger.json")
-    expected = dict(rel.ledger.to_dict(), summary=ledger_summary(rel))
-    check(
-        "ledger.json totals match its entries",
-        [
-            f"{key} is {written.get(key)!r}, its entries give {expected[key]!r}"
-            for key in ("total", "summary")
-            if written.get(key) != expected[key]
-        ],
-    )
-    check("noise source recorded", _noise_failures(rel, read_json(folder, "config.json")))
+    check("ledger.json totals match its entries", ledger_failures(folder, rel))
+    check("noise source recorded", noise_failures(rel, read_json(folder, "config.json")))
     check("microdata matches the leaf table", _microdata_failures(folder, rel, cfg))
     noise = rel.noise.describe() if rel.noise is not None else "not recorded"
     return Verdict(checks, failures, private=rel.ledger.private, noise=noise)
 
 
-def _noise_failures(rel: Release, config: Any) -> list[str]:
+def ledger_failures(folder: Path, rel: Release) -> list[str]:
+    """ledger.json's total and summary against those its entries give."""
+    written = read_json(folder, "ledger.json")
+    expected = dict(rel.ledger.to_dict(), summary=ledger_summary(rel))
+    return [
+        f"{key} is {written.get(key)!r}, its entries give {expected[key]!r}"
+        for key in ("total", "summary")
+        if written.get(key) != expected[key]
+    ]
+
+
+def noise_failures(rel: Release, config: Any) -> list[str]:
     """The ledger names its noise source, a seeded one with its disclosure, and config.json
     agrees with it."""
     if rel.noise is None:

@@ -34,7 +34,16 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
-__all__ = ["build_report", "REPORT_NAME"]
+__all__ = [
+    "build_report",
+    "REPORT_NAME",
+    "ledger_section",
+    "budget_section",
+    "solver_section",
+    "figure_html",
+    "table_html",
+    "write_page",
+]
 
 log = logging.getLogger(__name__)
 REPORT_NAME = "report.html"
@@ -56,8 +65,8 @@ def build_report(folder: str | Path, *, name: str | None = None) -> Path:
     errors = _csv(folder / "error_summary.csv")
 
     sections = [
-        ("Privacy ledger", _not_private_html(ledger) + _ledger_html(ledger, config)),
-        ("Budget allocation by level and query", _img(_budget_plot(ledger), "budget allocation")),
+        ("Privacy ledger", ledger_section(ledger, config)),
+        ("Budget allocation by level and query", budget_section(ledger)),
     ]
     if metrics is not None and not metrics.empty:
         sections.append(
@@ -83,14 +92,38 @@ def build_report(folder: str | Path, *, name: str | None = None) -> Path:
             ("Bias by node size", _img(_bias_plot(bias), "bias by node size") + _table_html(bias))
         )
     if stats is not None and not stats.empty:
-        sections.append(
-            (
-                "Solver time by level",
-                _img(_solver_plot(stats), "solver time by level") + _table_html(stats),
-            )
-        )
+        sections.append(("Solver time by level", solver_section(stats)))
+    return write_page(folder, f"TopDown release: {name or folder.name}", sections)
+
+
+# -- pieces shared with the streamed release's report (topdown.product.stream_report) --------
+def ledger_section(ledger: dict[str, Any], config: dict[str, Any]) -> str:
+    """The ledger summary, headed by a NOT PRIVATE warning when the noise was seeded."""
+    return _not_private_html(ledger) + _ledger_html(ledger, config)
+
+
+def budget_section(ledger: dict[str, Any]) -> str:
+    return _img(_budget_plot(ledger), "budget allocation")
+
+
+def solver_section(stats: pd.DataFrame) -> str:
+    return _img(_solver_plot(stats), "solver time by level") + _table_html(stats)
+
+
+def figure_html(fig: plt.Figure, alt: str) -> str:
+    """A matplotlib figure as an embedded PNG (the figure is closed)."""
+    return _img(_png(fig), alt)
+
+
+def table_html(frame: pd.DataFrame) -> str:
+    return _table_html(frame)
+
+
+def write_page(folder: Path, title: str, sections: list[tuple[str, str]]) -> Path:
+    """Write ``report.html`` (title, then one section per (heading, HTML) pair) into
+    ``folder`` atomically and return its path."""
     body = "\n".join(f"<section><h2>{html.escape(t)}</h2>\n{c}</section>" for t, c in sections)
-    page = _PAGE.format(title=html.escape(f"TopDown release: {name or folder.name}"), body=body)
+    page = _PAGE.format(title=html.escape(title), body=body)
     path = folder / REPORT_NAME
     tmp = folder / f".{REPORT_NAME}.tmp"
     tmp.write_text(page, encoding="utf-8")

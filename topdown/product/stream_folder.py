@@ -1,14 +1,32 @@
 """The release folder of a streamed release: written by ``topdown run`` with ``[executor]
 stream_by`` (or ``--stream-by``), verified by ``topdown check`` one subtree at a time.
 
-Layout: the streamed release's own files (``topdown.stream``: ``tables/level_<k>_<column>/``
-with one Parquet part for the levels down to the stream level and one per subtree below it,
-``microdata/<subtree>.parquet``, ``ledger.json``), plus ``config.json`` (the resolved
-configuration), ``hierarchy.parquet`` (level, column, node, parent: the public tree),
-``solver_stats.csv`` and ``manifest.json`` (format ``topdown-release-streamed/1``, every file
-with its SHA-256, the stream column). The noisy measurements are not written (a large state's
-would be billions of rows), nor a report. Checks need no confidential data and hold at most
-one subtree in memory.
+Contents (``manifest.json`` lists every file with its size and SHA-256)::
+
+    tables/level_<k>_<column>/<part>.parquet        per level, long format (node, attributes,
+                                                    count): part ``top`` for the levels down to
+                                                    the stream level, one part per subtree below
+    measurements/level_<k>_<column>/<part>.parquet  the noisy measurements, parted the same way:
+                                                    one row per node and query (node, query,
+                                                    variance, the noisy answers as a list;
+                                                    ``topdown.streamed_measurements``)
+    microdata/<subtree>.parquet | .csv              synthetic records of each subtree's leaves
+    ledger.json                                     privacy ledger with its summary, as unstreamed
+    invariants.json                                 values published exactly, per node
+    config.json                                     the resolved configuration (and the seed)
+    hierarchy.parquet                               level, column, node, parent: the public tree
+    solver_stats.csv                                estimation statistics per level
+    subtrees.csv                                    per subtree: nodes per lower level, records,
+                                                    wall and CPU seconds by phase
+    timings.json                                    seconds by phase of the whole run
+    report.html                                     the report (``topdown.product.stream_report``)
+    manifest.json                                   format ``topdown-release-streamed/1``, files,
+                                                    the stream column, versions, timings
+
+Everything is written into the run's hidden folder and moved into place when complete (the
+subtrees' parts by ``topdown.stream``, the rest here). Checks and the report need no
+confidential data and hold at most one subtree's part in memory. No accuracy metrics: a streamed
+run keeps no truth.
 """
 
 from __future__ import annotations
@@ -16,6 +34,7 @@ from __future__ import annotations
 import hashlib
 import json
 import platform
+import time
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -29,9 +48,16 @@ from topdown.product.config import RunConfig, load_config
 from topdown.product.release_folder import (
     Verdict,
     hierarchy_frame,
+    ledger_failures,
     manifest_failures,
+    noise_config_value,
+    noise_failures,
+    read_invariants,
     read_json,
+    write_invariants,
+    write_ledger,
 )
+from topdown.product.stream_report import build_streamed_report
 from topdown.streamed_release import StreamedRelease, dense_counts, table_dir
 from topdown.tree import Level, Tree
 
@@ -50,14 +76,32 @@ def is_streamed_folder(folder: Path) -> bool:
 
 
 def write_streamed_extras(
-    rel: StreamedRelease, cfg: RunConfig, folder: Path, timings: dict[str, float]
+    rel: StreamedRelease,
+    cfg: RunConfig,
+    folder: Path,
+    timings: dict[str, float],
+    *,
+    name: str | None = None,
 ) -> None:
-    """Add the configuration, the tree, the solver statistics and the manifest to the folder
-    ``rel`` was written into (before it is moved into place)."""
+    """Add the configuration, the tree, the ledger's summary, the invariants' values, the
+    solver and subtree statistics, the report and the manifest to the folder ``rel`` was
+    written into (before it is moved into place; ``name``: the final folder's, for the
+    report's title)."""
     folder = Path(folder)
-    (folder / "config.json").write_text(json.dumps(cfg.resolved(), indent=1))
+    top = rel.top_release()
+    config = dict(cfg.resolved(), seed=noise_config_value(top))
+    (folder / "config.json").write_text(json.dumps(config, indent=1))
     hierarchy_frame(rel.tree).to_parquet(folder / "hierarchy.parquet", index=False)
     pd.DataFrame([s.to_dict() for s in rel.stats]).to_csv(folder / "solver_stats.csv", index=False)
+    write_ledger(folder, top)  # the engine's ledger.json, with the summary the report reads
+    write_invariants(folder, rel.tree, rel.invariants)
+    _subtree_frame(rel).to_csv(folder / "subtrees.csv", index=False)
+    timings = dict(timings, **{k: v for k, v in rel.timings.items() if k not in timings})
+    rounded = {k: round(v, 3) for k, v in sorted(timings.items())}
+    (folder / "timings.json").write_text(json.dumps(rounded, indent=1))
+    start = time.perf_counter()
+    build_streamed_report(folder, name=name)
+    rounded["report"] = round(time.perf_counter() - start, 3)  # the manifest's, after the report
     files = {
         p.relative_to(folder).as_posix(): {"bytes": p.stat().st_size, "sha256": _sha256(p)}
         for p in sorted(folder.rglob("*"))
@@ -71,7 +115,7 @@ def write_streamed_extras(
         "noise": rel.ledger.noise.describe() if rel.ledger.noise else "not recorded",
         "files": files,
         "versions": {"python": platform.python_version(), "numpy": np.__version__},
-        "timings_seconds": {k: round(v, 3) for k, v in timings.items()},
+        "timings_seconds": rounded,
     }
     (folder / "manifest.json").write_text(json.dumps(manifest, indent=1))
 
@@ -95,8 +139,30 @@ def verify_streamed_folder(folder: Path) -> Verdict:
     report = rel.check_correctness()
     checks.update(report.checks)
     failures += list(report.failures)
+    for name, problems in (
+        ("ledger.json totals match its entries", ledger_failures(folder, rel.top_release())),
+        (
+            "noise source recorded",
+            noise_failures(rel.top_release(), read_json(folder, "config.json")),
+        ),
+    ):
+        checks[name] = not problems
+        failures += [f"{name}: {p}" for p in problems]
     noise = rel.ledger.noise.describe() if rel.ledger.noise else "not recorded"
     return Verdict(checks, failures, private=rel.ledger.private, noise=noise)
+
+
+def _subtree_frame(rel: StreamedRelease) -> pd.DataFrame:
+    """subtrees.csv: one row per subtree (public: sizes, published records, seconds)."""
+    lower = range(rel.stream_level + 1, rel.tree.n_levels)
+    rows = []
+    for r in rel.subtrees:
+        row: dict[str, object] = {"subtree": r.label}
+        row.update({f"nodes_level_{lv}": n for lv, n in zip(lower, r.nodes, strict=True)})
+        row["records"] = r.records_out
+        row.update({k: round(v, 4) for k, v in sorted(r.timings.items())})
+        rows.append(row)
+    return pd.DataFrame(rows)
 
 
 def _load(folder: Path) -> StreamedRelease:
@@ -117,8 +183,8 @@ def _load(folder: Path) -> StreamedRelease:
         top_counts.append(dense_counts(frame, labels, cfg.schema, f"level {level}"))
     partial.top_counts = top_counts
     partial.ledger = Ledger.from_dict(read_json(folder, "ledger.json"))
-    # invariants' values are not written: the top's attached constraints are checked as rules
     partial.constraints = cfg.constraints if len(cfg.constraints) else None
+    partial.invariants = read_invariants(folder, tree, cfg)
     return partial
 
 
