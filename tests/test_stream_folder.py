@@ -143,6 +143,9 @@ def test_folder_holds_invariants_ledger_summary_and_subtrees(folder: Path, proje
     assert json.loads((folder / "config.json").read_text())["seed"] == 5
     subtrees = pd.read_csv(folder / "subtrees.csv", dtype={"subtree": str})
     assert subtrees["subtree"].tolist() == ["06", "17", "36"]
+    # the seconds of reading the confidential records per subtree are not published
+    assert not [c for c in subtrees.columns if c.startswith("tree_")]
+    assert {"estimate_wall", "write_cpu"} <= set(subtrees.columns)
     assert (
         subtrees["records"].sum()
         == pd.read_parquet(folder / "tables" / "level_2_PUMA")["count"].sum()

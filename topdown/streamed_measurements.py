@@ -81,13 +81,16 @@ def write_measurements(
         path.parent.mkdir(parents=True, exist_ok=True)
         queries = measurements.at(level)
         names = pa.array([m.query.name for m in queries], type=pa.string())
+        # one integer type per file: each query's answers are stored in the smallest type that
+        # holds them (topdown.measure), which may differ between the level's queries
+        dtype = np.result_type(*(m.noisy.dtype for m in queries)) if queries else np.int64
         writer: pq.ParquetWriter | None = None
         try:
             for j, m in enumerate(queries):
                 nodes, answers = m.noisy.shape
                 step = max(1, ROW_GROUP // max(answers, 1))
                 for first in range(0, nodes, step):
-                    rows = np.ascontiguousarray(m.noisy[first : first + step])
+                    rows = np.ascontiguousarray(m.noisy[first : first + step], dtype=dtype)
                     n = rows.shape[0]
                     offsets = pa.array(np.arange(n + 1, dtype=np.int32) * answers)
                     batch = pa.table(
