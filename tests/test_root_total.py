@@ -174,6 +174,8 @@ def test_release_folder_records_it_and_check_recomputes_it(tmp_path: Path) -> No
     assert note["held"] is True and ledger["invariants"] == []
     root = pd.read_csv(out / table_name(0, None))
     assert int(root["count"].sum()) == note["value"]
+    report = (out / "report.html").read_text(encoding="utf-8")
+    assert f"the root&#x27;s total held at {note['value']}" in report
     assert main(["check", str(out)]) == 0
     note["value"] += 1
     (out / "ledger.json").write_text(json.dumps(ledger), encoding="utf-8")
