@@ -270,6 +270,7 @@ def paired(raw: pd.DataFrame, a: str = "blue", b: str = "topdown") -> pd.DataFra
     keys = ["data", "mechanism", "budget", "strategy", "level", "what", "seed"]
     sel = raw[raw["bin"] == "all"]
     wide = sel.pivot_table(index=keys, columns="estimator", values="mae").reset_index()
+    wide = wide.dropna(subset=[a, b])  # configurations where one of them did not run
     wide["diff"] = wide[a] - wide[b]
     g = wide.groupby(keys[:-1])["diff"]
     out = pd.DataFrame({"mean": g.mean(), "se": g.std(ddof=1) / np.sqrt(g.size())})
