@@ -9,7 +9,14 @@ noisy measurements go to every estimator:
   (the Census Bureau's 2020 TopDown);
 - ``topdown``: the same passes, an only child's measurements folded into its parent's;
 - ``gls``: the whole-tree BLUE itself (consistent, unbiased, not integer, may be negative);
-- ``blue``: the BLUE's estimates and variances fed to the same passes (non-negative integers).
+- ``blue``: the BLUE's estimates and variances fed to the same passes (non-negative integers);
+- ``blue_held``: the same, the root's total held at the rounded BLUE total
+  (``topdown.root_total``, what ``release(estimator="blue")`` does without invariants);
+- ``sized(power,kappa)`` (``--size-weights``, an experiment): ``blue_held``'s root, then the
+  levels below with per-cell weights scaled by the cell's size (``size_weights.py``, CVXPY per
+  family); ``sized(0,1)`` is the same pass as ``blue_held`` by another solver, the baseline
+  to pair them with (ties of the rounding fall differently). Strategies of detailed cells and
+  totals only.
 
 It prints the command line and tables of cell and total MAE and bias by level (mean over seeds,
 with the standard error across seeds), the same by true cell count (0, 1-5, 6-20, over 20), the
@@ -38,6 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.acs import load_acs  # noqa: E402
 from benchmarks.pl94 import make_state, pl94_schema  # noqa: E402
+from benchmarks.size_weights import sized_counts  # noqa: E402
 from benchmarks.synthetic import synthetic  # noqa: E402
 from mechanisms.ledger import Ledger  # noqa: E402
 from mechanisms.rng import new_release_key  # noqa: E402
@@ -47,6 +55,7 @@ from topdown.estimate import estimate  # noqa: E402
 from topdown.estimators import fold_only_children  # noqa: E402
 from topdown.measure import measure  # noqa: E402
 from topdown.passes import EstimateOptions, SolverChoice  # noqa: E402
+from topdown.root_total import decide, with_root_total  # noqa: E402
 from topdown.strategy import Query  # noqa: E402
 from topdown.tree import build_tree  # noqa: E402
 
@@ -66,7 +75,7 @@ NAMES = {
     "pl94": {"RACE": "RACE", "MARGINAL": "VOTING_AGE x HISPANIC"},
 }
 SIZE_BINS = [(0, 0, "0"), (1, 5, "1-5"), (6, 20, "6-20"), (21, np.inf, ">20")]
-ESTIMATORS = ("noisy", "clipped", "census", "topdown", "gls", "blue")
+ESTIMATORS = ("noisy", "clipped", "census", "topdown", "gls", "blue", "blue_held")
 
 
 def load(name: str, pl94_persons: int = 20_000):
@@ -119,7 +128,15 @@ def scores(level: int, est: np.ndarray, truth: np.ndarray, direct_total=None) ->
 
 
 def one_run(
-    tree, truth, domain, strategy, seed: int, options: EstimateOptions, census: bool = True
+    tree,
+    truth,
+    domain,
+    strategy,
+    seed: int,
+    options: EstimateOptions,
+    census: bool = True,
+    estimators: tuple[str, ...] = ("topdown", "blue", "blue_held"),
+    sized: tuple[tuple[float, float], ...] = (),
 ) -> tuple[list[dict], dict[str, float]]:
     ledger = Ledger()
     meas, _ = measure(
@@ -143,20 +160,42 @@ def one_run(
     fed = blue_inputs(meas, b)
     times["blue pass"] = time.perf_counter() - start
     results["gls"] = list(b.cells)
-    runs = [("topdown", fold_only_children(tree, as_inputs(meas))), ("blue", fed)]
-    for name, inputs in [("census", as_inputs(meas))] * census + runs:
+    held = with_root_total(None, decide("blue", tree, domain, b))
+    runs = [
+        ("topdown", fold_only_children(tree, as_inputs(meas)), None),
+        ("blue", fed, None),
+        ("blue_held", fed, held),
+    ]
+    for name, inputs, bound in [("census", as_inputs(meas), None)] * census + runs:
+        if name not in estimators:
+            continue
         start = time.perf_counter()
         try:
-            counts, _ = estimate(tree, domain, inputs, first_pass=first_pass, options=options)
+            counts, _ = estimate(
+                tree, domain, inputs, first_pass=first_pass, invariants=bound, options=options
+            )
         except RuntimeError as err:  # a rounding backend's failure: rerun with HiGHS, counted
             logging.warning("seed %d, %s: %s; rounding again with highs", seed, name, err)
             times[f"{name} fallback"] = 1.0
             retry = EstimateOptions(solver=SolverChoice.of({"rounding": "highs"}))
-            counts, _ = estimate(tree, domain, inputs, first_pass=first_pass, options=retry)
+            counts, _ = estimate(
+                tree, domain, inputs, first_pass=first_pass, invariants=bound, options=retry
+            )
         times[name] = time.perf_counter() - start
         results[name] = [c.astype(float) for c in counts]
+        if name == "blue_held" and sized:
+            names = {q.query.name for lv in fed.levels for q in lv}
+            if names <= {"detailed", "total"}:
+                for power, kappa in sized:
+                    start = time.perf_counter()
+                    label = f"sized({power:g},{kappa:g})"
+                    counts = sized_counts(tree, fed, counts[0], kappa, power)
+                    times[label] = time.perf_counter() - start
+                    results[label] = [c.astype(float) for c in counts]
     rows = []
-    for name in (e for e in ESTIMATORS if e in results):
+    for name in [e for e in ESTIMATORS if e in results] + [
+        e for e in results if e.startswith("sized")
+    ]:
         for level in range(tree.n_levels):
             direct = totals.get(name, [None] * tree.n_levels)[level]
             for r in scores(level, results[name][level], truth.counts[level], direct):
@@ -164,8 +203,14 @@ def one_run(
     return rows, times
 
 
+def _power_kappa(text: str) -> tuple[float, float]:
+    power, kappa = text.split(":")
+    return float(power), float(kappa)
+
+
 def run(args) -> tuple[pd.DataFrame, pd.DataFrame]:
-    rows, timing = [], []
+    rows: list[dict] = []
+    timing: list[dict] = []
     options = EstimateOptions(solver=SolverChoice.of({"rounding": args.rounding}))
     for data_name in args.data:
         tree, truth, schema = load(data_name, args.pl94_persons)
@@ -183,7 +228,15 @@ def run(args) -> tuple[pd.DataFrame, pd.DataFrame]:
                     strategy.check(schema.domain, tree.n_levels)
                     for seed in range(args.seeds):
                         res, times = one_run(
-                            tree, truth, schema.domain, strategy, 1000 + seed, options, args.census
+                            tree,
+                            truth,
+                            schema.domain,
+                            strategy,
+                            1000 + seed,
+                            options,
+                            args.census,
+                            tuple(args.estimators),
+                            tuple(_power_kappa(w) for w in args.size_weights),
                         )
                         key = {
                             "data": data_name,
@@ -217,6 +270,7 @@ def paired(raw: pd.DataFrame, a: str = "blue", b: str = "topdown") -> pd.DataFra
     keys = ["data", "mechanism", "budget", "strategy", "level", "what", "seed"]
     sel = raw[raw["bin"] == "all"]
     wide = sel.pivot_table(index=keys, columns="estimator", values="mae").reset_index()
+    wide = wide.dropna(subset=[a, b])  # configurations where one of them did not run
     wide["diff"] = wide[a] - wide[b]
     g = wide.groupby(keys[:-1])["diff"]
     out = pd.DataFrame({"mean": g.mean(), "se": g.std(ddof=1) / np.sqrt(g.size())})
@@ -237,9 +291,11 @@ def paired(raw: pd.DataFrame, a: str = "blue", b: str = "topdown") -> pd.DataFra
 
 
 def level_table(
-    summary: pd.DataFrame, estimators=("noisy", "clipped", "census", "topdown", "blue")
+    summary: pd.DataFrame,
+    estimators=("noisy", "clipped", "census", "topdown", "blue", "blue_held"),
 ):
-    s = summary[(summary["bin"] == "all") & summary["estimator"].isin(estimators)].copy()
+    chosen = summary["estimator"].isin(estimators) | summary["estimator"].str.startswith("sized")
+    s = summary[(summary["bin"] == "all") & chosen].copy()
     s["fig"] = [f"{m:.3f}±{e:.3f}" for m, e in zip(s["mae"], s["mae_se"], strict=True)]
     wide = s.pivot_table(
         index=["data", "mechanism", "budget", "strategy", "level"],
@@ -314,6 +370,22 @@ def main(argv: list[str] | None = None) -> int:
         action="store_false",
         help="skip the Census copy-the-only-child TopDown (a third estimation per run)",
     )
+    parser.add_argument(
+        "--estimators",
+        nargs="+",
+        default=["topdown", "blue", "blue_held"],
+        choices=["topdown", "blue", "blue_held"],
+        help="the estimations to run besides noisy, clipped, gls (and census)",
+    )
+    parser.add_argument(
+        "--size-weights",
+        action="append",
+        default=[],
+        metavar="POWER:KAPPA",
+        help="also run the size-weighted L2 experiment (size_weights.py) with this factor "
+        "(repeat it; write --size-weights=-1:1 for a negative power; needs blue_held; 0:1 is "
+        "the baseline the others are paired with)",
+    )
     parser.add_argument("--out", type=Path, default=Path("bench_estimators"), help="CSV/PNG prefix")
     parser.add_argument(
         "--replot", type=Path, help="only redraw the plot from a CSV this script wrote"
@@ -340,9 +412,24 @@ def main(argv: list[str] | None = None) -> int:
         "\nblue minus topdown, paired on the same measurements (MAE difference, mean ± s.e.; "
         "'same' = worse by at most 2 s.e.)\n"
     )
-    print(paired(raw).to_string())
+    ran = set(raw["estimator"])
+    if {"blue", "topdown"} <= ran:
+        print(paired(raw).to_string())
+    sized_names = sorted(e for e in ran if e.startswith("sized") and e != "sized(0,1)")
+    for name in sized_names if "sized(0,1)" in ran else []:
+        print(f"\n{name} minus sized(0,1), paired, every level (MAE difference, mean ± s.e.)\n")
+        print(paired(raw, name, "sized(0,1)").to_string())
+    if {"blue_held", "blue"} <= ran:
+        print(
+            "\nblue_held minus blue (the root's total held at the rounded BLUE total), paired, "
+            "every level (MAE difference, mean ± s.e.)\n"
+        )
+        print(paired(raw, "blue_held", "blue").to_string())
     bins = summary[(summary["what"] == "cell") & (summary["level"] > 0)]
-    bins = bins[bins["estimator"].isin(["census", "topdown", "blue", "gls"])]
+    bins = bins[
+        bins["estimator"].isin(["census", "topdown", "blue", "blue_held", "gls"])
+        | bins["estimator"].str.startswith("sized")
+    ]
     print("\nCell MAE / bias by true count, below the root (mean over seeds ± s.e.)\n")
     bins = bins.assign(
         fig=[
@@ -360,9 +447,9 @@ def main(argv: list[str] | None = None) -> int:
             aggfunc="first",
         )[["all", "0", "1-5", "6-20", ">20"]].to_string()
     )
-    tb = summary[(summary["what"] == "total") & (summary["bin"] == "all") & (summary["level"] > 0)]
-    tb = tb[tb["estimator"].isin(["census", "topdown", "blue", "gls"])]
-    print("\nTotal bias below the root (mean ± s.e.; |z| > 3 flagged)\n")
+    tb = summary[(summary["what"] == "total") & (summary["bin"] == "all")]
+    tb = tb[tb["estimator"].isin(["census", "topdown", "blue", "blue_held", "gls"])]
+    print("\nTotal bias by level, the root's too (mean ± s.e. across seeds, z = bias / s.e.)\n")
     tb = tb.assign(z=tb["bias"] / tb["bias_se"].replace(0, np.nan))
     print(
         tb[
@@ -382,13 +469,17 @@ def main(argv: list[str] | None = None) -> int:
         .to_string(index=False)
     )
     t = timing.groupby(["data", "mechanism", "budget", "strategy"])[
-        [c for c in ("blue pass", "census", "topdown", "blue") if c in timing.columns]
+        [c for c in ("blue pass", "census", "topdown", "blue", "blue_held") if c in timing.columns]
     ].mean()
-    t["blue pass / blue release"] = t["blue pass"] / (t["blue pass"] + t["blue"])
+    if "blue" in t.columns:
+        t["blue pass / blue release"] = t["blue pass"] / (t["blue pass"] + t["blue"])
     print("\nSeconds per run (mean over seeds; the releases' estimation passes only)\n")
     print(t.round(4).to_string())
-    plot(summary, Path(f"{args.out}.png"))
-    print(f"\nwrote {args.out}.csv and {args.out}.png")
+    if "topdown" in ran:  # the plot is relative to "topdown"
+        plot(summary, Path(f"{args.out}.png"))
+        print(f"\nwrote {args.out}.csv and {args.out}.png")
+    else:
+        print(f"\nwrote {args.out}.csv")
     return 0
 
 

@@ -36,6 +36,7 @@ from topdown.measure import measure
 from topdown.microdata import write_table
 from topdown.progress import Progress
 from topdown.release import CorrectnessReport, Release
+from topdown.root_total import decide, with_root_total
 from topdown.schema import Attribute, Schema
 from topdown.strategy import MECHANISMS, Strategy
 from topdown.timing import PhaseClock
@@ -154,13 +155,19 @@ def release(
             inputs, blue_estimate, blue_seconds = prepare_inputs(
                 estimator, tree, schema.domain, measurements, invariants
             )
+            # post-processing: the root's total held at the rounded BLUE total where that is
+            # safe (topdown.root_total); a bound of the passes, not an invariant of the data
+            root_total = decide(
+                estimator, tree, schema.domain, blue_estimate, constraints, invariants
+            )
+            bounds = with_root_total(invariants, root_total)
             counts, stats = estimate(
                 tree,
                 schema.domain,
                 inputs,
                 first_pass=first_pass,
                 constraints=constraints,
-                invariants=invariants,
+                invariants=bounds,
                 options=options,
                 executor=ex,
                 progress=progress,
@@ -179,6 +186,7 @@ def release(
         estimator=estimator,
         blue=blue_estimate,
         blue_seconds=blue_seconds,
+        root_total=root_total,
         timings=timings,
     )
 

@@ -206,7 +206,7 @@ def _batched(
     if (
         parent_counts is None
         or (book.constraints is not None and len(book.constraints) > 0)
-        or book.invariants
+        or book.invariants.get(inputs.level)  # bounds of this level's nodes (not above)
         or options.solver.l2 not in ("auto", "closed_form")
         or options.capture is not None
     ):

@@ -26,6 +26,7 @@ from topdown.measure import Measurements
 from topdown.metrics import Metrics, compute_metrics
 from topdown.microdata import expand_microdata
 from topdown.node_constraints import NodeConstraints
+from topdown.root_total import RootTotal
 from topdown.schema import Schema
 from topdown.strategy import Strategy
 from topdown.tree import Tree, build_tree
@@ -77,6 +78,9 @@ class Release:
     estimator: str = "topdown"
     blue: Blue | None = None
     blue_seconds: float = 0.0
+    #: whether the passes held the root's total at the rounded BLUE total (``estimator="blue"``
+    #: without invariants; a bound of the estimation, not an invariant): ``topdown.root_total``
+    root_total: RootTotal | None = None
     timings: dict[str, float] = field(default_factory=dict)  # seconds by phase (benchmarks)
 
     def __post_init__(self) -> None:

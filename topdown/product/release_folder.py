@@ -60,6 +60,7 @@ from topdown.microdata import write_table
 from topdown.product.config import RunConfig, load_config
 from topdown.product.output_claim import OutputClaim, OutputExistsError, check_output, claim_output
 from topdown.release import Release
+from topdown.root_total import decide
 from topdown.schema import Schema
 from topdown.strategy import Query
 from topdown.tree import ROOT_LABEL, Level, Tree
@@ -198,6 +199,12 @@ def ledger_summary(rel: Release) -> dict[str, Any]:
                 "follow from the noise variances"
                 if rel.estimator == "blue"
                 else ""
+            ),
+            # recomputed by topdown check from the published measurements (load_release)
+            **(
+                {"root_total": rel.root_total.to_dict()}
+                if rel.estimator == "blue" and rel.root_total is not None
+                else {}
             ),
         },
     }
@@ -445,6 +452,11 @@ def load_release(folder: Path) -> tuple[Release, RunConfig]:
     ledger = Ledger.from_dict(read_json(folder, "ledger.json"))
     measurements = _measurements(folder, tree, cfg, ledger)
     invariants = read_invariants(folder, tree, cfg)
+    estimate = (
+        blue(tree, domain, measurements, exact_totals=exact_totals(invariants, domain))
+        if cfg.effective_estimator == "blue"
+        else None
+    )
     rel = Release(
         schema=schema,
         tree=tree,
@@ -457,10 +469,9 @@ def load_release(folder: Path) -> tuple[Release, RunConfig]:
         invariants=invariants,
         estimator=cfg.effective_estimator,
         # post-processing of the published measurements: recomputed, not stored
-        blue=(
-            blue(tree, domain, measurements, exact_totals=exact_totals(invariants, domain))
-            if cfg.effective_estimator == "blue"
-            else None
+        blue=estimate,
+        root_total=decide(
+            cfg.effective_estimator, tree, domain, estimate, cfg.constraints, invariants
         ),
     )
     return rel, cfg

@@ -276,6 +276,22 @@ def _not_private_html(ledger: dict[str, Any]) -> str:
     return f"<p class=danger><strong>NOT PRIVATE.</strong> Noise: {html.escape(text)}</p>"
 
 
+def _estimation_text(estimation: dict[str, Any]) -> str:
+    """The estimator, and whether the root's total was held at the rounded BLUE total
+    (``topdown.root_total``: post-processing, not an invariant)."""
+    text = f"{estimation.get('estimator', '')} (post-processing, no privacy cost)"
+    held = estimation.get("root_total")
+    if isinstance(held, dict) and held.get("held"):
+        text += (
+            f"; the root's total held at {held.get('value')}, the BLUE's total "
+            f"{held.get('blue_total')} (standard error {held.get('stderr')}) rounded: "
+            "not an invariant"
+        )
+    elif isinstance(held, dict):
+        text += f"; the root's total not held: {held.get('reason', '')}"
+    return text
+
+
 def _ledger_html(ledger: dict[str, Any], config: dict[str, Any]) -> str:
     s = ledger.get("summary", {})
     kind = s.get("budget_kind", "budget")
@@ -292,6 +308,9 @@ def _ledger_html(ledger: dict[str, Any], config: dict[str, Any]) -> str:
         ("per level", ", ".join(f"level {k}: {v}" for k, v in s.get("by_level", {}).items())),
         ("noise", noise),
     ]
+    estimation = s.get("estimation", {})
+    if estimation:
+        rows.append(("estimation", _estimation_text(estimation)))
     inv = ledger.get("invariants", [])
     dis = ledger.get("disclosures", [])
     rows.append(
