@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import itertools
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -613,9 +613,11 @@ def blue_inputs(
     measurements: Measurements | EstimatorInputs,
     estimate: Blue,
     exact_totals: Mapping[int, Mapping[int, float]] | None = None,
+    marginals: bool | Collection[int] = True,
 ) -> EstimatorInputs:
     """The passes' inputs under ``estimator="blue"``: per level the BLUE of the detailed
-    cells, of the node totals and of every other query the level measured.
+    cells, of the node totals and (``marginals``: True, or the levels where) of every other
+    query the level measured.
 
     The weights are the variances of each node's estimate from its own subtree (the upward
     recursion's), not of its final BLUE. The passes fix the parent's published counts and
@@ -655,8 +657,9 @@ def blue_inputs(
     """
     out = []
     for level, lv in enumerate(as_inputs(measurements).levels):
+        keep = marginals if isinstance(marginals, bool) else level in marginals
         names = ["detailed", "total"] + [
-            m.query.name for m in lv if m.query.name not in ("detailed", "total")
+            m.query.name for m in lv if keep and m.query.name not in ("detailed", "total")
         ]
         cells = (
             estimate.fitted[level] if estimate.holds_subtree(level) else estimate.cells_at(level)
