@@ -12,13 +12,20 @@ noisy measurements go to every estimator:
 - ``blue``: the BLUE's estimates and variances fed to the same passes (non-negative integers);
 - ``blue_held``: the same, the root's total held at the rounded BLUE total
   (``topdown.root_total``, what ``release(estimator="blue")`` does without invariants);
+- ``blue_dt``, ``blue_held_dt`` (``--estimators``): ``blue``, ``blue_held`` fed only the BLUE
+  detailed cells and totals, not the measured marginals' answers (``blue_inputs(...,
+  marginals=False)``): levels so fed take the level-batched passes; pair them with ``blue``,
+  ``blue_held``; ``blue_held_few``: the marginals fed only at the levels of at most
+  ``--few-nodes`` nodes (where the per-family path is cheap);
 - ``sized(power,kappa)`` (``--size-weights``, an experiment): ``blue_held``'s root, then the
   levels below with per-cell weights scaled by the cell's size (``size_weights.py``, CVXPY per
   family); ``sized(0,1)`` is the same pass as ``blue_held`` by another solver, the baseline
   to pair them with (ties of the rounding fall differently). Strategies of detailed cells and
   totals only.
 
-It prints the command line and tables of cell and total MAE and bias by level (mean over seeds,
+It prints the command line and tables of cell, total and marginal MAE and bias by level
+(``marginal``: over every answer of the level's measured marginals, what a release publishes
+besides cells and totals) (mean over seeds,
 with the standard error across seeds), the same by true cell count (0, 1-5, 6-20, over 20), the
 paired difference blue - topdown that the default switch reads, the BLUE pass's share of the
 estimation time, and writes a CSV of every figure and a PNG plot. The data: the ACS excerpt
@@ -67,7 +74,16 @@ STRATEGIES: dict[str, list[tuple[str, str]]] = {
         ("MARGINAL", "1/6"),
         ("RACE", "1/6"),
     ],
+    # benchmarks/pl94.py's production queries (PL94 only: the other data lack its attributes)
+    "production queries": [
+        ("detailed", "1/2"),
+        ("VOTING_AGE x HISPANIC x RACE", "3/10"),
+        ("HHGQ", "1/10"),
+        ("total", "1/10"),
+    ],
 }
+#: the strategies only some data sets can run
+ONLY = {"production queries": ("pl94",)}
 #: per data set: the race attribute and the two-attribute marginal of the third strategy
 NAMES = {
     "acs": {"RACE": "RAC1P", "MARGINAL": "SEX x AGE"},
@@ -75,7 +91,20 @@ NAMES = {
     "pl94": {"RACE": "RACE", "MARGINAL": "VOTING_AGE x HISPANIC"},
 }
 SIZE_BINS = [(0, 0, "0"), (1, 5, "1-5"), (6, 20, "6-20"), (21, np.inf, ">20")]
-ESTIMATORS = ("noisy", "clipped", "census", "topdown", "gls", "blue", "blue_held")
+ESTIMATORS = (
+    "noisy",
+    "clipped",
+    "census",
+    "topdown",
+    "gls",
+    "blue",
+    "blue_held",
+    "blue_dt",
+    "blue_held_dt",
+    "blue_held_few",
+)
+#: the optional estimations (the others are always computed)
+OPTIONAL = ("topdown", "blue", "blue_held", "blue_dt", "blue_held_dt", "blue_held_few")
 
 
 def load(name: str, pl94_persons: int = 20_000):
@@ -91,8 +120,16 @@ def load(name: str, pl94_persons: int = 20_000):
     return (*build_tree(state.records, schema, geography=state.geography), schema)
 
 
-def scores(level: int, est: np.ndarray, truth: np.ndarray, direct_total=None) -> list[dict]:
-    """Cell and total error figures of one level (and cell figures by true count)."""
+def scores(
+    level: int,
+    est: np.ndarray,
+    truth: np.ndarray,
+    direct_total=None,
+    marginals: tuple[Query, ...] = (),
+    domain=None,
+) -> list[dict]:
+    """Cell and total error figures of one level (cell figures by true count too), and the
+    error of the level's measured ``marginals``' answers (all answers pooled)."""
     err = est - truth
     tot_est = est.sum(axis=1) if direct_total is None else direct_total
     tot_err = tot_est - truth.sum(axis=1)
@@ -112,6 +149,19 @@ def scores(level: int, est: np.ndarray, truth: np.ndarray, direct_total=None) ->
             "bias": tot_err.mean(),
         },
     ]
+    if marginals:
+        m_err = np.concatenate(
+            [(q.answer(est, domain) - q.answer(truth, domain)).ravel() for q in marginals]
+        )
+        rows.append(
+            {
+                "level": level,
+                "what": "marginal",
+                "bin": "all",
+                "mae": np.abs(m_err).mean(),
+                "bias": m_err.mean(),
+            }
+        )
     for lo, hi, label in SIZE_BINS:
         mask = (truth >= lo) & (truth <= hi)
         if mask.any():
@@ -137,6 +187,7 @@ def one_run(
     census: bool = True,
     estimators: tuple[str, ...] = ("topdown", "blue", "blue_held"),
     sized: tuple[tuple[float, float], ...] = (),
+    few_nodes: int = 16,
 ) -> tuple[list[dict], dict[str, float]]:
     ledger = Ledger()
     meas, _ = measure(
@@ -161,10 +212,15 @@ def one_run(
     times["blue pass"] = time.perf_counter() - start
     results["gls"] = list(b.cells)
     held = with_root_total(None, decide("blue", tree, domain, b))
+    lean = blue_inputs(meas, b, marginals=False)
+    few = [level for level in range(tree.n_levels) if tree.levels[level].size <= few_nodes]
     runs = [
         ("topdown", fold_only_children(tree, as_inputs(meas)), None),
         ("blue", fed, None),
         ("blue_held", fed, held),
+        ("blue_dt", lean, None),
+        ("blue_held_dt", lean, held),
+        ("blue_held_few", blue_inputs(meas, b, marginals=few), held),
     ]
     for name, inputs, bound in [("census", as_inputs(meas), None)] * census + runs:
         if name not in estimators:
@@ -192,13 +248,18 @@ def one_run(
                     counts = sized_counts(tree, fed, counts[0], kappa, power)
                     times[label] = time.perf_counter() - start
                     results[label] = [c.astype(float) for c in counts]
+    marginals = [
+        tuple(m.query for m in lv if m.query.name not in ("detailed", "total"))
+        for lv in as_inputs(meas).levels
+    ]
     rows = []
     for name in [e for e in ESTIMATORS if e in results] + [
         e for e in results if e.startswith("sized")
     ]:
         for level in range(tree.n_levels):
             direct = totals.get(name, [None] * tree.n_levels)[level]
-            for r in scores(level, results[name][level], truth.counts[level], direct):
+            est, true = results[name][level], truth.counts[level]
+            for r in scores(level, est, true, direct, marginals[level], domain):
                 rows.append({"estimator": name, **r})
     return rows, times
 
@@ -217,6 +278,10 @@ def run(args) -> tuple[pd.DataFrame, pd.DataFrame]:
         for mechanism in args.mechanisms:
             for budget in args.budgets:
                 for sname, queries in STRATEGIES.items():
+                    if args.strategies and sname not in args.strategies:
+                        continue
+                    if data_name not in ONLY.get(sname, (data_name,)):
+                        continue
                     strategy = Strategy.from_budgets(
                         [budget] * tree.n_levels,
                         mechanism=mechanism,
@@ -237,6 +302,7 @@ def run(args) -> tuple[pd.DataFrame, pd.DataFrame]:
                             args.census,
                             tuple(args.estimators),
                             tuple(_power_kappa(w) for w in args.size_weights),
+                            args.few_nodes,
                         )
                         key = {
                             "data": data_name,
@@ -292,7 +358,17 @@ def paired(raw: pd.DataFrame, a: str = "blue", b: str = "topdown") -> pd.DataFra
 
 def level_table(
     summary: pd.DataFrame,
-    estimators=("noisy", "clipped", "census", "topdown", "blue", "blue_held"),
+    estimators=(
+        "noisy",
+        "clipped",
+        "census",
+        "topdown",
+        "blue",
+        "blue_held",
+        "blue_dt",
+        "blue_held_dt",
+        "blue_held_few",
+    ),
 ):
     chosen = summary["estimator"].isin(estimators) | summary["estimator"].str.startswith("sized")
     s = summary[(summary["bin"] == "all") & chosen].copy()
@@ -374,8 +450,20 @@ def main(argv: list[str] | None = None) -> int:
         "--estimators",
         nargs="+",
         default=["topdown", "blue", "blue_held"],
-        choices=["topdown", "blue", "blue_held"],
+        choices=list(OPTIONAL),
         help="the estimations to run besides noisy, clipped, gls (and census)",
+    )
+    parser.add_argument(
+        "--few-nodes",
+        type=int,
+        default=16,
+        help="blue_held_few feeds the marginals at the levels of at most this many nodes",
+    )
+    parser.add_argument(
+        "--strategies",
+        nargs="+",
+        choices=list(STRATEGIES),
+        help="run only these strategies (default: all)",
     )
     parser.add_argument(
         "--size-weights",
@@ -425,9 +513,20 @@ def main(argv: list[str] | None = None) -> int:
             "every level (MAE difference, mean ± s.e.)\n"
         )
         print(paired(raw, "blue_held", "blue").to_string())
+    for lean, full in (
+        ("blue_dt", "blue"),
+        ("blue_held_dt", "blue_held"),
+        ("blue_held_few", "blue_held"),
+    ):
+        if {lean, full} <= ran:
+            print(
+                f"\n{lean} minus {full} (marginals not fed to the passes), paired, every level "
+                "(MAE difference, mean ± s.e.)\n"
+            )
+            print(paired(raw, lean, full).to_string())
     bins = summary[(summary["what"] == "cell") & (summary["level"] > 0)]
     bins = bins[
-        bins["estimator"].isin(["census", "topdown", "blue", "blue_held", "gls"])
+        bins["estimator"].isin(["census", *OPTIONAL, "gls"])
         | bins["estimator"].str.startswith("sized")
     ]
     print("\nCell MAE / bias by true count, below the root (mean over seeds ± s.e.)\n")
@@ -448,7 +547,7 @@ def main(argv: list[str] | None = None) -> int:
         )[["all", "0", "1-5", "6-20", ">20"]].to_string()
     )
     tb = summary[(summary["what"] == "total") & (summary["bin"] == "all")]
-    tb = tb[tb["estimator"].isin(["census", "topdown", "blue", "blue_held", "gls"])]
+    tb = tb[tb["estimator"].isin(["census", *OPTIONAL, "gls"])]
     print("\nTotal bias by level, the root's too (mean ± s.e. across seeds, z = bias / s.e.)\n")
     tb = tb.assign(z=tb["bias"] / tb["bias_se"].replace(0, np.nan))
     print(
@@ -469,7 +568,7 @@ def main(argv: list[str] | None = None) -> int:
         .to_string(index=False)
     )
     t = timing.groupby(["data", "mechanism", "budget", "strategy"])[
-        [c for c in ("blue pass", "census", "topdown", "blue", "blue_held") if c in timing.columns]
+        [c for c in ("blue pass", "census", *OPTIONAL) if c in timing.columns]
     ].mean()
     if "blue" in t.columns:
         t["blue pass / blue release"] = t["blue pass"] / (t["blue pass"] + t["blue"])

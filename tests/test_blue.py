@@ -320,3 +320,27 @@ def test_an_exact_total_is_kept_and_has_no_error() -> None:
     assert np.isinf(total.variance[1]) and np.isfinite(total.variance[0])
     with pytest.raises(ValueError, match="names node 9"):
         blue(tree, DOMAIN, inputs, exact_totals={0: {9: 1.0}})
+
+
+def test_blue_inputs_feed_the_marginals_only_where_asked() -> None:
+    """``marginals=False`` leaves every level's measured marginals out (detailed and total
+    unchanged, values and weights); a set of levels keeps them at those levels only."""
+    rng = np.random.default_rng(5)
+    tree = random_tree(rng, (2, 2), only_child=False)
+    queries = [["detailed", "A"], ["detailed", "A x B"], ["detailed", "B", "C"]]
+    inputs = random_inputs(rng, tree, queries, per_node=False)
+    est = blue(tree, DOMAIN, inputs)
+    full = blue_inputs(inputs, est)
+    assert [m.query.name for m in full.at(2)] == ["detailed", "total", "B", "C"]
+    lean = blue_inputs(inputs, est, marginals=False)
+    some = blue_inputs(inputs, est, marginals={1})
+    for level in range(tree.n_levels):
+        assert [m.query.name for m in lean.at(level)] == ["detailed", "total"]
+        expected = [m.query.name for m in (full if level == 1 else lean).at(level)]
+        assert [m.query.name for m in some.at(level)] == expected
+        for name in ("detailed", "total"):
+            a, b = full.get(level, name), lean.get(level, name)
+            assert a is not None and b is not None
+            np.testing.assert_array_equal(a.noisy, b.noisy)
+            np.testing.assert_array_equal(a.variance, b.variance)
+    assert [m.query.name for m in some.at(1)] == ["detailed", "total", "A x B"]

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import itertools
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -613,9 +613,11 @@ def blue_inputs(
     measurements: Measurements | EstimatorInputs,
     estimate: Blue,
     exact_totals: Mapping[int, Mapping[int, float]] | None = None,
+    marginals: bool | Collection[int] = True,
 ) -> EstimatorInputs:
     """The passes' inputs under ``estimator="blue"``: per level the BLUE of the detailed
-    cells, of the node totals and of every other query the level measured.
+    cells, of the node totals and (``marginals``: True, or the levels where) of every other
+    query the level measured.
 
     The weights are the variances of each node's estimate from its own subtree (the upward
     recursion's), not of its final BLUE. The passes fix the parent's published counts and
@@ -648,6 +650,23 @@ def blue_inputs(
     1.00, 1.02, 1.09 and 1.36 times TopDown's: the weight 1 (the total as one more
     measurement, weighted by its own variance) is the compromise kept.
 
+    The marginals go in at every level by default, although the BLUE cells already pool their
+    measurements and a level fed only cells and totals could take the level-batched passes
+    (faster than a QP per family). Without them the passes' metric within a node is one weight
+    for every cell plus the total's: it no longer holds the well-measured marginals tighter
+    than the rest when it spreads the gap to the published parent or the mass that clipping
+    moves. The cost, measured (benchmarks/bench_estimators.py, discrete Gaussian, 20 seeds,
+    ``marginals=False`` minus ``True`` paired on the same measurements, the root's total held
+    in both): ACS "detailed 2/3 + two marginals 1/6", PUMA level, cell MAE +0.024 +- 0.002 on
+    0.336 (rho 0.5) and +0.012 +- 0.001 on 0.130 (rho 2), marginal MAE +0.25 +- 0.01 on 1.15
+    and +0.115 +- 0.009 on 0.65, total MAE +0.29 +- 0.04 on 3.3 and +0.15 +- 0.05 on 1.5; a
+    PL94-shaped state of 20,000 persons with the production queries (detailed 1/2, voting age
+    x Hispanic x race 3/10, HHGQ 1/10, total 1/10), root cell MAE 0.062 to 0.110 and 0.018 to
+    0.039, block total MAE +0.53 +- 0.01 on 1.95 and +0.31 +- 0.01 on 0.91. Leaving them out
+    only at the levels of many nodes (block groups and blocks) kept most of the block-level
+    cost (total +0.52, +0.30). So every level gets them; ``marginals=False`` (or the levels
+    that get them) is the benchmark's experiment.
+
     The totals of ``exact_totals`` (invariants) weigh 0 in the passes, which hold each
     invariant as a constraint (their BLUE variance, 0, would drown every other input). Other
     answers of variance 0 (a measurement whose variance underflowed: a huge budget) keep it and
@@ -655,8 +674,9 @@ def blue_inputs(
     """
     out = []
     for level, lv in enumerate(as_inputs(measurements).levels):
+        keep = marginals if isinstance(marginals, bool) else level in marginals
         names = ["detailed", "total"] + [
-            m.query.name for m in lv if m.query.name not in ("detailed", "total")
+            m.query.name for m in lv if keep and m.query.name not in ("detailed", "total")
         ]
         cells = (
             estimate.fitted[level] if estimate.holds_subtree(level) else estimate.cells_at(level)
