@@ -237,8 +237,9 @@ def test_families_left_by_the_batch_are_solved_per_family(monkeypatch):
     monkeypatch.setattr(
         estimate_module,
         "_family_task",
-        lambda inputs, *a, **kw: built.append((inputs.level, a[2] is not None))
-        or real_task(inputs, *a, **kw),
+        lambda inputs, *a, **kw: (
+            built.append((inputs.level, a[2] is not None)) or real_task(inputs, *a, **kw)
+        ),
     )
     rel = release(df, schema, strategy, seed=11, estimator="topdown")
     assert rel.check_correctness().ok  # the left families were filled in by their tasks

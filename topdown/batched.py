@@ -127,12 +127,14 @@ class LevelChunks:
 
 
 def level_chunks(
-    parent: np.ndarray, parent_counts: np.ndarray, max_values: int = CHUNK_VALUES
+    parent: np.ndarray, parent_counts: np.ndarray, max_values: int | None = None
 ) -> LevelChunks:
     """Cut a level's families into chunks (see the module docstring): by number of children,
-    then by number of support cells and parent index, about ``max_values`` (child, support
-    cell) values per chunk (one family at least). Public structure and published counts only.
+    then by number of support cells and parent index, about ``max_values`` (default
+    ``CHUNK_VALUES``) (child, support cell) values per chunk (one family at least). Public
+    structure and published counts only.
     """
+    max_values = CHUNK_VALUES if max_values is None else max_values
     parent = np.asarray(parent, dtype=np.int64)
     chunks: list[ChunkShape] = []
     only_p: list[np.ndarray] = [np.zeros(0, dtype=np.int64)]
@@ -187,7 +189,7 @@ def batched_l2(
     parent: np.ndarray,
     *,
     weights: np.ndarray | None = None,
-    max_values: int = CHUNK_VALUES,
+    max_values: int | None = None,
 ) -> np.ndarray:
     """The L2 answers of every child of a detailed-only level without per-node constraints.
 
@@ -254,7 +256,7 @@ def batched_round(
     parent: np.ndarray,
     *,
     controlled: bool = True,
-    max_values: int = CHUNK_VALUES,
+    max_values: int | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """The rounding pass of every family of a level without per-node constraints, at once
     (``round_chunk`` on each chunk of ``level_chunks``).

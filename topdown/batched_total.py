@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from topdown.batched import CHUNK_VALUES, level_chunks, project_chunk
+from topdown.batched import level_chunks, project_chunk
 
 __all__ = ["batched_l2_total", "newton_chunk", "DUAL_NEWTON"]
 
@@ -54,7 +54,7 @@ def batched_l2_total(
     weights: np.ndarray,
     total_weights: np.ndarray,
     max_iter: int = 100,
-    max_values: int = CHUNK_VALUES,
+    max_values: int | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """The L2 answers of every child of a level fitted to detailed cells and node totals.
 
