@@ -183,8 +183,8 @@ def _state():
 
 
 def test_release_rounds_batched_levels_without_family_tasks(monkeypatch):
-    """A detailed-only release rounds every level below the root in one batch: no
-    ``FamilyTask`` is built there, the statistics say the closed form solved the rounding
+    """A detailed-only release rounds every level below the root in batch, and the root in
+    closed form: no ``FamilyTask`` is built, the statistics say the closed form solved the rounding
     problems, and the release is non-negative, integer and consistent. Against the per-family
     rounding (HiGHS named for the rounding pass) of the same L2 answers, level 1 (same parent)
     rounds to the same L1 distance, hence within ties."""
@@ -199,7 +199,8 @@ def test_release_rounds_batched_levels_without_family_tasks(monkeypatch):
         lambda inputs, *a, **kw: built.append(inputs.level) or real(inputs, *a, **kw),
     )
     batched = release(df, schema, strategy, seed=11, estimator="topdown")
-    assert built == [0]  # the root's task only
+    assert built == []  # the root's passes are closed forms too (topdown.root)
+    assert batched.stats[0].solved_in("rounding") == {"closed_form": 1}
     assert batched.check_correctness().ok
     per_family = release(
         df, schema, strategy, seed=11, estimator="topdown", solver={"rounding": "highs"}

@@ -13,6 +13,7 @@ confidential data: invariants arrive already bound to their published values by
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -36,6 +37,7 @@ from topdown.family import FamilyTask, Measurement, solve_family
 from topdown.measure import Measurements
 from topdown.node_constraints import NodeConstraints
 from topdown.passes import EstimateOptions, LevelStats, SolverChoice, SolveStats
+from topdown.root import root_l2, root_round
 from topdown.tree import Tree
 
 __all__ = ["EstimateOptions", "LevelStats", "SolveStats", "SolverChoice", "estimate"]
@@ -214,20 +216,18 @@ def _batched(
     progress: Callable | None,
 ) -> _Batch:
     """The level's families by the level-batched passes, in chunks on the executor, when
-    their problems are those of every family: nothing is attached to any node, the L2 pass
+    their problems are those of every family: nothing binds any node of the level, the L2 pass
     may use the closed form (or the dual Newton iteration, under ``auto``), and no capture
     was asked for (a capture records each family's problem). The rounding pass runs in the
     same tasks when it may use the closed form; families the chunks leave (a Newton
     iteration that did not settle, a rounding the batch could not make) go to the
     per-family path. Returns an empty batch when the level is not batched."""
     book, options = inputs.book, inputs.options
-    if (
-        parent_counts is None
-        or (book.constraints is not None and len(book.constraints) > 0)
-        or book.invariants
-        or options.solver.l2 not in ("auto", "closed_form")
-        or options.capture is not None
-    ):
+    if options.solver.l2 not in ("auto", "closed_form") or options.capture is not None:
+        return _Batch()
+    if parent_counts is None:
+        return _root(inputs)
+    if not _unconstrained(book, inputs.level):
         return _Batch()
     fit = _batched_fit(inputs)
     if fit is None:
@@ -294,6 +294,68 @@ def _batched(
             "y" if len(left) - unsettled == 1 else "ies",
         )
     return _Batch(counts=counts, left=np.sort(np.array(left, dtype=np.int64)), l2=l2, stats=stats)
+
+
+def _root(inputs: _LevelInputs) -> _Batch:
+    """The root's two passes in closed form (``topdown.root``) when they are the general
+    path's problems in closed form: the level-batched fits (detailed cells, and the total
+    under ``auto``), the closed form allowed for the rounding, and nothing attached to the
+    root but bounds on its total (an invariant total). Empty otherwise, or when a pass has no
+    one-unit answer (the general path then reports or widens)."""
+    if inputs.options.solver.rounding not in ("auto", "closed_form"):
+        return _Batch()
+    fit = _batched_fit(inputs)
+    bounds = _total_bounds(inputs.book, inputs.book.of(0, 0, inputs.labels[0]))
+    if fit is None or bounds is None:
+        return _Batch()
+    start = time.perf_counter()
+    x = root_l2(
+        np.asarray(fit.noisy[0], dtype=float),
+        float(fit.weights[0]),
+        0.0 if fit.totals is None else float(fit.totals[0]),
+        0.0 if fit.total_weights is None else float(fit.total_weights[0]),
+        *bounds,
+    )
+    middle = time.perf_counter()
+    counts = (
+        None if x is None else root_round(x, *bounds, controlled=inputs.options.controlled_rounding)
+    )
+    if counts is None:
+        return _Batch()
+    stats = SolveStats(
+        families=1,
+        problems=2,
+        l2_time=middle - start,
+        round_time=time.perf_counter() - middle,
+        solved=(("l2", "closed_form", 1), ("rounding", "closed_form", 1)),
+    )
+    return _Batch(counts=counts[None, :], left=np.zeros(0, dtype=np.int64), stats=stats)
+
+
+def _unconstrained(book: NodeConstraints, level: int) -> bool:
+    """No node of ``level`` has a constraint of its own: nothing attached to the level or to
+    any of its nodes, no invariant bound there (constraints elsewhere in the tree, such as a
+    held root total, leave the level's families separable)."""
+    if book.invariants.get(level):
+        return False
+    attached = book.constraints
+    if attached is None or len(attached) == 0:
+        return True
+    per_node = [c for cs in attached.node_specific(level).values() for c in cs]
+    return all(c.is_invariant for c in (*attached.for_level(level), *per_node))
+
+
+def _total_bounds(book: NodeConstraints, constraints: tuple) -> tuple[float, float] | None:
+    """Bounds on a node's total when its constraints are only that (rows of ones over every
+    cell, no structural zero): (lo, hi), infinite without any; None for anything else."""
+    if not constraints:
+        return -np.inf, np.inf
+    if book.zeros(constraints) is not None:
+        return None
+    rows = book.rows(constraints)
+    if not (np.all(rows.A.getnnz(axis=1) == book.domain.size) and np.all(rows.A.data == 1.0)):
+        return None
+    return float(rows.lb.max()), float(rows.ub.min())
 
 
 def _batched_fit(inputs: _LevelInputs) -> _Fit | None:
