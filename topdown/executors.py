@@ -195,8 +195,14 @@ class DaskExecutor(Executor):
         # Dask's nannies set MALLOC_TRIM_THRESHOLD_ in their workers, which also switches off
         # glibc's adaptive mmap threshold: every large temporary array of the samplers is then
         # mapped and unmapped afresh (measured: twice the system time of the same chunk in
-        # this process). The engine's workers keep the allocator's default.
-        with dask.config.set({"distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None}):
+        # this process). The engine's workers keep the allocator's default. Nor do they
+        # sample their own stacks every 10 ms (the worker profiler, for the dashboard): the
+        # tasks are long array work, and the engine times them itself.
+        settings = {
+            "distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None,
+            "distributed.worker.profile.enabled": False,
+        }
+        with dask.config.set(settings):
             self._cluster = cluster_cls(
                 n_workers=self.workers,
                 threads_per_worker=1,
