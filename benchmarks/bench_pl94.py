@@ -142,6 +142,8 @@ def run_one(persons: int, executor: str, args: argparse.Namespace, stream: str =
             else cpu - tree_cpu - measure_cpu - micro_cpu
         ),
         "estimate_wall": t.get("estimate_wall", float("nan")),
+        # the whole-tree BLUE (estimator "blue"), in the main process: part of estimate_wall
+        "blue_s": float(getattr(rel, "blue_seconds", 0.0)),
         "level_task_s": [round(s.l2_time + s.round_time, 2) for s in rel.stats],
         "microdata_cpu": micro_cpu,
         "microdata_wall": micro_wall,
@@ -385,10 +387,10 @@ def _print_tables(rows: list[dict[str, Any]], measure_only: bool) -> None:
         print(frame[cols].round(2).to_string(index=False))
         return
     cols = ["persons", "executor", "stream", "nodes", "wall_s", "cpu_s", "main_cpu"]
-    cols += ["workers_cpu", "tree_cpu", "measure_cpu"]
-    cols += ["estimate_cpu", "microdata_cpu", "cells_per_cpu_s", "peak_main_MiB"]
-    cols += ["peak_worker_MiB", "correct", "load"]
-    shown = frame[cols].copy()
+    cols += ["workers_cpu", "tree_cpu", "measure_cpu", "measure_wall"]
+    cols += ["estimate_cpu", "estimate_wall", "blue_s", "microdata_cpu", "cells_per_cpu_s"]
+    cols += ["peak_main_MiB", "peak_worker_MiB", "correct", "load"]
+    shown = frame.reindex(columns=cols)  # a streamed row has no measure / estimate split
     shown["cells_per_cpu_s"] = shown["cells_per_cpu_s"].round(-3).astype(int)
     print(shown.round(2).to_string(index=False))
     serial = frame[frame["executor"] == "serial"].set_index("persons")["wall_s"]

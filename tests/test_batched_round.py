@@ -183,8 +183,8 @@ def _state():
 
 
 def test_release_rounds_batched_levels_without_family_tasks(monkeypatch):
-    """A detailed-only release rounds every level below the root in one batch: no
-    ``FamilyTask`` is built there, the statistics say the closed form solved the rounding
+    """A detailed-only release rounds every level below the root in batch, and the root in
+    closed form: no ``FamilyTask`` is built, the statistics say the closed form solved the rounding
     problems, and the release is non-negative, integer and consistent. Against the per-family
     rounding (HiGHS named for the rounding pass) of the same L2 answers, level 1 (same parent)
     rounds to the same L1 distance, hence within ties."""
@@ -199,7 +199,8 @@ def test_release_rounds_batched_levels_without_family_tasks(monkeypatch):
         lambda inputs, *a, **kw: built.append(inputs.level) or real(inputs, *a, **kw),
     )
     batched = release(df, schema, strategy, seed=11, estimator="topdown")
-    assert built == [0]  # the root's task only
+    assert built == []  # the root's passes are closed forms too (topdown.root)
+    assert batched.stats[0].solved_in("rounding") == {"closed_form": 1}
     assert batched.check_correctness().ok
     per_family = release(
         df, schema, strategy, seed=11, estimator="topdown", solver={"rounding": "highs"}
@@ -217,24 +218,39 @@ def test_release_rounds_batched_levels_without_family_tasks(monkeypatch):
 
 def test_families_left_by_the_batch_are_solved_per_family(monkeypatch):
     """If the batched rounding leaves families (it would for an inconsistent L2 answer), they
-    get per-family tasks, and the release is still correct and counts them."""
+    get per-family tasks that start from the chunk's L2 answers, and the release is still
+    correct and counts them."""
+    import topdown.chunk_tasks as chunk_module
     from topdown import release
 
     df, schema, strategy = _state()
-    real = estimate_module.batched_round
+    real = chunk_module.round_chunk
 
-    def leave_every_other(x, parent_counts, parent, **kw):
-        counts, _ = real(x, parent_counts, parent, **kw)
-        left = np.arange(0, parent_counts.shape[0], 2)
-        counts[np.isin(parent, left)] = 0
-        return counts, left
+    def leave_every_other(x, p, cells, controlled=True):
+        counts, bad = real(x, p, cells, controlled)
+        bad = bad.copy()
+        bad[::2] = True
+        return counts, bad
 
-    monkeypatch.setattr(estimate_module, "batched_round", leave_every_other)
+    monkeypatch.setattr(chunk_module, "round_chunk", leave_every_other)
+    built: list[tuple[int, bool]] = []
+    real_task = estimate_module._family_task
+    monkeypatch.setattr(
+        estimate_module,
+        "_family_task",
+        lambda inputs, *a, **kw: (
+            built.append((inputs.level, a[2] is not None)) or real_task(inputs, *a, **kw)
+        ),
+    )
     rel = release(df, schema, strategy, seed=11, estimator="topdown")
-    assert rel.check_correctness().ok  # the zeroed families were filled in by their tasks
+    assert rel.check_correctness().ok  # the left families were filled in by their tasks
     for level in range(1, rel.tree.n_levels):
         assert rel.stats[level].families == rel.tree.levels[level - 1].size
         assert sum(rel.stats[level].solved_in("rounding").values()) == needing(rel, level)
+        # their L2 answers came from the chunks: no per-family L2 solve
+        assert rel.stats[level].solved_in("l2") == {"closed_form": needing(rel, level)}
+        tasks = [with_l2 for lv, with_l2 in built if lv == level]
+        assert tasks and all(tasks)  # tasks for the left families, starting from the chunk's L2
 
 
 def test_same_release_on_serial_and_processes():

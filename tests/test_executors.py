@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -21,11 +22,16 @@ def test_batches_cover_the_tasks_in_order():
             assert max(sizes) - min(sizes) <= 1  # even batches: the workers finish together
 
 
+def _pid(_: object) -> int:
+    return os.getpid()
+
+
 def test_processes_give_results_in_task_order():
     with make_executor("processes", workers=2) as ex:
-        # above min_tasks: the pool runs them, in batches, and the order is the tasks'
+        # the pool runs them, in batches, and the order is the tasks'
         assert ex.map(abs, list(range(-40, 0))) == list(range(40, 0, -1))
-        assert ex.map(abs, [-1, -2]) == [1, 2]  # below min_tasks: in this process
+        assert ex.map(_pid, [None]) == [os.getpid()]  # a lone task: in this process
+        assert os.getpid() not in ex.map(_pid, [None, None])  # two: on the workers
 
 
 @pytest.mark.parametrize("workers", [0, -1, 1.5, True])

@@ -5,24 +5,34 @@ When a level measures the detailed histogram only and no child has constraints o
 cell: for each (parent, cell) group, the children's values are the projection of their noisy
 answers onto ``{x >= 0, sum x = parent's value}``, weighted by the inverse of each child's
 variance (the fast paths of the design note, shared/DESIGN.md beside the repository). Instead
-of one small model per family, this module solves every group of the level at once: parents
-are bucketed by their number of children k, each bucket is a (groups x k) array, and each
-array is one sort and one threshold (``solvers.backends.closed_form.project_groups``). Parent
-cells that are zero give zero children, as the per-family path's support does. The answer is
-the per-family L2 answer, to floating-point rounding (shown by the property tests).
+of one small model per family, this module solves many families at once, one sort and one
+threshold per group (``solvers.backends.closed_form.project_groups``). Parent cells that are
+zero give zero children, as the per-family path's support does. The answer is the per-family
+L2 answer, to floating-point rounding (shown by the property tests).
 
 The root (no parent) of a detailed-only level is the non-negative clip of its noisy answers.
 
 The rounding pass of such a level (``batched_round``) is the per-family controlled rounding
-(Cox 1987) solved for every family at once: the cell-by-cell optimum over all (parent, cell)
+(Cox 1987) solved for many families at once: the cell-by-cell optimum over all (parent, cell)
 groups, then an exact network-flow repair of the families whose child totals left their
-bounds (``solvers.backends.transport.transport_repair``). Each family's answer depends on that
-family alone, so neither the chunking nor the executor changes the release.
+bounds (``solvers.backends.transport.transport_repair``).
+
+Chunks (``level_chunks``): the families of a level with two or more children and some count
+are bucketed by their number of children k, sorted by their number of support cells (the
+parent's non-zero cells) and cut into chunks of about ``CHUNK_VALUES`` (child, support cell)
+values. A chunk holds only its families' support cells, padded at the end to the chunk's
+widest family (``ChunkShape``): a block group's family touches a few dozen of the 2,016
+cells, so this is the work, not the histogram. The cut depends on the level's public
+structure and published parent counts only, never on the executor or its workers; and each
+family's answer is the same alone as inside any chunk, bit for bit (every reduction over cells
+is sequential, so trailing padding adds exact zeros; tests/test_chunk_tasks.py), so the cut
+does not change the release either. ``topdown.chunk_tasks`` ships chunks to the executor.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -30,9 +40,22 @@ from solvers.backends.closed_form import buckets, project_groups
 from solvers.backends.transport import transport_repair
 from topdown.strategy import Query
 
-__all__ = ["detailed_only", "batched_l2", "batched_round", "family_chunks", "MAX_GROUP_VALUES"]
+__all__ = [
+    "CHUNK_VALUES",
+    "ChunkShape",
+    "LevelChunks",
+    "batched_l2",
+    "batched_round",
+    "detailed_only",
+    "level_chunks",
+    "project_chunk",
+    "round_chunk",
+]
 
-MAX_GROUP_VALUES = 2**22  # values projected per vectorised call (bounds the working arrays)
+#: (child, support cell) values per chunk: a chunk's working arrays stay a few MB (the dual
+#: Newton iteration's k x k Jacobian terms take k times that), while a level of a medium state
+#: still makes dozens of chunks for the workers to share
+CHUNK_VALUES = 2**16
 
 
 def detailed_only(queries: Sequence[Query], first_pass: Sequence[int] = ()) -> bool:
@@ -41,13 +64,132 @@ def detailed_only(queries: Sequence[Query], first_pass: Sequence[int] = ()) -> b
     return len(queries) == 1 and queries[0].attributes is None and set(first_pass) <= {0}
 
 
+@dataclass(frozen=True)
+class ChunkShape:
+    """Q families of k children each, on their support cells (padded to width W).
+
+    Attributes:
+        parents: the families' parent indices (Q,).
+        children: their children's indices (Q, k), in index order.
+        cells: each family's support cells, ascending, then 0 up to the width (Q, W).
+        sizes: each family's number of support cells (Q,), >= 1.
+    """
+
+    parents: np.ndarray
+    children: np.ndarray
+    cells: np.ndarray
+    sizes: np.ndarray
+
+    @property
+    def mask(self) -> np.ndarray:
+        """(Q, W): True on a family's own support cells, False on the padding."""
+        return np.arange(self.cells.shape[1])[None, :] < self.sizes[:, None]
+
+    def gather(self, values: np.ndarray) -> np.ndarray:
+        """The children's rows of a level array (children, cells) on the support: (Q, k, W),
+        0 in the padding; the dtype is kept."""
+        out = np.asarray(values)[self.children[:, :, None], self.cells[:, None, :]]
+        out[~np.broadcast_to(self.mask[:, None, :], out.shape)] = 0
+        return out
+
+    def gather_parents(self, parent_counts: np.ndarray) -> np.ndarray:
+        """The parents' counts on the support: (Q, W), 0 in the padding."""
+        out = parent_counts[self.parents[:, None], self.cells]
+        out[~self.mask] = 0
+        return out
+
+    def scatter(
+        self, out: np.ndarray, values: np.ndarray, families: np.ndarray | None = None
+    ) -> None:
+        """Write (Q, k, W) values into the level array ``out`` (children, cells), in place:
+        the families ``families`` (a (Q,) mask; default all), support cells only."""
+        keep = np.broadcast_to(self.mask[:, None, :], values.shape)
+        if families is not None:
+            keep = keep & families[:, None, None]
+        rows = np.broadcast_to(self.children[:, :, None], values.shape)
+        cols = np.broadcast_to(self.cells[:, None, :], values.shape)
+        out[rows[keep], cols[keep]] = values[keep]
+
+
+@dataclass(frozen=True)
+class LevelChunks:
+    """The families of a level: chunks of families to solve, and the only children (each is
+    its parent) as (parents, children) index arrays. Families of an all-zero parent are in
+    neither: their children are zero."""
+
+    chunks: tuple[ChunkShape, ...]
+    only_parents: np.ndarray
+    only_children: np.ndarray
+
+    def copy_only_children(self, out: np.ndarray, parent_counts: np.ndarray) -> None:
+        """An only child is its parent: its row of ``out`` gets the parent's counts."""
+        out[self.only_children] = parent_counts[self.only_parents]
+
+
+def level_chunks(
+    parent: np.ndarray, parent_counts: np.ndarray, max_values: int | None = None
+) -> LevelChunks:
+    """Cut a level's families into chunks (see the module docstring): by number of children,
+    then by number of support cells and parent index, about ``max_values`` (default
+    ``CHUNK_VALUES``) (child, support cell) values per chunk (one family at least). Public
+    structure and published counts only.
+    """
+    max_values = CHUNK_VALUES if max_values is None else max_values
+    parent = np.asarray(parent, dtype=np.int64)
+    chunks: list[ChunkShape] = []
+    only_p: list[np.ndarray] = [np.zeros(0, dtype=np.int64)]
+    only_c: list[np.ndarray] = [np.zeros(0, dtype=np.int64)]
+    for parents_k, children_k in buckets(parent, parent_counts.shape[0]):
+        k = children_k.shape[1]
+        if k == 0:
+            continue
+        if k == 1:
+            only_p.append(parents_k)
+            only_c.append(children_k[:, 0])
+            continue
+        support = parent_counts[parents_k] > 0
+        n = support.sum(axis=1)
+        live = np.flatnonzero(n > 0)
+        if live.size == 0:
+            continue
+        order = live[np.lexsort((parents_k[live], n[live]))]
+        sizes = n[order]
+        values = k * sizes
+        chunk_id = (np.cumsum(values) - values) // max(1, max_values)
+        edges = np.flatnonzero(np.r_[True, chunk_id[1:] != chunk_id[:-1], True])
+        fam, cell = np.nonzero(support[order])  # by family (in chunk order), then cell
+        first = np.r_[0, np.cumsum(sizes)]
+        pos = np.arange(fam.size) - first[fam]
+        for a, b in zip(edges[:-1], edges[1:], strict=True):
+            lo, hi = first[a], first[b]
+            cells = np.zeros((b - a, int(sizes[a:b].max())), dtype=np.int64)
+            cells[fam[lo:hi] - a, pos[lo:hi]] = cell[lo:hi]
+            chunks.append(
+                ChunkShape(parents_k[order[a:b]], children_k[order[a:b]], cells, sizes[a:b])
+            )
+    return LevelChunks(tuple(chunks), np.concatenate(only_p), np.concatenate(only_c))
+
+
+def _check_level(values: np.ndarray, parent_counts: np.ndarray, parent: np.ndarray) -> None:
+    """Shapes of a level's (children, cells) array, parent counts and parent index."""
+    if values.ndim != 2:
+        raise ValueError(f"noisy (shape {values.shape}) must be 2-D (children, cells)")
+    n_children, cells = values.shape
+    if parent_counts.ndim != 2 or parent_counts.shape[1] != cells:
+        raise ValueError(
+            f"parent_counts (shape {parent_counts.shape}) must be (parents, {cells} cells)"
+        )
+    if parent.shape != (n_children,):
+        raise ValueError(f"parent (shape {parent.shape}) must give one parent per child")
+
+
 def batched_l2(
     noisy: np.ndarray,
     parent_counts: np.ndarray | None,
     parent: np.ndarray,
     *,
     weights: np.ndarray | None = None,
-    max_values: int = MAX_GROUP_VALUES,
+    max_values: int | None = None,
 ) -> np.ndarray:
     """The L2 answers of every child of a detailed-only level without per-node constraints.
 
@@ -58,7 +200,7 @@ def batched_l2(
         parent: each child's parent index (``Level.parent``).
         weights: each child's weight (inverse variance of its answers; finite and > 0), or
             None for equal weights. Only ratios within a family matter.
-        max_values: at most this many values go through one vectorised projection.
+        max_values: (child, support cell) values per chunk (``level_chunks``).
 
     Returns:
         float array (children, cells): per (parent, cell), the projection of the children's
@@ -73,59 +215,39 @@ def batched_l2(
     if parent_counts is None:
         return np.maximum(noisy.astype(float), 0.0)
     parent = np.asarray(parent, dtype=np.int64)
-    n_children, cells = noisy.shape
-    if parent_counts.ndim != 2 or parent_counts.shape[1] != cells:
-        raise ValueError(
-            f"parent_counts (shape {parent_counts.shape}) must be (parents, {cells} cells)"
-        )
-    if parent.shape != (n_children,):
-        raise ValueError(f"parent (shape {parent.shape}) must give one parent per child")
+    _check_level(noisy, parent_counts, parent)
     if parent_counts.size and parent_counts.min() < 0:
         raise ValueError(f"parent_counts has a negative entry ({parent_counts.min()})")
+    n_children = noisy.shape[0]
     w = np.ones(n_children) if weights is None else np.asarray(weights, dtype=float)
     if w.shape != (n_children,) or not np.all(np.isfinite(w) & (w > 0)):
         raise ValueError(f"weights (shape {w.shape}) must be finite and > 0, one per child")
-    out = np.zeros((n_children, cells), dtype=float)
-    for parents_k, children_k in buckets(parent, parent_counts.shape[0]):
-        k = children_k.shape[1]
-        if k == 0:
-            continue
-        if k == 1:
-            # an only child is its parent (no arithmetic, so no rounding)
-            out[children_k[:, 0]] = parent_counts[parents_k]
-            continue
-        step = max(1, max_values // (k * cells))
-        for first in range(0, parents_k.size, step):
-            _project_bucket(
-                noisy,
-                w,
-                parent_counts,
-                parents_k[first : first + step],
-                children_k[first : first + step],
-                out,
-            )
+    out = np.zeros(noisy.shape, dtype=float)
+    plan = level_chunks(parent, parent_counts, max_values)
+    plan.copy_only_children(out, parent_counts)
+    for chunk in plan.chunks:
+        x = project_chunk(
+            chunk.gather(noisy).astype(float),
+            w[chunk.children],
+            chunk.gather_parents(parent_counts).astype(float),
+        )
+        chunk.scatter(out, x)
     return out
 
 
-def _project_bucket(
-    noisy: np.ndarray,
-    weights: np.ndarray,
-    parent_counts: np.ndarray,
-    parents: np.ndarray,
-    children: np.ndarray,
-    out: np.ndarray,
-) -> None:
-    """Project the (parent, cell) groups of parents with the same number k of children."""
-    p, k = children.shape
-    cells = noisy.shape[1]
-    y = noisy[children].astype(float).transpose(0, 2, 1).reshape(p * cells, k)
-    b = parent_counts[parents].astype(float).reshape(-1)
-    x = np.zeros_like(y)
-    live = b > 0
-    if live.any():
-        w = np.broadcast_to(weights[children][:, None, :], (p, cells, k)).reshape(p * cells, k)
-        x[live] = project_groups(y[live], w[live], b[live])
-    out[children] = x.reshape(p, cells, k).transpose(0, 2, 1)
+def project_chunk(y: np.ndarray, w: np.ndarray, p: np.ndarray) -> np.ndarray:
+    """The closed-form L2 answers of a chunk: per (family, cell) with ``p > 0`` the weighted
+    projection of the children's ``y`` onto ``{x >= 0, sum x = p}``; 0 elsewhere.
+
+    Args:
+        y: (Q, k, W) the children's answers; w: (Q, k) their weights (> 0); p: (Q, W) the
+            parent counts (0 in the padding).
+    """
+    x = np.zeros(y.shape, dtype=float)
+    fam, pos = np.nonzero(p > 0)
+    if fam.size:
+        x[fam, :, pos] = project_groups(y[fam, :, pos], w[fam], p[fam, pos])
+    return x
 
 
 def batched_round(
@@ -134,36 +256,17 @@ def batched_round(
     parent: np.ndarray,
     *,
     controlled: bool = True,
-    max_values: int = MAX_GROUP_VALUES,
+    max_values: int | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """The rounding pass of every family of a level without per-node constraints, at once.
-
-    Per family it solves the problem ``topdown.family`` builds for the rounding pass: counts
-    ``floor(x) + z``, ``z`` in {0, 1}, the children summing to the parent cell by cell, and
-    (``controlled``) each child's total between the floor and the ceiling of its L2 total; the
-    objective the L1 distance to ``x``, i.e. ``sum (1 - 2 frac) z``. Steps:
-
-    1. Every (parent, cell) group of the level at once: in each parent cell the ``b`` children
-       of largest fraction get a unit (``b`` = parent count minus the children's floors), ties
-       shared round the children (child ``c`` first in cell ``j`` when ``(c + j) mod k`` is
-       least), which keeps the child totals near their targets. Without the total rows this is
-       the optimum.
-    2. Families whose child totals leave their bounds are repaired exactly, all at once, by the
-       successive shortest paths of ``solvers.backends.transport.transport_repair`` over their
-       cells with a choice (0 < b < k). Step 1 is optimal for its own child totals, so the
-       repair ends at an optimum of the family's rounding LP (totally unimodular, so of the
-       integer problem too): the per-family solvers' objective; ties may differ.
-
-    With ``x`` summing to the parent cell by cell (the L2 answer does), the fractional point
-    ``z = frac`` meets every row, so a one-unit rounding always exists: no widening. A family
-    that still fails (``x`` not consistent) is returned for the per-family path.
+    """The rounding pass of every family of a level without per-node constraints, at once
+    (``round_chunk`` on each chunk of ``level_chunks``).
 
     Args:
         x: the level's L2 answers (children, cells), >= 0, zero where the parent is zero.
         parent_counts: the parent level's integer counts (parents, cells).
         parent: each child's parent index.
         controlled: keep each child's total within a unit of its L2 total.
-        max_values: at most about this many (child, cell) values per vectorised step.
+        max_values: (child, support cell) values per chunk.
 
     Returns:
         (counts, left): int64 counts (children, cells), and the parents whose families were
@@ -178,71 +281,77 @@ def batched_round(
             f"parent_counts (shape {parent_counts.shape}) must be (parents, {x.shape[1]} cells)"
         )
     counts = np.zeros(x.shape, dtype=np.int64)
-    left: list[np.ndarray] = []
-    for parents, children in family_chunks(parent, parent_counts, counts, max_values):
-        left.append(_round_families(x, parent_counts, parents, children, counts, controlled))
-    unsolved = np.concatenate(left) if left else np.zeros(0, dtype=np.int64)
-    return counts, np.sort(unsolved)
+    plan = level_chunks(parent, parent_counts, max_values)
+    plan.copy_only_children(counts, parent_counts)
+    left: list[np.ndarray] = [np.zeros(0, dtype=np.int64)]
+    for chunk in plan.chunks:
+        rounded, bad = round_chunk(
+            chunk.gather(x), chunk.gather_parents(parent_counts), chunk.cells, controlled
+        )
+        chunk.scatter(counts, rounded, ~bad)
+        left.append(chunk.parents[bad])
+    return counts, np.sort(np.concatenate(left))
 
 
-def family_chunks(
-    parent: np.ndarray, parent_counts: np.ndarray, out: np.ndarray, max_values: int
-) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-    """The families of a level with two or more children, by number of children k (one
-    bucket per k), cut into chunks of about ``max_values`` (child, cell) values: yields
-    (parents (P,), children (P, k)). An only child is its parent: its row of ``out`` gets the
-    parent's counts here. The one family loop of the batched passes (``batched_round`` and
-    ``topdown.batched_total``); chunks follow the public structure only."""
-    cells = out.shape[1]
-    for parents_k, children_k in buckets(parent, parent_counts.shape[0]):
-        k = children_k.shape[1]
-        if k == 0:
-            continue
-        if k == 1:
-            out[children_k[:, 0]] = parent_counts[parents_k]
-            continue
-        step = max(1, max_values // (k * cells))
-        for first in range(0, parents_k.size, step):
-            yield parents_k[first : first + step], children_k[first : first + step]
+def round_chunk(
+    x: np.ndarray, p: np.ndarray, cells: np.ndarray, controlled: bool = True
+) -> tuple[np.ndarray, np.ndarray]:
+    """The rounding pass of a chunk's families, as ``topdown.family`` poses it per family:
+    counts ``floor(x) + z``, ``z`` in {0, 1}, the children summing to the parent cell by cell,
+    and (``controlled``) each child's total between the floor and the ceiling of its L2 total;
+    the objective the L1 distance to ``x``, i.e. ``sum (1 - 2 frac) z``. Steps:
 
+    1. Every (family, cell) group at once: in each parent cell the ``b`` children of largest
+       fraction get a unit (``b`` = parent count minus the children's floors), ties shared
+       round the children (child ``c`` first in cell ``j`` when ``(c + j) mod k`` is least),
+       which keeps the child totals near their targets. Without the total rows this is the
+       optimum.
+    2. Families whose child totals leave their bounds are repaired exactly, all at once, by the
+       successive shortest paths of ``solvers.backends.transport.transport_repair`` over their
+       cells with a choice (0 < b < k). Step 1 is optimal for its own child totals, so the
+       repair ends at an optimum of the family's rounding LP (totally unimodular, so of the
+       integer problem too): the per-family solvers' objective; ties may differ.
 
-def _round_families(
-    x: np.ndarray,
-    parent_counts: np.ndarray,
-    parents: np.ndarray,
-    children: np.ndarray,
-    counts: np.ndarray,
-    controlled: bool,
-) -> np.ndarray:
-    """Round the families of parents with k children each (rows of ``counts``, in place);
-    return the parents left unsolved."""
-    P, k = children.shape
-    pc = parent_counts[parents]
-    fam, cell = np.nonzero(pc > 0)  # the (parent, cell) groups, by family then cell
+    With ``x`` summing to the parent cell by cell (the L2 answer does), the fractional point
+    ``z = frac`` meets every row, so a one-unit rounding always exists: no widening. A family
+    that still fails (``x`` not consistent) is reported for the per-family path.
+
+    Args:
+        x: (Q, k, W) the L2 answers on the support cells.
+        p: (Q, W) the parents' counts (0 in the padding: no group there).
+        cells: (Q, W) the cell index of each position (the ties' spread reads it).
+        controlled: hold the child totals.
+
+    Returns:
+        (counts (Q, k, W) int64, bad (Q,) bool): the families not solved have zero rows.
+    """
+    Q, k, _ = x.shape
+    counts = np.zeros(x.shape, dtype=np.int64)
+    fam, pos = np.nonzero(p > 0)  # the (family, cell) groups, by family then cell
+    bad = np.zeros(Q, dtype=bool)
     if fam.size == 0:
-        return np.zeros(0, dtype=np.int64)
-    kids = children[fam]  # (G, k)
-    xs = np.maximum(x[kids, cell[:, None]], 0.0)
+        return counts, bad
+    xs = np.maximum(x[fam, :, pos], 0.0)  # (G, k)
+    cell = cells[fam, pos]
     floor = np.floor(xs)
-    need = pc[fam, cell] - floor.sum(axis=1)
+    need = p[fam, pos] - floor.sum(axis=1)
     cost = 1.0 - 2.0 * (xs - floor)
     spread = (np.arange(k)[None, :] + cell[:, None]) % k
     order = np.lexsort((spread, cost), axis=1)
     rank = np.empty_like(order)
     np.put_along_axis(rank, order, np.broadcast_to(np.arange(k), order.shape), axis=1)
     z = rank < need[:, None]
-    bad = np.zeros(P, dtype=bool)
     bad[fam[(need < 0) | (need > k)]] = True
     if controlled:
         starts = np.flatnonzero(np.r_[True, fam[1:] != fam[:-1]])
         present = fam[starts]
-        total = np.zeros((P, k))
+        total = np.zeros((Q, k))
         total[present] = np.add.reduceat(xs, starts, axis=0)
-        base = np.zeros((P, k))
+        base = np.zeros((Q, k))
         base[present] = np.add.reduceat(floor, starts, axis=0)
         lo = np.floor(total + 1e-9) - base
         hi = np.ceil(total - 1e-9) - base
-        got = np.zeros((P, k))
+        got = np.zeros((Q, k))
         got[present] = np.add.reduceat(z, starts, axis=0)
         off = np.any((got < lo) | (got > hi), axis=1) & ~bad
         if off.any():
@@ -250,8 +359,8 @@ def _round_families(
             bad |= off & ~ok
     rounded = floor.astype(np.int64) + z
     keep = ~bad[fam]
-    counts[kids[keep], cell[keep, None]] = rounded[keep]
-    return parents[bad]
+    counts[fam[keep], :, pos[keep]] = rounded[keep]
+    return counts, bad
 
 
 def _repair(

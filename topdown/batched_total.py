@@ -22,23 +22,26 @@ every step ascends. Once the active sets are right the Newton step is exact, so 
 the QP's optimum to rounding. A zero total weight (``v_c = 0``) fixes ``mu_c = 0``.
 
 Families that do not reach the tolerance within ``max_iter`` steps are reported, and the caller
-(``topdown.estimate._batched``) leaves the whole level to the per-family path.
+(``topdown.chunk_tasks``) leaves them to the per-family path.
+
+The iteration runs on the chunks of ``topdown.batched.level_chunks`` (support cells only, padded
+at the end). Every sum over cells here is sequential (a cumulative sum's last entry), never
+pairwise or BLAS-blocked, so padding adds exact zeros and a family's iterates are the same,
+bit for bit, alone or inside any chunk; every other step is per family.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from solvers.backends.closed_form import project_groups
-from topdown.batched import family_chunks
+from topdown.batched import level_chunks, project_chunk
 
-__all__ = ["batched_l2_total", "DUAL_NEWTON"]
+__all__ = ["batched_l2_total", "newton_chunk", "DUAL_NEWTON"]
 
 #: the solver's name in the statistics (not "closed_form": an iteration, and the closed_form
 #: backend declines problems with a total row)
 DUAL_NEWTON = "dual_newton"
 
-MAX_VALUES = 2**21  # (family, child, cell) values per vectorised step
 TOLERANCE = 1e-10  # the KKT residual |G_c|, relative to the size of its terms
 
 
@@ -51,7 +54,7 @@ def batched_l2_total(
     weights: np.ndarray,
     total_weights: np.ndarray,
     max_iter: int = 100,
-    max_values: int = MAX_VALUES,
+    max_values: int | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """The L2 answers of every child of a level fitted to detailed cells and node totals.
 
@@ -63,7 +66,7 @@ def batched_l2_total(
         weights: each child's detailed weight, finite and > 0 (inverse variance).
         total_weights: each child's total weight, finite and >= 0 (0: no total term).
         max_iter: Newton steps per family before it is given up.
-        max_values: at most about this many values per vectorised step.
+        max_values: (child, support cell) values per chunk (``level_chunks``).
 
     Returns:
         (x, failed): float (children, cells), zero where the parent is zero, and the parents
@@ -93,28 +96,36 @@ def batched_l2_total(
     if v.shape != (n_children,) or not np.all(np.isfinite(v) & (v >= 0)):
         raise ValueError(f"total_weights (shape {v.shape}) must be finite and >= 0, one per child")
     out = np.zeros((n_children, cells), dtype=float)
-    failed: list[np.ndarray] = []
-    for parents, fam in family_chunks(parent, parent_counts, out, max_values):
-        x, ok = _solve_bucket(
-            noisy[fam], totals[fam], parent_counts[parents].astype(float), w[fam], v[fam], max_iter
+    plan = level_chunks(parent, parent_counts, max_values)
+    plan.copy_only_children(out, parent_counts)
+    failed: list[np.ndarray] = [np.zeros(0, dtype=np.int64)]
+    for chunk in plan.chunks:
+        kids = chunk.children
+        x, ok = newton_chunk(
+            chunk.gather(noisy),
+            totals[kids],
+            chunk.gather_parents(parent_counts).astype(float),
+            w[kids],
+            v[kids],
+            max_iter,
         )
-        out[fam] = x
-        failed.append(parents[~ok])
-    bad = np.concatenate(failed) if failed else np.zeros(0, dtype=np.int64)
-    return out, np.sort(bad)
+        chunk.scatter(out, x)
+        failed.append(chunk.parents[~ok])
+    return out, np.sort(np.concatenate(failed))
 
 
-def _project(
-    y: np.ndarray, w: np.ndarray, mu: np.ndarray, p: np.ndarray, live: np.ndarray
-) -> np.ndarray:
+def _totals(x: np.ndarray) -> np.ndarray:
+    """Each child's total over the cells (Q, k, W) -> (Q, k), summed in cell order (trailing
+    padding adds exact zeros; numpy's pairwise sums would depend on the width)."""
+    if x.shape[2] == 0:
+        return np.zeros(x.shape[:2])
+    return np.cumsum(x, axis=2)[:, :, -1]
+
+
+def _project(y: np.ndarray, w: np.ndarray, mu: np.ndarray, p: np.ndarray) -> np.ndarray:
     """x(mu): per (family, cell) with p > 0, the weighted projection of ``y - mu / w``
-    (shapes: y (P, k, n), w and mu (P, k), p (P, n), live = p > 0)."""
-    P, k, n = y.shape
-    shifted = (y - (mu / w)[:, :, None]).transpose(0, 2, 1)  # (P, n, k)
-    x = np.zeros((P, n, k))
-    ww = np.broadcast_to(w[:, None, :], (P, n, k))
-    x[live] = project_groups(shifted[live], ww[live], p[live])
-    return x.transpose(0, 2, 1)
+    (shapes: y (Q, k, W), w and mu (Q, k), p (Q, W))."""
+    return project_chunk(y - (mu / w)[:, :, None], w, p)
 
 
 def _settled(G: np.ndarray, v: np.ndarray, size: np.ndarray, mu: np.ndarray) -> np.ndarray:
@@ -134,9 +145,9 @@ def _slope(
 ) -> np.ndarray:
     """Half the dual's directional derivative along d at mu, per family: sum_c d_c G_c / v_c
     (``d_c = 0`` where ``v_c = 0``)."""
-    x = _project(y, w, mu, p, p > 0)
+    x = _project(y, w, mu, p)
     with np.errstate(divide="ignore", invalid="ignore"):
-        g = np.where(v > 0, (x.sum(axis=2) - t) - mu / v, 0.0)
+        g = np.where(v > 0, (_totals(x) - t) - mu / v, 0.0)
     return (g * d).sum(axis=1)
 
 
@@ -197,23 +208,33 @@ def _line_search(
     return step
 
 
-def _solve_bucket(
+def newton_chunk(
     y: np.ndarray,
     t: np.ndarray,
     p: np.ndarray,
     w: np.ndarray,
     v: np.ndarray,
-    max_iter: int,
+    max_iter: int = 100,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Semismooth Newton on G(mu) = 0 for P families of k children (y (P, k, n)); returns x
-    (P, k, n) and per family whether it converged."""
-    P, k, n = y.shape
-    live = p > 0
+    """Semismooth Newton on G(mu) = 0 for the Q families of a chunk (k children each).
+
+    Args:
+        y: (Q, k, W) the children's detailed answers on the support cells (any real dtype).
+        t: (Q, k) their total answers; p: (Q, W) the parents' counts (0 in the padding).
+        w, v: (Q, k) detailed weights (> 0) and total weights (>= 0).
+        max_iter: Newton steps before a family is given up.
+
+    Returns:
+        x (Q, k, W) and per family whether it converged.
+    """
+    y = np.asarray(y, dtype=float)
+    t = np.asarray(t, dtype=float)
+    Q, k, _ = y.shape
     size = p.sum(axis=1)[:, None] + np.abs(t)  # bounds |T_c - t_c| from above
-    mu = np.zeros((P, k))
-    x = _project(y, w, mu, p, live)
-    G = v * (x.sum(axis=2) - t) - mu
-    ok = np.zeros(P, dtype=bool)
+    mu = np.zeros((Q, k))
+    x = _project(y, w, mu, p)
+    G = v * (_totals(x) - t) - mu
+    ok = np.zeros(Q, dtype=bool)
     eye = np.eye(k)
     for _ in range(max_iter):
         ok = _settled(G, v, size, mu)
@@ -222,11 +243,15 @@ def _solve_bucket(
             break
         # the generalised Jacobian of T: a_cj = [x_cj > 0] / w_c,
         # dT/dmu = -diag(sum_j a_cj) + sum_j a_j a_j' / sum_c a_cj
-        a = (x[todo] > 0) / w[todo][:, :, None]  # (Q, k, n)
-        S = a.sum(axis=1)  # (Q, n)
+        active = x[todo] > 0
+        a = active / w[todo][:, :, None]  # (Q', k, W)
+        S = np.cumsum(a, axis=1)[:, -1, :]  # (Q', W): over the children, in child order
         with np.errstate(divide="ignore", invalid="ignore"):
             aS = np.where(S[:, None, :] > 0, a / S[:, None, :], 0.0)
-        JT = np.matmul(a, aS.transpose(0, 2, 1)) - a.sum(axis=2)[:, :, None] * eye
+        outer = a[:, :, None, :] * aS[:, None, :, :]  # (Q', k, k, W)
+        np.cumsum(outer, axis=3, out=outer)  # sequential over cells (see _totals)
+        diagonal = active.sum(axis=2) / w[todo]  # an exact count over w
+        JT = outer[:, :, :, -1] - diagonal[:, :, None] * eye
         J = v[todo][:, :, None] * JT - eye
         d = np.linalg.solve(J, -G[todo][:, :, None])[:, :, 0]
         d[v[todo] == 0] = 0.0  # exactly: mu_c stays 0 (the solve leaves ~1e-25 there)
@@ -234,8 +259,8 @@ def _solve_bucket(
             f0 = (np.where(v[todo] > 0, G[todo] / v[todo], 0.0) * d).sum(axis=1)
         step = _line_search(y[todo], t[todo], p[todo], w[todo], v[todo], mu[todo], d, f0)
         mu[todo] += step[:, None] * d
-        x[todo] = _project(y[todo], w[todo], mu[todo], p[todo], live[todo])
-        G[todo] = v[todo] * (x[todo].sum(axis=2) - t[todo]) - mu[todo]
+        x[todo] = _project(y[todo], w[todo], mu[todo], p[todo])
+        G[todo] = v[todo] * (_totals(x[todo]) - t[todo]) - mu[todo]
     else:
         ok = _settled(G, v, size, mu)
     return x, ok

@@ -12,8 +12,10 @@ Where the time goes on a parallel executor, and what this module does about it:
   ``BATCHES_PER_WORKER`` per worker and level; that is enough batches for the workers to finish
   a level together, and few enough that a level of 4,500 small families costs a few dozen round
   trips, not thousands;
-* a pool that costs more than it saves: a level with fewer than ``min_tasks`` tasks runs in
-  this process;
+* a pool that costs more than it saves: fewer than ``min_tasks`` tasks (default 2: a lone
+  task has nothing to share the workers with) run in this process. The tasks are chunks (of
+  nodes to measure, of families to estimate), each worth shipping: with a higher threshold
+  the last, partial batch of a level's measurement chunks ran here while the workers idled;
 * a Dask task whose confidential rows already sit on the cluster (``RemoteArray``, see
   ``topdown.dask_input``) is sent to the data: only the public part of the task travels, and the
   rows are resolved on the worker.
@@ -117,11 +119,11 @@ def run_batch(fn: Callable[[T], R], tasks: Sequence[T]) -> list[R]:
 
 
 class ProcessExecutor(Executor):
-    """A local process pool; small levels run serially (a pool costs more than it saves)."""
+    """A local process pool; a lone task runs in this process (see the module docstring)."""
 
     name = "processes"
 
-    def __init__(self, workers: int | None = None, min_tasks: int = 8):
+    def __init__(self, workers: int | None = None, min_tasks: int = 2):
         self.workers = _check_workers(workers)
         self.min_tasks = min_tasks
         self._pool: ProcessPoolExecutor | None = None
@@ -193,8 +195,14 @@ class DaskExecutor(Executor):
         # Dask's nannies set MALLOC_TRIM_THRESHOLD_ in their workers, which also switches off
         # glibc's adaptive mmap threshold: every large temporary array of the samplers is then
         # mapped and unmapped afresh (measured: twice the system time of the same chunk in
-        # this process). The engine's workers keep the allocator's default.
-        with dask.config.set({"distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None}):
+        # this process). The engine's workers keep the allocator's default. Nor do they
+        # sample their own stacks every 10 ms (the worker profiler, for the dashboard): the
+        # tasks are long array work, and the engine times them itself.
+        settings = {
+            "distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None,
+            "distributed.worker.profile.enabled": False,
+        }
+        with dask.config.set(settings):
             self._cluster = cluster_cls(
                 n_workers=self.workers,
                 threads_per_worker=1,

@@ -22,7 +22,7 @@ the number of steps is the number of units the child rows move, typically a few 
 
 :func:`transport_repair` runs these steps on many independent families at once (one augmenting
 path per family per round, arrays (families, k, cells) padded with ``inf``): the level-batched
-rounding of ``topdown.batched`` calls it for a whole level, :func:`transport_round` for one
+rounding of ``topdown.batched`` calls it for a chunk of families, :func:`transport_round` for one
 family. It starts from any per-cell optimum (no cycle of moves lowers such a start's cost,
 which is all the successive shortest paths need), so a caller may share ties round the
 children and leave fewer units to move.
@@ -164,16 +164,6 @@ def pair_costs(
             tot = give[fams, a, None, :] + take[fams]
             J[fams, a] = tot.argmin(axis=2)
             W[fams, a] = tot.min(axis=2)
-    return W, J
-    per_row = k * n
-    rows = max(1, max_values // per_row)  # (family, giver) rows summed at once
-    flat_give = give.reshape(P * k, 1, n)
-    flat_W, flat_J = W.reshape(P * k, k), J.reshape(P * k, k)
-    for first in range(0, P * k, rows):
-        last = min(P * k, first + rows)
-        tot = flat_give[first:last] + take[np.arange(first, last) // k]
-        flat_J[first:last] = tot.argmin(axis=2)
-        flat_W[first:last] = tot.min(axis=2)
     return W, J
 
 
