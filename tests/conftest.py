@@ -20,3 +20,15 @@ def acs():
     if not (shared_data() / "acs_excerpts" / "national2019.csv").exists():
         pytest.skip(f"the shared ACS data is not at {shared_data()}")
     return load_acs()
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """A 2-worker Dask LocalCluster, one per test module (the Dask test modules skip first
+    when the 'dask' extra is not installed)."""
+    from dask.distributed import LocalCluster
+
+    with LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0"
+    ) as c:
+        yield c

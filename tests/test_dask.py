@@ -22,16 +22,6 @@ QUIET = Progress(enabled=False)
 
 
 @pytest.fixture(scope="module")
-def cluster():
-    from dask.distributed import LocalCluster
-
-    with LocalCluster(
-        n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0"
-    ) as c:
-        yield c
-
-
-@pytest.fixture(scope="module")
 def state():
     return make_state(4_000, seed=11)
 

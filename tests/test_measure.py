@@ -91,9 +91,16 @@ def test_noise_of_a_chunk_is_one_sampler_call_on_its_keyed_stream(small_chunks):
     """The documented layout: chunk c of (level, query) is one call on its own stream."""
     key = new_release_key(3)
     m, truth, _ = _measure(40, key=key)
+    _assert_keyed_chunks(m, truth, key)
+
+
+def _assert_keyed_chunks(m, truth, key, check=lambda qm: None) -> None:
+    """Every chunk of 13 nodes of each (level, query) is one sampler call on its own stream
+    (``check`` runs on each query's measurement first)."""
     strategy = _strategy()
     for level in (0, 1):
         for qm, (query, share) in zip(m.at(level), strategy.levels[level].queries, strict=True):
+            check(qm)
             sigma2 = Fraction(1) / (2 * strategy.levels[level].budget * share)
             answers = query.answer(truth.counts[level], SCHEMA.domain)
             for c, first in enumerate(range(0, answers.shape[0], 13)):
@@ -227,15 +234,9 @@ def test_noisy_answers_are_stored_narrow_with_the_sampler_values(small_chunks):
     tree, truth = build_tree(df, SCHEMA, geography=geography)
     key = new_release_key(5)
     m, _ = measure(tree, truth, SCHEMA.domain, _strategy(), release_key=key, ledger=Ledger())
-    strategy = _strategy()
-    for level in (0, 1):
-        for qm, (query, share) in zip(m.at(level), strategy.levels[level].queries, strict=True):
-            assert qm.noisy.dtype == measure_module.smallest_int_type(qm.noisy)
-            sigma2 = Fraction(1) / (2 * strategy.levels[level].budget * share)
-            answers = query.answer(truth.counts[level], SCHEMA.domain)
-            for c, first in enumerate(range(0, answers.shape[0], 13)):
-                rows = answers[first : first + 13]
-                rng = child_rng(key, "measure", level, query.name, 13, c)
-                expected = rows + sample_discrete_gaussian(sigma2, rows.shape, rng=rng)
-                np.testing.assert_array_equal(qm.noisy[first : first + 13], expected)
+
+    def narrowest(qm) -> None:
+        assert qm.noisy.dtype == measure_module.smallest_int_type(qm.noisy)
+
+    _assert_keyed_chunks(m, truth, key, narrowest)
     assert m.at(1)[0].noisy.dtype == np.int16 and m.at(0)[0].noisy.dtype == np.int16

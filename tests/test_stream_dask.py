@@ -14,16 +14,6 @@ from topdown.stream import release_streamed
 pytest.importorskip("distributed", reason="the 'dask' extra is not installed")
 
 
-@pytest.fixture(scope="module")
-def cluster():
-    from dask.distributed import LocalCluster
-
-    with LocalCluster(
-        n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0"
-    ) as c:
-        yield c
-
-
 def _files(folder, kind: str) -> list[str]:
     return sorted(p.relative_to(folder).as_posix() for p in (folder / kind).rglob("*.parquet"))
 
