@@ -32,6 +32,8 @@ bit for bit, alone or inside any chunk; every other step is per family.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from topdown.batched import level_chunks, project_chunk
@@ -134,33 +136,33 @@ def _settled(G: np.ndarray, v: np.ndarray, size: np.ndarray, mu: np.ndarray) -> 
     return np.all(np.abs(G) <= TOLERANCE * (v * size + np.abs(mu)) + 1e-300, axis=1)
 
 
-def _slope(
-    y: np.ndarray,
-    t: np.ndarray,
-    p: np.ndarray,
-    w: np.ndarray,
-    v: np.ndarray,
-    mu: np.ndarray,
-    d: np.ndarray,
-) -> np.ndarray:
-    """Half the dual's directional derivative along d at mu, per family: sum_c d_c G_c / v_c
-    (``d_c = 0`` where ``v_c = 0``)."""
-    x = _project(y, w, mu, p)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        g = np.where(v > 0, (_totals(x) - t) - mu / v, 0.0)
-    return (g * d).sum(axis=1)
+@dataclass(frozen=True)
+class _Dual:
+    """The data of a chunk's dual problem, for the families being iterated: y (Q, k, W) the
+    detailed answers, t (Q, k) the totals, p (Q, W) the parents' counts, w and v (Q, k) the
+    detailed and total weights."""
+
+    y: np.ndarray
+    t: np.ndarray
+    p: np.ndarray
+    w: np.ndarray
+    v: np.ndarray
+
+    def rows(self, i: np.ndarray) -> _Dual:
+        """The same for the families ``i`` only."""
+        return _Dual(self.y[i], self.t[i], self.p[i], self.w[i], self.v[i])
+
+    def slope(self, mu: np.ndarray, d: np.ndarray) -> np.ndarray:
+        """Half the dual's directional derivative along d at mu, per family:
+        sum_c d_c G_c / v_c (``d_c = 0`` where ``v_c = 0``)."""
+        x = _project(self.y, self.w, mu, self.p)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            g = np.where(self.v > 0, (_totals(x) - self.t) - mu / self.v, 0.0)
+        return (g * d).sum(axis=1)
 
 
 def _line_search(
-    y: np.ndarray,
-    t: np.ndarray,
-    p: np.ndarray,
-    w: np.ndarray,
-    v: np.ndarray,
-    mu: np.ndarray,
-    d: np.ndarray,
-    f0: np.ndarray,
-    rounds: int = 60,
+    dual: _Dual, mu: np.ndarray, d: np.ndarray, f0: np.ndarray, rounds: int = 60
 ) -> np.ndarray:
     """The exact line search of the concave dual along the ascent direction d: the step where
     its slope (piecewise linear and decreasing in the step) vanishes, found by the Illinois
@@ -170,7 +172,7 @@ def _line_search(
     n = mu.shape[0]
     lo, hi = np.zeros(n), np.ones(n)
     f_lo = f0.copy()
-    f_hi = _slope(y, t, p, w, v, mu + d, d)
+    f_hi = dual.slope(mu + d, d)
     f_hi[np.abs(f_hi) <= 1e-12 * np.abs(f_lo)] = 0.0  # the Newton step is exact: take it
     # widen the bracket while the slope at the far end is still positive
     for _ in range(30):
@@ -179,7 +181,7 @@ def _line_search(
             break
         lo[up], f_lo[up] = hi[up], f_hi[up]
         hi[up] *= 2.0
-        f_hi[up] = _slope(y[up], t[up], p[up], w[up], v[up], mu[up] + hi[up, None] * d[up], d[up])
+        f_hi[up] = dual.rows(up).slope(mu[up] + hi[up, None] * d[up], d[up])
     step = np.where(f_hi >= 0, hi, lo)
     todo = np.flatnonzero((f_lo > 0) & (f_hi < 0))
     side = np.zeros(n, dtype=np.int8)
@@ -188,9 +190,7 @@ def _line_search(
             break
         a = lo[todo] - f_lo[todo] * (hi[todo] - lo[todo]) / (f_hi[todo] - f_lo[todo])
         a = np.clip(a, lo[todo], hi[todo])
-        fa = _slope(
-            y[todo], t[todo], p[todo], w[todo], v[todo], mu[todo] + a[:, None] * d[todo], d[todo]
-        )
+        fa = dual.rows(todo).slope(mu[todo] + a[:, None] * d[todo], d[todo])
         scale = np.maximum(np.abs(f_lo[todo]), np.abs(f_hi[todo]))
         done = (np.abs(fa) <= 1e-13 * scale) | (hi[todo] - lo[todo] <= 1e-15 * hi[todo])
         step[todo] = a
@@ -230,6 +230,7 @@ def newton_chunk(
     y = np.asarray(y, dtype=float)
     t = np.asarray(t, dtype=float)
     Q, k, _ = y.shape
+    dual = _Dual(y, t, p, w, v)
     size = p.sum(axis=1)[:, None] + np.abs(t)  # bounds |T_c - t_c| from above
     mu = np.zeros((Q, k))
     x = _project(y, w, mu, p)
@@ -257,7 +258,7 @@ def newton_chunk(
         d[v[todo] == 0] = 0.0  # exactly: mu_c stays 0 (the solve leaves ~1e-25 there)
         with np.errstate(divide="ignore", invalid="ignore"):
             f0 = (np.where(v[todo] > 0, G[todo] / v[todo], 0.0) * d).sum(axis=1)
-        step = _line_search(y[todo], t[todo], p[todo], w[todo], v[todo], mu[todo], d, f0)
+        step = _line_search(dual.rows(todo), mu[todo], d, f0)
         mu[todo] += step[:, None] * d
         x[todo] = _project(y[todo], w[todo], mu[todo], p[todo])
         G[todo] = v[todo] * (_totals(x[todo]) - t[todo]) - mu[todo]
