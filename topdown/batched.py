@@ -38,6 +38,7 @@ import numpy as np
 
 from solvers.backends.closed_form import buckets, project_groups
 from solvers.backends.transport import transport_repair
+from topdown.passes import controlled_window
 from topdown.strategy import Query
 
 __all__ = [
@@ -349,8 +350,8 @@ def round_chunk(
         total[present] = np.add.reduceat(xs, starts, axis=0)
         base = np.zeros((Q, k))
         base[present] = np.add.reduceat(floor, starts, axis=0)
-        lo = np.floor(total + 1e-9) - base
-        hi = np.ceil(total - 1e-9) - base
+        below, above = controlled_window(total)
+        lo, hi = below - base, above - base
         got = np.zeros((Q, k))
         got[present] = np.add.reduceat(z, starts, axis=0)
         off = np.any((got < lo) | (got > hi), axis=1) & ~bad

@@ -17,9 +17,10 @@ For fixed ``mu`` the minimiser over ``x`` is, cell by cell, the weighted project
 
 the gradient (times ``v_c``) of the concave dual. ``G`` is piecewise linear; it is solved by
 semismooth Newton, the generalised Jacobian from each cell's set of positive children (k x k
-per family, one batched ``np.linalg.solve``), with an Armijo backtracking on the dual value so
-every step ascends. Once the active sets are right the Newton step is exact, so the answer is
-the QP's optimum to rounding. A zero total weight (``v_c = 0``) fixes ``mu_c = 0``.
+per family, one batched ``np.linalg.solve``), with an exact line search along the Newton
+direction (``_line_search``) so every step ascends. Once the active sets are right the Newton
+step is exact, so the answer is the QP's optimum to rounding. A zero total weight
+(``v_c = 0``) fixes ``mu_c = 0``.
 
 Families that do not reach the tolerance within ``max_iter`` steps are reported, and the caller
 (``topdown.chunk_tasks``) leaves them to the per-family path.

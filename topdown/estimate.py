@@ -371,7 +371,7 @@ def _batched_fit(inputs: _LevelInputs) -> _Fit | None:
         variance = _per_node(cells.variance, cells.noisy.shape[0])
         if not np.all(np.isfinite(variance) & (variance > 0)):
             return None  # exact or missing answers: the per-family path weighs them
-        return _Fit("closed_form", cells.noisy, 1.0 / variance)
+        return _Fit("closed_form", cells.noisy, precision(variance))
     if (
         len(queries) != 2
         or inputs.options.solver.l2 != "auto"

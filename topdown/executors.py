@@ -222,11 +222,11 @@ class DaskExecutor(Executor):
     def map(self, fn, tasks, progress=None, desc=""):
         from dask.distributed import as_completed
 
-        plain = [i for i, t in enumerate(tasks) if not _remote_fields(t)]
+        remotes = [_remote_fields(t) for t in tasks]
+        plain = [i for i, remote in enumerate(remotes) if not remote]
         futures: dict[int, Any] = {}
         # tasks whose rows are on the cluster: one each, run where the rows are
-        for i, t in enumerate(tasks):
-            remote = _remote_fields(t)
+        for i, (t, remote) in enumerate(zip(tasks, remotes, strict=True)):
             if remote:
                 public = dataclasses.replace(t, **{k: None for k in remote})
                 futures[i] = self.client.submit(

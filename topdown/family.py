@@ -36,7 +36,7 @@ from constraints.constraint import LinearRows
 from solvers import InfeasibleError, Problem, SolverError, SolveStatus
 from solvers.builders import children_l2_problem, is_identity, rounding_problem, rounding_solution
 from topdown import capture
-from topdown.passes import EstimateOptions, SolveStats
+from topdown.passes import EstimateOptions, SolveStats, controlled_window
 
 __all__ = ["FamilyTask", "FamilyResult", "solve_family"]
 
@@ -288,7 +288,7 @@ def _total_rows(x_tilde: np.ndarray, labels: tuple[str, ...]) -> LinearRows:
     totals = x_tilde.sum(axis=1)
     A = sp.kron(sp.identity(k, format="csr"), np.ones((1, n)), format="csr")
     names = tuple(f"{label}: total within a unit of its L2 total" for label in labels)
-    return LinearRows(A, np.floor(totals + 1e-9), np.ceil(totals - 1e-9), names)
+    return LinearRows(A, *controlled_window(totals), names)
 
 
 def _keep_rows(first: list[Measurement], x1: np.ndarray, tol: float) -> LinearRows:

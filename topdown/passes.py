@@ -14,6 +14,8 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from topdown.errors import OptionsError
 
 __all__ = ["PASSES", "EstimateOptions", "LevelStats", "SolveStats", "SolverChoice"]
@@ -204,3 +206,11 @@ class LevelStats(SolveStats):
             "failsafe_slack": self.failsafe_slack,
             "status": "optimal" if not self.failsafe else "failsafe",
         }
+
+
+def controlled_window(total: np.ndarray | float) -> tuple[np.ndarray, np.ndarray]:
+    """Controlled rounding's window for a child's total (Cox 1987): the floor and the ceiling
+    of its L2 total, a total within 1e-9 of an integer (the L2 solvers' rounding) counting as
+    that integer. One rule for every rounding path (per family, level-batched, root), so their
+    answers agree."""
+    return np.floor(np.asarray(total) + 1e-9), np.ceil(np.asarray(total) - 1e-9)

@@ -30,6 +30,7 @@ from __future__ import annotations
 import numpy as np
 
 from solvers.backends.closed_form import project_groups
+from topdown.passes import controlled_window
 
 __all__ = ["root_l2", "root_round"]
 
@@ -90,7 +91,8 @@ def root_round(
     low, high = np.ceil(lo - 1e-9), np.floor(hi + 1e-9)
     if controlled:
         total = float(x.sum())
-        low, high = max(low, np.floor(total + 1e-9)), min(high, np.ceil(total - 1e-9))
+        below, above = controlled_window(total)
+        low, high = max(low, below), min(high, above)
     base = float(floor.sum())
     m = min(max(int(np.count_nonzero(cost < 0)), low - base), high - base)
     if not 0 <= m <= x.size or low > high:

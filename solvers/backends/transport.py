@@ -40,6 +40,10 @@ __all__ = [
     "transport_round",
 ]
 
+#: At most this many (pair, cell) sums are formed at once when the cheapest moves between
+#: children are (re)computed: bounds the working arrays (32 MiB of floats).
+MAX_PAIR_SUMS = 2**22
+
 _EPS = 0.5  # costs are integers after _quantise: any real improvement is at least 1
 _GRID = 2.0**30  # cost resolution 2^-30 (about 1e-9)
 
@@ -70,12 +74,11 @@ def transport_round(C: np.ndarray, b: np.ndarray, L: np.ndarray, U: np.ndarray) 
     if bad.size:
         j = int(bad[0])
         raise TransportInfeasible(f"cell {j} needs {b[j]:g} unit(s), outside [0, {size[j]}]")
-    z, _ = transport_repair(C[None], round_groups(C.T, b).T[None], L[None], U[None])
+    z, ok = transport_repair(C[None], round_groups(C.T, b).T[None], L[None], U[None])
     z = z[0]
-    r = z.sum(axis=1)
-    bad = np.flatnonzero((r < L - 1e-9) | (r > U + 1e-9))
-    if bad.size:
-        c = int(bad[0])
+    if not ok[0]:
+        r = z.sum(axis=1)
+        c = int(np.flatnonzero((r < L - 1e-9) | (r > U + 1e-9))[0])
         raise TransportInfeasible(f"child {c} sums to {r[c]:g} at best, outside [{L[c]}, {U[c]}]")
     return z
 
@@ -139,7 +142,7 @@ def round_groups(c: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 def pair_costs(
-    give: np.ndarray, take: np.ndarray, max_values: int = 2**22
+    give: np.ndarray, take: np.ndarray, max_values: int = MAX_PAIR_SUMS
 ) -> tuple[np.ndarray, np.ndarray]:
     """Per family and ordered pair (a, b): the cheapest cell to move a unit from a to b, and
     its cost.
@@ -216,7 +219,7 @@ def _refresh(
     stale = moved[np.arange(live.size)[:, None, None], J[live]]
     s_row, s_a, s_b = np.nonzero(stale)
     s_fam = live[s_row]
-    chunk = max(1, 2**22 // max(1, give.shape[2]))
+    chunk = max(1, MAX_PAIR_SUMS // max(1, give.shape[2]))
     for first in range(0, s_fam.size, chunk):
         f, a, b = (v[first : first + chunk] for v in (s_fam, s_a, s_b))
         tot = give[f, a] + take[f, b]
