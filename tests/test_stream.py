@@ -212,3 +212,27 @@ def test_bad_partitions(geo, data, tmp_path):
         release_streamed(
             stray, SCHEMA, _strategy(), stream_by="COUNTY", out=tmp_path / "y", geography=geo
         )
+
+
+def test_csv_microdata_with_numeric_looking_labels_checks(tmp_path):
+    """Microdata written as CSV are read back as text: block labels such as "0100" stay labels
+    (read as numbers they became 100, outside every subtree, and a correct release failed)."""
+    geo = _geography(4)
+    geo["BLOCK"] = [f"{i:04d}" for i in range(len(geo))]
+    data = _records(geo, n=500)
+    rel = release_streamed(
+        data,
+        SCHEMA,
+        _strategy(),
+        stream_by="COUNTY",
+        out=tmp_path / "release",
+        geography=geo,
+        seed=3,
+        progress=QUIET,
+        microdata_format="csv",
+    )
+    assert (tmp_path / "release" / "microdata" / "C01.csv").exists()
+    report = rel.check_correctness()
+    assert report.ok, report.failures
+    micro = rel.microdata("C01")
+    assert micro["BLOCK"].str.len().eq(4).all()

@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 
 from constraints.domain import Domain
-from topdown.errors import DataError, DomainError
+from topdown.errors import DataError, DomainError, ReleaseError
 
 __all__ = ["Attribute", "Schema", "attributes_from_dictionary"]
 
@@ -237,6 +237,22 @@ class Schema:
                     "such as 'N' for not applicable is a value, declare it in the domain)"
                 )
             codes.append(a.encode(col))
+        return self.domain.ravel(codes)
+
+    def published_cells(self, frame: pd.DataFrame, where: str) -> np.ndarray:
+        """Flat cell index of each row of a published table or microdata file, from its
+        attribute columns (by name) compared as text: a CSV read as text and a Parquet file
+        read with its types give the same cells.
+
+        Raises:
+            ReleaseError: a value outside its attribute's domain (``where`` names the file).
+        """
+        codes = []
+        for a in self.attributes:
+            code = frame[a.name].astype(str).map({str(v): i for i, v in enumerate(a.domain_values)})
+            if code.isna().any():
+                raise ReleaseError(f"{where}: column {a.name!r} has values outside its domain")
+            codes.append(code.to_numpy(dtype=np.int64))
         return self.domain.ravel(codes)
 
     @classmethod

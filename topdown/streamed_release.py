@@ -88,8 +88,14 @@ class StreamedRelease:
         files = sorted((self.folder / "microdata").glob("*.*"))
         if part is not None:
             files = [f for f in files if f.stem == safe_name(part)]
+        # CSV read as text, as written: a label such as "0100" must not become the number 100
         return pd.concat(
-            [pd.read_parquet(f) if f.suffix == ".parquet" else pd.read_csv(f) for f in files],
+            [
+                pd.read_parquet(f)
+                if f.suffix == ".parquet"
+                else pd.read_csv(f, dtype=str, keep_default_na=False)
+                for f in files
+            ],
             ignore_index=True,
         )
 
@@ -207,7 +213,7 @@ class StreamedRelease:
         if (row < 0).any():
             return [f"subtree {label!r}: microdata rows in units outside it"]
         found = np.zeros_like(leaf)
-        np.add.at(found, (row, _cells(micro, self.schema)), 1)
+        np.add.at(found, (row, self.schema.published_cells(micro, f"microdata of {label!r}")), 1)
         if not np.array_equal(found, leaf):
             return [f"subtree {label!r}: the microdata differ from the leaf table"]
         return []
@@ -227,16 +233,5 @@ def dense_counts(frame: pd.DataFrame, labels: np.ndarray, schema: Schema, where:
     if not np.issubdtype(values.dtype, np.integer) or (values < 0).any():
         raise ReleaseError(f"{where}: counts must be non-negative integers")
     dense = np.zeros((len(labels), schema.domain.size), dtype=np.int64)
-    np.add.at(dense, (row, _cells(frame, schema)), values)
+    np.add.at(dense, (row, schema.published_cells(frame, where)), values)
     return dense
-
-
-def _cells(frame: pd.DataFrame, schema: Schema) -> np.ndarray:
-    """Flat cell index of each row from its (decoded) attribute columns."""
-    codes = []
-    for a in schema.attributes:
-        code = pd.Index(list(a.domain_values)).get_indexer(frame[a.name])
-        if (code < 0).any():
-            raise ReleaseError(f"column {a.name!r} has values outside its domain")
-        codes.append(code)
-    return schema.domain.ravel(codes)

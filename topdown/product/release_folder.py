@@ -61,7 +61,6 @@ from topdown.product.config import RunConfig, load_config
 from topdown.product.output_claim import OutputClaim, OutputExistsError, check_output, claim_output
 from topdown.release import Release
 from topdown.root_total import decide
-from topdown.schema import Schema
 from topdown.strategy import Query
 from topdown.tree import ROOT_LABEL, Level, Tree
 
@@ -441,7 +440,7 @@ def load_release(folder: Path) -> tuple[Release, RunConfig]:
                 f"{table_name(lv.number, lv.column)}: nodes "
                 f"{sorted(set(table['node'][node.isna()]))[:5]} are not in hierarchy.csv"
             )
-        cell = _cells(table, schema, table_name(lv.number, lv.column))
+        cell = schema.published_cells(table, table_name(lv.number, lv.column))
         raw = _numbers(table, "count", table_name(lv.number, lv.column))
         is_int = np.isfinite(raw).all() and (raw == np.round(raw)).all()
         arr = np.zeros((lv.size, domain.size), dtype=np.int64 if is_int else float)
@@ -475,17 +474,6 @@ def load_release(folder: Path) -> tuple[Release, RunConfig]:
         ),
     )
     return rel, cfg
-
-
-def _cells(frame: pd.DataFrame, schema: Schema, where: str) -> np.ndarray:
-    """Cell index of each row from its attribute columns, as written (text of the values)."""
-    codes = []
-    for a in schema.attributes:
-        code = frame[a.name].astype(str).map({str(v): i for i, v in enumerate(a.domain_values)})
-        if code.isna().any():
-            raise ReleaseError(f"{where}: column {a.name!r} has values outside its domain")
-        codes.append(code.to_numpy(dtype=np.int64))
-    return schema.domain.ravel(codes)
 
 
 def _check_is_folder(folder: Path) -> None:
@@ -687,7 +675,7 @@ def _microdata_failures(folder: Path, rel: Release, cfg: RunConfig) -> list[str]
     if node.isna().any():
         return [f"{int(node.isna().sum())} record(s) name leaf units missing from the tables"]
     try:
-        cell = _cells(micro, rel.schema, path.name)
+        cell = rel.schema.published_cells(micro, path.name)
     except ReleaseError as err:
         return [str(err)]
     got = np.zeros_like(rel.counts[-1], dtype=np.int64)
