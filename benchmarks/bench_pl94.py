@@ -393,12 +393,14 @@ def _print_tables(rows: list[dict[str, Any]], measure_only: bool) -> None:
     shown = frame.reindex(columns=cols)  # a streamed row has no measure / estimate split
     shown["cells_per_cpu_s"] = shown["cells_per_cpu_s"].round(-3).astype(int)
     print(shown.round(2).to_string(index=False))
-    serial = frame[frame["executor"] == "serial"].set_index("persons")["wall_s"]
+    # one serial row per size and stream mode: a streamed run is compared with streamed serial
+    serial = frame[frame["executor"] == "serial"].set_index(["persons", "stream"])["wall_s"]
     if len(serial) and len(frame) > len(serial):
-        print("\nwall-clock speed-up over serial (same size, same invocation):")
+        print("\nwall-clock speed-up over serial (same size and stream mode, same invocation):")
         for r in frame.itertuples():
-            if r.executor != "serial" and r.persons in serial.index:
-                print(f"  {r.persons:>9} {r.executor:<10} {serial[r.persons] / r.wall_s:.2f}x")
+            if r.executor != "serial" and (r.persons, r.stream) in serial.index:
+                speedup = serial[(r.persons, r.stream)] / r.wall_s
+                print(f"  {r.persons:>9} {r.executor:<10} {r.stream:<8} {speedup:.2f}x")
     print("\nestimation task seconds by level (L2 + rounding, root first):")
     for r in rows:
         if "error" not in r:

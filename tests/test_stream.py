@@ -236,3 +236,16 @@ def test_csv_microdata_with_numeric_looking_labels_checks(tmp_path):
     assert report.ok, report.failures
     micro = rel.microdata("C01")
     assert micro["BLOCK"].str.len().eq(4).all()
+
+
+def test_two_units_with_one_file_name_are_refused(tmp_path):
+    """ "C/01" and "C_01" would both write C_01.parquet: the second would overwrite the first."""
+    geo = _geography(4)
+    geo["COUNTY"] = geo["COUNTY"].replace({"C01": "C/01", "C02": "C_01"})
+    data = _records(geo, n=200)
+    out = tmp_path / "release"
+    with pytest.raises(HierarchyError, match=r"'C/01' and 'C_01' would write to the same file"):
+        release_streamed(
+            data, SCHEMA, _strategy(), stream_by="COUNTY", out=out, geography=geo, progress=QUIET
+        )
+    assert not out.exists() or not any(out.iterdir())  # nothing left behind

@@ -458,6 +458,19 @@ def _check_chain(records: pd.DataFrame, top: Tree, level: int, node: int, label:
         )
 
 
+def _check_part_names(labels: list[str], column: str) -> None:
+    """Every subtree writes its parts under ``safe_name(label)``: two labels with one file name
+    (``a/b`` and ``a_b``) would overwrite each other's parts, so they are refused."""
+    seen: dict[str, str] = {}
+    for label in labels:
+        other = seen.setdefault(safe_name(label), label)
+        if other != label:
+            raise HierarchyError(
+                f"{column} units {other!r} and {label!r} would write to the same file "
+                f"({safe_name(label)!r}.parquet): rename one, or stream by another column"
+            )
+
+
 def _subtree_tasks(
     tree: Tree,
     geography: pd.DataFrame,
@@ -478,6 +491,7 @@ def _subtree_tasks(
     assert stream.column is not None
     chains = tree.ancestors(stream_level)
     rows = geography.groupby(geography[stream.column].astype(str), sort=False).indices
+    _check_part_names(stream.labels.astype(str).tolist(), stream.column)
     empty = _no_records(list(by_label.values()))
     tasks = []
     for node, label in enumerate(stream.labels.astype(str).tolist()):

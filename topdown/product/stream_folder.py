@@ -97,7 +97,7 @@ def write_streamed_extras(
     write_invariants(folder, rel.tree, rel.invariants)
     _subtree_frame(rel).to_csv(folder / "subtrees.csv", index=False)
     timings = dict(timings, **{k: v for k, v in rel.timings.items() if k not in timings})
-    rounded = {k: round(v, 3) for k, v in sorted(timings.items())}
+    rounded = {k: round(v, 3) for k, v in sorted(timings.items()) if not _reads_records(k)}
     (folder / "timings.json").write_text(json.dumps(rounded, indent=1))
     start = time.perf_counter()
     build_streamed_report(folder, name=name)
@@ -152,6 +152,14 @@ def verify_streamed_folder(folder: Path) -> Verdict:
     return Verdict(checks, failures, private=rel.ledger.private, noise=noise)
 
 
+def _reads_records(phase: str) -> bool:
+    """Whether a timing is of a phase that reads the confidential records (``tree``: reading
+    and counting them, per subtree or summed over the subtrees). Its time grows with the true
+    number of records, so the folder does not publish it (with one subtree the sum would be
+    that subtree's own)."""
+    return phase.startswith(("tree_", "subtree_tree_"))
+
+
 def _subtree_frame(rel: StreamedRelease) -> pd.DataFrame:
     """subtrees.csv: one row per subtree (public: sizes, published records, seconds).
 
@@ -165,9 +173,7 @@ def _subtree_frame(rel: StreamedRelease) -> pd.DataFrame:
         row: dict[str, object] = {"subtree": r.label}
         row.update({f"nodes_level_{lv}": n for lv, n in zip(lower, r.nodes, strict=True)})
         row["records"] = r.records_out
-        row.update(
-            {k: round(v, 4) for k, v in sorted(r.timings.items()) if not k.startswith("tree_")}
-        )
+        row.update({k: round(v, 4) for k, v in sorted(r.timings.items()) if not _reads_records(k)})
         rows.append(row)
     return pd.DataFrame(rows)
 

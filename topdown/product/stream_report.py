@@ -230,7 +230,7 @@ def _subtrees_html(subtrees: pd.DataFrame) -> str:
     fig, ax = plt.subplots(figsize=(8, 4))
     ax.scatter(nodes, seconds, s=12, color="#1f77b4")
     ax.set_xlabel("nodes in the subtree (levels below the stream level)")
-    ax.set_ylabel("seconds (tree, measure, estimate, write)")
+    ax.set_ylabel("seconds (measure, estimate, write)")
     ax.set_title("Subtrees: time against size")
     frame = subtrees.assign(nodes=nodes, seconds=seconds)
     walls = [c for c in frame.columns if c.endswith("_wall")]
