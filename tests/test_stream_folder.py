@@ -4,6 +4,7 @@ invariants' published values, the ledger's summary, and a report built one part 
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 import re
 import shutil
@@ -89,7 +90,7 @@ def test_measurement_check_finds_missing_repeated_and_foreign_answers(exact, tmp
     rel, _ = exact
     copy = tmp_path / "copy"
     shutil.copytree(rel.folder, copy)
-    moved = type(rel)(**{**rel.__dict__, "folder": copy})
+    moved = dataclasses.replace(rel, folder=copy)
     part = copy / "measurements" / "level_4_BLOCK" / "C03.parquet"
     frame = pd.read_parquet(part)
     frame.iloc[1:].to_parquet(part, index=False)  # the first answer of the first block lost

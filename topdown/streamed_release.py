@@ -71,6 +71,10 @@ class StreamedRelease:
     constraints: ConstraintSet | None = None
     subtrees: tuple[SubtreeResult, ...] = ()
     timings: dict[str, float] = field(default_factory=dict)
+    #: per level below the stream level: each subtree's node indices (``nodes_of``), built once
+    _members: dict[int, dict[str, np.ndarray]] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
 
     def table_dir(self, level: int) -> Path:
         return table_dir(self.folder, self.tree, level)
@@ -103,8 +107,17 @@ class StreamedRelease:
         """Indices of ``level``'s nodes, all of them or those of one subtree."""
         if label is None or level <= self.stream_level:
             return np.arange(self.tree.levels[level].size)
-        top = self.tree.levels[self.stream_level].labels.astype(str).tolist().index(label)
-        return np.flatnonzero(self.tree.ancestors(level)[self.stream_level] == top)
+        members = self._members.get(level)
+        if members is None:  # one pass over the level for every subtree, not one per call
+            owner = self.tree.ancestors(level)[self.stream_level]
+            labels = self.tree.levels[self.stream_level].labels.astype(str).tolist()
+            order = np.argsort(owner, kind="stable")  # by subtree, node order within each
+            edges = np.searchsorted(owner[order], np.arange(len(labels) + 1))
+            members = {lab: order[edges[i] : edges[i + 1]] for i, lab in enumerate(labels)}
+            self._members[level] = members
+        if label not in members:
+            raise ValueError(f"label ({label!r}) is not a unit of the stream level")
+        return members[label]
 
     def counts(self, level: int, label: str | None = None) -> np.ndarray:
         """Dense counts (nodes x cells, in node order) of a level, or of one subtree's part."""
