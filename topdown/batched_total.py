@@ -153,27 +153,30 @@ class _Dual:
         """The same for the families ``i`` only."""
         return _Dual(self.y[i], self.t[i], self.p[i], self.w[i], self.v[i])
 
-    def slope(self, mu: np.ndarray, d: np.ndarray) -> np.ndarray:
+    def slope(self, mu: np.ndarray, d: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Half the dual's directional derivative along d at mu, per family:
-        sum_c d_c G_c / v_c (``d_c = 0`` where ``v_c = 0``)."""
+        sum_c d_c G_c / v_c (``d_c = 0`` where ``v_c = 0``), and x(mu) it was computed from."""
         x = _project(self.y, self.w, mu, self.p)
         with np.errstate(divide="ignore", invalid="ignore"):
             g = np.where(self.v > 0, (_totals(x) - self.t) - mu / self.v, 0.0)
-        return (g * d).sum(axis=1)
+        return (g * d).sum(axis=1), x
 
 
 def _line_search(
     dual: _Dual, mu: np.ndarray, d: np.ndarray, f0: np.ndarray, rounds: int = 60
-) -> np.ndarray:
+) -> tuple[np.ndarray, np.ndarray]:
     """The exact line search of the concave dual along the ascent direction d: the step where
     its slope (piecewise linear and decreasing in the step) vanishes, found by the Illinois
     variant of regula falsi (exact once the bracket lies in one linear piece). The full Newton
     step is taken when the slope there vanishes to rounding (the usual case once the active
-    sets are right). ``f0``: the slope at step 0 (> 0)."""
+    sets are right). ``f0``: the slope at step 0 (> 0).
+
+    Returns the step per family and x at the full step (``mu + d``), which the caller keeps
+    where the step is exactly 1 instead of projecting again."""
     n = mu.shape[0]
     lo, hi = np.zeros(n), np.ones(n)
     f_lo = f0.copy()
-    f_hi = dual.slope(mu + d, d)
+    f_hi, x_full = dual.slope(mu + d, d)
     f_hi[np.abs(f_hi) <= 1e-12 * np.abs(f_lo)] = 0.0  # the Newton step is exact: take it
     # widen the bracket while the slope at the far end is still positive
     for _ in range(30):
@@ -182,7 +185,7 @@ def _line_search(
             break
         lo[up], f_lo[up] = hi[up], f_hi[up]
         hi[up] *= 2.0
-        f_hi[up] = dual.rows(up).slope(mu[up] + hi[up, None] * d[up], d[up])
+        f_hi[up] = dual.rows(up).slope(mu[up] + hi[up, None] * d[up], d[up])[0]
     step = np.where(f_hi >= 0, hi, lo)
     todo = np.flatnonzero((f_lo > 0) & (f_hi < 0))
     side = np.zeros(n, dtype=np.int8)
@@ -191,7 +194,7 @@ def _line_search(
             break
         a = lo[todo] - f_lo[todo] * (hi[todo] - lo[todo]) / (f_hi[todo] - f_lo[todo])
         a = np.clip(a, lo[todo], hi[todo])
-        fa = dual.rows(todo).slope(mu[todo] + a[:, None] * d[todo], d[todo])
+        fa = dual.rows(todo).slope(mu[todo] + a[:, None] * d[todo], d[todo])[0]
         scale = np.maximum(np.abs(f_lo[todo]), np.abs(f_hi[todo]))
         done = (np.abs(fa) <= 1e-13 * scale) | (hi[todo] - lo[todo] <= 1e-15 * hi[todo])
         step[todo] = a
@@ -206,7 +209,7 @@ def _line_search(
         f_lo[same_neg] *= 0.5
         side[i_pos], side[i_neg] = 1, -1
         todo = todo[~done]
-    return step
+    return step, x_full
 
 
 def newton_chunk(
@@ -259,9 +262,13 @@ def newton_chunk(
         d[v[todo] == 0] = 0.0  # exactly: mu_c stays 0 (the solve leaves ~1e-25 there)
         with np.errstate(divide="ignore", invalid="ignore"):
             f0 = (np.where(v[todo] > 0, G[todo] / v[todo], 0.0) * d).sum(axis=1)
-        step = _line_search(dual.rows(todo), mu[todo], d, f0)
+        step, x_new = _line_search(dual.rows(todo), mu[todo], d, f0)
         mu[todo] += step[:, None] * d
-        x[todo] = _project(y[todo], w[todo], mu[todo], p[todo])
+        # a full step lands where the line search already projected (mu + 1.0 d is mu + d)
+        again = todo[step != 1.0]
+        if again.size:
+            x_new[step != 1.0] = _project(y[again], w[again], mu[again], p[again])
+        x[todo] = x_new
         G[todo] = v[todo] * (_totals(x[todo]) - t[todo]) - mu[todo]
     else:
         ok = _settled(G, v, size, mu)
