@@ -69,8 +69,12 @@ def test_inconsistent_families_are_left_to_the_per_family_path():
 def test_bad_shapes_are_refused():
     with pytest.raises(ValueError, match=r"parent_counts \(shape \(1, 3\)\) must be"):
         batched_round(np.zeros((2, 2)), np.zeros((1, 3), dtype=int), np.array([0, 0]))
-    with pytest.raises(ValueError, match=r"x \(shape \(2, 2\)\) must be"):
+    with pytest.raises(ValueError, match=r"parent \(shape \(1,\)\) must give one parent per"):
         batched_round(np.zeros((2, 2)), np.zeros((1, 2), dtype=int), np.array([0]))
+    with pytest.raises(ValueError, match=r"x \(shape \(3,\)\) must be 2-D"):
+        batched_round(np.zeros(3), np.zeros((1, 3), dtype=int), np.array([0, 0, 0]))
+    with pytest.raises(ValueError, match=r"negative entry \(-1\)"):
+        batched_round(np.zeros((1, 2)), np.array([[1, -1]]), np.array([0]))
 
 
 @st.composite

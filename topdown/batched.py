@@ -171,10 +171,13 @@ def level_chunks(
     return LevelChunks(tuple(chunks), np.concatenate(only_p), np.concatenate(only_c))
 
 
-def _check_level(values: np.ndarray, parent_counts: np.ndarray, parent: np.ndarray) -> None:
-    """Shapes of a level's (children, cells) array, parent counts and parent index."""
+def check_level(
+    values: np.ndarray, parent_counts: np.ndarray, parent: np.ndarray, name: str = "noisy"
+) -> None:
+    """The level-wide passes' common inputs: ``values`` (children, cells) named ``name``, the
+    parents' counts (parents, cells, none negative) and one parent index per child."""
     if values.ndim != 2:
-        raise ValueError(f"noisy (shape {values.shape}) must be 2-D (children, cells)")
+        raise ValueError(f"{name} (shape {values.shape}) must be 2-D (children, cells)")
     n_children, cells = values.shape
     if parent_counts.ndim != 2 or parent_counts.shape[1] != cells:
         raise ValueError(
@@ -182,6 +185,16 @@ def _check_level(values: np.ndarray, parent_counts: np.ndarray, parent: np.ndarr
         )
     if parent.shape != (n_children,):
         raise ValueError(f"parent (shape {parent.shape}) must give one parent per child")
+    if parent_counts.size and parent_counts.min() < 0:
+        raise ValueError(f"parent_counts has a negative entry ({parent_counts.min()})")
+
+
+def child_weights(weights: np.ndarray, n_children: int, name: str = "weights") -> np.ndarray:
+    """One finite, positive weight per child, as floats."""
+    w = np.asarray(weights, dtype=float)
+    if w.shape != (n_children,) or not np.all(np.isfinite(w) & (w > 0)):
+        raise ValueError(f"{name} (shape {w.shape}) must be finite and > 0, one per child")
+    return w
 
 
 def batched_l2(
@@ -216,13 +229,9 @@ def batched_l2(
     if parent_counts is None:
         return np.maximum(noisy.astype(float), 0.0)
     parent = np.asarray(parent, dtype=np.int64)
-    _check_level(noisy, parent_counts, parent)
-    if parent_counts.size and parent_counts.min() < 0:
-        raise ValueError(f"parent_counts has a negative entry ({parent_counts.min()})")
+    check_level(noisy, parent_counts, parent)
     n_children = noisy.shape[0]
-    w = np.ones(n_children) if weights is None else np.asarray(weights, dtype=float)
-    if w.shape != (n_children,) or not np.all(np.isfinite(w) & (w > 0)):
-        raise ValueError(f"weights (shape {w.shape}) must be finite and > 0, one per child")
+    w = np.ones(n_children) if weights is None else child_weights(weights, n_children)
     out = np.zeros(noisy.shape, dtype=float)
     plan = level_chunks(parent, parent_counts, max_values)
     plan.copy_only_children(out, parent_counts)
@@ -275,12 +284,7 @@ def batched_round(
     """
     x = np.asarray(x, dtype=float)
     parent = np.asarray(parent, dtype=np.int64)
-    if x.ndim != 2 or parent.shape != (x.shape[0],):
-        raise ValueError(f"x (shape {x.shape}) must be (children, cells), one row per parent entry")
-    if parent_counts.ndim != 2 or parent_counts.shape[1] != x.shape[1]:
-        raise ValueError(
-            f"parent_counts (shape {parent_counts.shape}) must be (parents, {x.shape[1]} cells)"
-        )
+    check_level(x, parent_counts, parent, "x")
     counts = np.zeros(x.shape, dtype=np.int64)
     plan = level_chunks(parent, parent_counts, max_values)
     plan.copy_only_children(counts, parent_counts)

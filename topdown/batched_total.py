@@ -37,7 +37,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from topdown.batched import level_chunks, project_chunk
+from topdown.batched import check_level, child_weights, level_chunks, project_chunk
 
 __all__ = ["batched_l2_total", "newton_chunk", "DUAL_NEWTON"]
 
@@ -81,21 +81,12 @@ def batched_l2_total(
     noisy = np.asarray(noisy, dtype=float)
     totals = np.asarray(totals, dtype=float).reshape(-1)
     parent = np.asarray(parent, dtype=np.int64)
-    w = np.asarray(weights, dtype=float)
     v = np.asarray(total_weights, dtype=float)
-    if noisy.ndim != 2 or parent.shape != (noisy.shape[0],):
-        raise ValueError(f"noisy (shape {noisy.shape}) must be (children, cells), one per parent")
+    check_level(noisy, parent_counts, parent)
     n_children, cells = noisy.shape
-    if parent_counts.ndim != 2 or parent_counts.shape[1] != cells:
-        raise ValueError(
-            f"parent_counts (shape {parent_counts.shape}) must be (parents, {cells} cells)"
-        )
-    if parent_counts.size and parent_counts.min() < 0:
-        raise ValueError(f"parent_counts has a negative entry ({parent_counts.min()})")
     if totals.shape != (n_children,):
         raise ValueError(f"totals (shape {totals.shape}) must give one total per child")
-    if w.shape != (n_children,) or not np.all(np.isfinite(w) & (w > 0)):
-        raise ValueError(f"weights (shape {w.shape}) must be finite and > 0, one per child")
+    w = child_weights(weights, n_children)
     if v.shape != (n_children,) or not np.all(np.isfinite(v) & (v >= 0)):
         raise ValueError(f"total_weights (shape {v.shape}) must be finite and >= 0, one per child")
     out = np.zeros((n_children, cells), dtype=float)
