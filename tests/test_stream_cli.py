@@ -79,9 +79,6 @@ def test_bad_stream_options(project: Path, tmp_path: Path, capsys):
     assert "--stream-by: 'PUMA' must be a hierarchy column with a level below it" in (
         capsys.readouterr().err
     )
-    args = ["run", config, "--out", str(tmp_path / "b"), "--stream-by", "STATE"]
-    assert main([*args, "--estimator", "blue"]) == 2
-    assert "estimator ('blue') cannot stream" in capsys.readouterr().err
     bad = data_config(5, ("STATE", "PUMA"), '[executor]\nstream_by = "AGE"\n')
     (tmp_path / "bad.toml").write_text(bad, "utf-8")
     assert main(["run", str(tmp_path / "bad.toml"), "--out", str(tmp_path / "c")]) == 2
