@@ -23,6 +23,13 @@ solved on one value per node).
 The variance of every answer follows from the same split: within a group the estimate's
 covariance is a scalar (per node) times the group's projector, so a marginal's answers all have
 the same variance at a node, given by ``Blue.variance(level, query)``.
+
+In pieces, for a streamed release (``topdown.stream``): both recursions only pass per-node
+summaries across a level, so a subtree's upward recursion reduces to its top's estimate and
+variance per group (``subtree_summary``), the levels above finish the upward recursion from
+those and run the downward one to the stream level (``blue_above``), and each subtree runs the
+downward one from its top's final estimate (``blue_below``). Every piece uses the whole tree's
+groups (``BluePlan``), so the pieces give the whole-tree BLUE.
 """
 
 from __future__ import annotations

@@ -1,31 +1,51 @@
 """Streamed release: memory that follows the largest subtree, not the whole level.
 
-``release_streamed`` runs the levels down to a stream level (e.g. county) as ``release`` does,
-in memory: built, measured and estimated. Then each subtree under the stream level (one
-county) is a task of its own: its records are read (one Parquet partition, or one group of a
-DataFrame), its lower levels' histograms built from them alone, measured, estimated from its
-published top (the county's released counts are the fixed parent), and its per-level tables and
-microdata written to disk before the next one starts. Peak memory is that of the largest
-subtree (times the number of workers), never a dense (nodes x cells) array of a whole lower
-level.
+``release_streamed`` runs the levels down to a stream level (e.g. county) in memory: built and
+measured as ``release`` does. Each subtree under the stream level (one county) is a task of its
+own, and no task keeps anything of its subtree in memory when it ends. Peak memory is that of
+the largest subtree (times the number of workers), never a dense (nodes x cells) array of a
+whole lower level.
+
+``estimator="blue"`` (the default), in two sweeps over the subtrees:
+
+1. measure: each subtree's records are read (one Parquet partition, or one group of a
+   DataFrame), its lower levels' histograms built from them alone and measured, its
+   measurement parts written, and only the bottom-up summary of its top is returned (the
+   top's estimate from its descendants' measurements and its variance, per subspace group:
+   ``topdown.blue.subtree_summary``; derived from noisy measurements, so public).
+2. the parent completes the upward recursion above the stream level, runs the downward one
+   down to it (``topdown.blue.blue_above``), holds the root total where the unstreamed release
+   would (``topdown.root_total``) and runs the passes of the levels down to the stream level.
+3. estimate: each subtree task reads back its own published measurement parts (not records:
+   the task has no partition to read), runs the downward recursion within the subtree from its
+   top's whole-tree BLUE (``topdown.blue.blue_below``), the passes from its top's released
+   counts (the fixed parent), and writes its tables and microdata.
+
+Confidential records are read only in sweep 1 (and by the parent's histograms of the levels
+down to the stream level, before anything is measured): the measurement step. The BLUE of
+every node equals the whole-tree ``topdown.blue.blue`` of the same measurements (the pieces
+share the whole tree's subspace groups, ``BluePlan``).
+
+``estimator="topdown"``: one sweep; each subtree task reads, measures, estimates from its
+published top and writes.
 
 Why the result does not depend on the executor or the order of the subtrees: a subtree's noise
 comes from a key derived from the release key and public data only, ``child_rng(release_key,
 "subtree", stream level, label)``; inside the subtree the usual streams (``topdown.measure``:
-level, query, chunk) derive from that key. A subtree task reads only its own records and public
-values (the released counts of its top and ancestors), so where and when it runs changes
-nothing.
+level, query, chunk) derive from that key (the same under either estimator). A subtree task
+reads only its own records (or, in sweep 2, its own parts) and public values, so where and when
+it runs changes nothing.
 
 Privacy: every node of a lower level is in exactly one subtree, so the subtrees' measurements of
 one (level, query) are over disjoint nodes and compose in parallel: the ledger records each
 (level, query) once, for all the level's nodes, exactly as the unstreamed release does
 (``measure.record_level``). The release checks that the subtrees partition each lower level.
+Everything after sweep 1 is post-processing of the noisy measurements.
 
-What differs from ``release``: the noise (other streams, same distributions), and the only-child
-folding of ``estimator="topdown"`` across the stream level: a unit that is its county's only
-child cannot lend its measurements to the county, which is estimated before it is measured.
-``estimator="blue"`` pools every measurement of the tree and is refused here. Invariants
-(contextual constraints) are supported at and above the stream level.
+What differs from ``release``: the noise (other streams, same distributions), and under
+``estimator="topdown"`` the only-child folding across the stream level: a unit that is its
+county's only child cannot lend its measurements to the county, which is estimated before it
+is measured. Invariants (contextual constraints) are supported at and above the stream level.
 
 Output folder (moved into place only when complete)::
 
@@ -35,7 +55,9 @@ Output folder (moved into place only when complete)::
     measurements/level_<k>_<column>/<part>.parquet  the noisy measurements, parted the same way
                                                (``topdown.streamed_measurements``)
     microdata/<subtree>.parquet                the leaf records of each subtree
-    ledger.json                                the privacy ledger
+    ledger.json                                the privacy ledger with its summary (the
+                                               estimator and the root total held:
+                                               ``topdown.ledger_file``)
 """
 
 from __future__ import annotations
