@@ -109,7 +109,7 @@ def test_streamed_run_uses_blue_and_check_recomputes_the_root_total_note(
     ledger = json.loads((streamed / "ledger.json").read_text())
     estimation = ledger["summary"]["estimation"]
     assert estimation["estimator"] == "blue"  # no [estimation] method: the default
-    held = estimation["root_total"]
+    held = dict(estimation["root_total"])
     assert held["held"] is True
     root = pd.read_parquet(streamed / "tables" / "level_0_root")
     assert root["count"].sum() == held["value"]
@@ -123,6 +123,18 @@ def test_streamed_run_uses_blue_and_check_recomputes_the_root_total_note(
     assert main(["check", str(copy)]) == 1
     err = capsys.readouterr().err
     assert "FAIL ledger.json totals match its entries" in err and "'root_total'" in err
+    # the root's table changed by one person (and re-signed): not the held total any more
+    shutil.copy(streamed / "ledger.json", copy / "ledger.json")
+    _resign(copy, "ledger.json")
+    path = "tables/level_0_root/top.parquet"
+    table = pd.read_parquet(copy / path)
+    table.loc[table["count"].idxmax(), "count"] += 1
+    table.to_parquet(copy / path, index=False)
+    _resign(copy, path)
+    assert main(["check", str(copy)]) == 1
+    err = capsys.readouterr().err
+    assert "FAIL root total at the held value" in err
+    assert f"the root's released total is {held['value'] + 1}" in err
 
 
 def test_estimation_method_in_a_streamed_config(project: Path, tmp_path: Path):

@@ -189,7 +189,23 @@ def _load(folder: Path, docs: dict[str, Any]) -> Loaded:
     partial.estimator = cfg.effective_estimator
     if partial.estimator == "blue":  # recomputed from the published measurement parts
         partial.root_total = partial.blue_root_total()
-    return Loaded(partial, partial.top_release(), lambda: [])
+    return Loaded(
+        partial,
+        partial.top_release(),
+        lambda: [("root total at the held value", _held_failures(partial))],
+    )
+
+
+def _held_failures(rel: StreamedRelease) -> list[str]:
+    """The root's released total against the total the passes held (recomputed from the
+    published measurements; none held: nothing to compare)."""
+    held = rel.root_total
+    if held is None or not held.held:
+        return []
+    total = int(rel.top_counts[0].sum())
+    if total != held.value:
+        return [f"the root's released total is {total}, the held BLUE total {held.value}"]
+    return []
 
 
 def _read_tree(folder: Path, cfg: RunConfig) -> Tree:
