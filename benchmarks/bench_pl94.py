@@ -212,6 +212,8 @@ def run_streamed(persons: int, executor: str, stream_by: str, args: argparse.Nam
         workers=args.workers,
         geography=geography,
         progress=Progress(enabled=False),
+        # the engine's default estimator unless one is named
+        **({"estimator": args.estimator} if args.estimator else {}),
     )
     wall = time.perf_counter() - wall0
     own1, kids1 = _cpu()
@@ -229,7 +231,10 @@ def run_streamed(persons: int, executor: str, stream_by: str, args: argparse.Nam
         "workers_cpu": kids1 - kids0,
         "tree_cpu": t["tree_cpu"] + t["subtree_tree_cpu"],
         "measure_cpu": t["subtree_measure_cpu"],
-        "estimate_cpu": t["subtree_estimate_cpu"],
+        # the streamed BLUE's sweep 1 summaries and sweep 2 reading of the parts count here
+        "estimate_cpu": t["subtree_estimate_cpu"]
+        + t.get("subtree_summary_cpu", 0.0)
+        + t.get("subtree_read_cpu", 0.0),
         "top_cpu": t["top_cpu"],
         "microdata_cpu": t["subtree_write_cpu"],
         "level_task_s": [round(s.l2_time + s.round_time, 2) for s in rel.stats],

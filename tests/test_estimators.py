@@ -238,11 +238,11 @@ def test_the_default_is_the_documented_one(tmp_path: Path) -> None:
     unset = parse_config(raw, "x.toml", base=tmp_path)
     assert unset.estimator is None and unset.effective_estimator == "blue"
     assert unset.resolved()["estimation"] == {"method": "blue"}
-    # a streamed run cannot pool the tree: without a chosen method it runs "topdown"; a
-    # chosen "blue" is kept (and refused by the streamed release with its reason)
-    assert unset.with_overrides(stream_by="STATE").effective_estimator == "topdown"
-    chosen = unset.with_overrides(estimator="blue", stream_by="STATE")
-    assert chosen.effective_estimator == "blue"
+    # a streamed run too (topdown.stream runs the whole-tree BLUE in two sweeps); a chosen
+    # "topdown" is kept
+    assert unset.with_overrides(stream_by="STATE").effective_estimator == "blue"
+    chosen = unset.with_overrides(estimator="topdown", stream_by="STATE")
+    assert chosen.effective_estimator == "topdown"
     census = release(df, schema, STRATEGY, seed=2, progress=QUIET, estimator="topdown")
     assert census.estimator == "topdown" and census.blue is None
 

@@ -183,8 +183,8 @@ def test_bad_stream_level_estimator_and_invariant(geo, data, tmp_path):
         run(stream_by="AGE")
     with pytest.raises(HierarchyError, match=r"stream_by \('BLOCK'\) is the leaf level"):
         run(stream_by="BLOCK")
-    with pytest.raises(StrategyError, match=r"estimator \('blue'\) cannot stream"):
-        run(estimator="blue")
+    with pytest.raises(StrategyError, match=r"estimator \('gls'\) is unknown"):
+        run(estimator="gls")
     below = ConstraintSet().add(SumEqualRealTotal(TrueExpression()), level=3)
     with pytest.raises(StrategyError, match=r"applies below the stream level \(2\)"):
         run(constraints=below)

@@ -79,11 +79,95 @@ def test_bad_stream_options(project: Path, tmp_path: Path, capsys):
     assert "--stream-by: 'PUMA' must be a hierarchy column with a level below it" in (
         capsys.readouterr().err
     )
-    args = ["run", config, "--out", str(tmp_path / "b"), "--stream-by", "STATE"]
-    assert main([*args, "--estimator", "blue"]) == 2
-    assert "estimator ('blue') cannot stream" in capsys.readouterr().err
     bad = data_config(5, ("STATE", "PUMA"), '[executor]\nstream_by = "AGE"\n')
     (tmp_path / "bad.toml").write_text(bad, "utf-8")
     assert main(["run", str(tmp_path / "bad.toml"), "--out", str(tmp_path / "c")]) == 2
     assert "executor.stream_by" in capsys.readouterr().err
     assert not any(tmp_path.glob("[abc]"))
+
+
+def _resign(folder: Path, name: str) -> None:
+    """Re-sign one file in the manifest, so only the release's own checks can catch it."""
+    import hashlib
+    import json
+
+    manifest = json.loads((folder / "manifest.json").read_text())
+    path = folder / name
+    manifest["files"][name] = {
+        "bytes": path.stat().st_size,
+        "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
+    }
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+
+
+def test_streamed_run_uses_blue_and_check_recomputes_the_root_total_note(
+    streamed: Path, tmp_path: Path, capsys
+):
+    import json
+    import shutil
+
+    ledger = json.loads((streamed / "ledger.json").read_text())
+    estimation = ledger["summary"]["estimation"]
+    assert estimation["estimator"] == "blue"  # no [estimation] method: the default
+    held = dict(estimation["root_total"])
+    assert held["held"] is True
+    root = pd.read_parquet(streamed / "tables" / "level_0_root")
+    assert root["count"].sum() == held["value"]
+    assert json.loads((streamed / "config.json").read_text())["estimation"]["method"] == "blue"
+    copy = tmp_path / "copy"
+    shutil.copytree(streamed, copy)
+    ledger["summary"]["estimation"]["root_total"]["value"] = held["value"] + 1
+    (copy / "ledger.json").write_text(json.dumps(ledger, indent=1))
+    _resign(copy, "ledger.json")
+    capsys.readouterr()
+    assert main(["check", str(copy)]) == 1
+    err = capsys.readouterr().err
+    assert "FAIL ledger.json totals match its entries" in err and "'root_total'" in err
+    # the root's table changed by one person (and re-signed): not the held total any more
+    shutil.copy(streamed / "ledger.json", copy / "ledger.json")
+    _resign(copy, "ledger.json")
+    path = "tables/level_0_root/top.parquet"
+    table = pd.read_parquet(copy / path)
+    table.loc[table["count"].idxmax(), "count"] += 1
+    table.to_parquet(copy / path, index=False)
+    _resign(copy, path)
+    assert main(["check", str(copy)]) == 1
+    err = capsys.readouterr().err
+    assert "FAIL root total at the held value" in err
+    assert f"the root's released total is {held['value'] + 1}" in err
+
+
+def test_estimation_method_in_a_streamed_config(project: Path, tmp_path: Path):
+    import json
+
+    for method in ("blue", "topdown"):
+        config = data_config(
+            5,
+            ("STATE", "PUMA"),
+            f'[executor]\nstream_by = "STATE"\n[estimation]\nmethod = "{method}"\n',
+        )
+        run = tmp_path / f"{method}.toml"
+        run.write_text(config.replace('"data.csv"', f'"{project / "data.csv"}"'), "utf-8")
+        out = tmp_path / method
+        assert main(["-q", "run", str(run), "--out", str(out)]) == 0
+        assert main(["check", str(out)]) == 0
+        summary = json.loads((out / "ledger.json").read_text())["summary"]
+        assert summary["estimation"]["estimator"] == method
+        assert ("root_total" in summary["estimation"]) == (method == "blue")
+
+
+def test_check_refuses_a_streamed_folder_of_format_1(streamed: Path, tmp_path: Path, capsys):
+    import json
+    import shutil
+
+    copy = tmp_path / "old"
+    shutil.copytree(streamed, copy)
+    manifest = json.loads((copy / "manifest.json").read_text())
+    assert manifest["format"] == "topdown-release-streamed/2"
+    manifest["format"] = "topdown-release-streamed/1"
+    (copy / "manifest.json").write_text(json.dumps(manifest))
+    capsys.readouterr()
+    assert main(["check", str(copy)]) == 1
+    err = capsys.readouterr().err
+    assert "written by an older version of topdown" in err and "rerun the release" in err
+    assert "missing" not in err

@@ -1,5 +1,6 @@
-"""A streamed release on Dask (a LocalCluster of two workers) is the serial one, count for count:
-every table part, every noisy measurement, every microdata record, the ledger."""
+"""A streamed release (the two-sweep BLUE, the default estimator) on Dask (a LocalCluster of two
+workers) and on a process pool is the serial one, count for count: every table part, every
+noisy measurement, every microdata record, the ledger."""
 
 from __future__ import annotations
 
@@ -22,7 +23,12 @@ def test_streamed_release_on_dask_equals_serial(cluster, tmp_path):
     geo = _geography()
     data = _records(geo)
     kwargs = dict(
-        stream_by="COUNTY", geography=geo, constraints=_state_total(), seed=21, progress=QUIET
+        stream_by="COUNTY",
+        geography=geo,
+        constraints=_state_total(),
+        seed=21,
+        progress=QUIET,
+        estimator="blue",
     )
     serial = release_streamed(data, SCHEMA, _strategy(), out=tmp_path / "serial", **kwargs)
     on_dask = release_streamed(
@@ -34,13 +40,26 @@ def test_streamed_release_on_dask_equals_serial(cluster, tmp_path):
         address=cluster.scheduler_address,
         **kwargs,
     )
-    assert {r.pid for r in on_dask.subtrees} - {os.getpid()}  # the workers ran the subtrees
-    assert on_dask.check_correctness().ok
-    assert on_dask.ledger.to_dict() == serial.ledger.to_dict()
-    for kind in ("tables", "measurements", "microdata"):
-        names = _files(serial.folder, kind)
-        assert names == _files(on_dask.folder, kind) and names
-        for name in names:
-            pd.testing.assert_frame_equal(
-                pd.read_parquet(on_dask.folder / name), pd.read_parquet(serial.folder / name)
-            )
+    pooled = release_streamed(
+        data,
+        SCHEMA,
+        _strategy(),
+        out=tmp_path / "pool",
+        executor="processes",
+        workers=2,
+        **kwargs,
+    )
+    for other in (on_dask, pooled):
+        assert {r.pid for r in other.subtrees} - {os.getpid()}  # the workers ran the subtrees
+        assert other.check_correctness().ok
+        assert other.ledger.to_dict() == serial.ledger.to_dict()
+        assert (other.folder / "ledger.json").read_text() == (
+            serial.folder / "ledger.json"
+        ).read_text()
+        for kind in ("tables", "measurements", "microdata"):
+            names = _files(serial.folder, kind)
+            assert names == _files(other.folder, kind) and names
+            for name in names:
+                pd.testing.assert_frame_equal(
+                    pd.read_parquet(other.folder / name), pd.read_parquet(serial.folder / name)
+                )

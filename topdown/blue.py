@@ -23,6 +23,13 @@ solved on one value per node).
 The variance of every answer follows from the same split: within a group the estimate's
 covariance is a scalar (per node) times the group's projector, so a marginal's answers all have
 the same variance at a node, given by ``Blue.variance(level, query)``.
+
+In pieces, for a streamed release (``topdown.stream``): both recursions only pass per-node
+summaries across a level, so a subtree's upward recursion reduces to its top's estimate and
+variance per group (``subtree_summary``), the levels above finish the upward recursion from
+those and run the downward one to the stream level (``blue_above``), and each subtree runs the
+downward one from its top's final estimate (``blue_below``). Every piece uses the whole tree's
+groups (``BluePlan``), so the pieces give the whole-tree BLUE.
 """
 
 from __future__ import annotations
@@ -46,7 +53,12 @@ __all__ = [
     "Blue",
     "as_inputs",
     "blue",
+    "blue_above",
+    "blue_below",
     "blue_inputs",
+    "BluePlan",
+    "NodeSummary",
+    "subtree_summary",
     "precision",
 ]
 
@@ -295,58 +307,245 @@ def blue(
             enters as a measurement of variance 0, an exact constraint: the BLUE keeps it,
             spreads it over the node's cells and its neighbours, and reports its variance as 0.
     """
+    inputs = _checked_inputs(tree, measurements, exact_totals)
+    plan = BluePlan.of(domain, [[m.query for m in lv] for lv in inputs.levels])
+    estimate, _ = _solve(tree, domain, inputs, plan)
+    return estimate
+
+
+# -- the BLUE in pieces: a streamed release's subtrees (``topdown.stream``) ----------------
+
+
+@dataclass(frozen=True)
+class BluePlan:
+    """The subspace groups of a whole tree's BLUE: which attribute subsets are solved together,
+    from the queries every level measures (public: the strategy, and the levels where an
+    invariant publishes node totals). The pieces of a streamed BLUE share the whole tree's plan,
+    so each piece runs the same recursions the whole tree would.
+
+    Attributes:
+        signatures: per group, the (level, query index) pairs whose queries see its subsets.
+        members: per group, its attribute subsets (the group on the most cells first).
+    """
+
+    signatures: tuple[tuple[tuple[int, int], ...], ...]
+    members: tuple[tuple[frozenset[int], ...], ...]
+    shape: tuple[int, ...]
+
+    @classmethod
+    def of(
+        cls,
+        domain: Domain,
+        queries: Sequence[Sequence[Query]],
+        exact_totals: Mapping[int, Mapping[int, float]] | None = None,
+    ) -> BluePlan:
+        """The plan of a tree whose level ``l`` measures ``queries[l]`` (in this order), plus a
+        total at the levels where ``exact_totals`` names a node (as ``blue`` adds them)."""
+        per_level = [
+            list(qs) + ([Query(())] if (exact_totals or {}).get(level) else [])
+            for level, qs in enumerate(queries)
+        ]
+        subsets = _subsets(domain)
+        signature: dict[frozenset[int], list[tuple[int, int]]] = {s: [] for s in subsets}
+        for level, qs in enumerate(per_level):
+            for qi, q in enumerate(qs):
+                kept = _kept_axes(q, domain)
+                for s in subsets:
+                    if s <= kept:
+                        signature[s].append((level, qi))
+        by_sig: dict[tuple[tuple[int, int], ...], list[frozenset[int]]] = {}
+        for s in subsets:
+            by_sig.setdefault(tuple(signature[s]), []).append(s)
+        # the group on the most cells first: solved on every cell, as the identity minus the
+        # other groups' projectors; the others on their own axes' cells
+        groups = sorted(
+            by_sig.items(),
+            key=lambda kv: (-_width(frozenset().union(*kv[1]), domain.shape), -len(kv[1])),
+        )
+        return cls(
+            tuple(sig for sig, _ in groups),
+            tuple(tuple(m) for _, m in groups),
+            tuple(int(n) for n in domain.shape),
+        )
+
+    def __len__(self) -> int:
+        return len(self.members)
+
+    def reduced(self, g: int) -> tuple[int, ...]:
+        """The cell shape group ``g`` is solved on: every cell for the first group, its own
+        axes' cells for the others."""
+        if g == 0:
+            return self.shape
+        axes = frozenset().union(*self.members[g])
+        return tuple(n if i in axes else 1 for i, n in enumerate(self.shape))
+
+
+@dataclass(frozen=True)
+class NodeSummary:
+    """Per group, estimates and variances of some nodes, on the group's cells (``reduced``).
+
+    A subtree's summary (``subtree_summary``): its top node's estimate from its descendants'
+    measurements alone (the children's summed subtree estimates) and that estimate's variance.
+    The top's final BLUE (``blue_above``): its estimate, final variance and whole-tree subtree
+    variance (``subtree``). Everything is derived from noisy measurements: public.
+
+    Attributes:
+        est: per group, float (nodes, cells of the group).
+        var: per group, float (nodes,).
+        subtree: per group, float (nodes,), or empty when not needed.
+    """
+
+    est: tuple[np.ndarray, ...]
+    var: tuple[np.ndarray, ...]
+    subtree: tuple[np.ndarray, ...] = ()
+
+    @classmethod
+    def stack(cls, parts: Sequence[NodeSummary]) -> NodeSummary:
+        """The summaries of several nodes as one (in the order given)."""
+        n = len(parts[0].est)
+        return cls(
+            tuple(np.concatenate([p.est[g] for p in parts]) for g in range(n)),
+            tuple(np.concatenate([p.var[g] for p in parts]) for g in range(n)),
+        )
+
+    def row(self, node: int) -> NodeSummary:
+        """One node's summary."""
+        pick = slice(node, node + 1)
+        return NodeSummary(
+            tuple(e[pick] for e in self.est),
+            tuple(v[pick] for v in self.var),
+            tuple(s[pick] for s in self.subtree),
+        )
+
+
+def subtree_summary(
+    tree: Tree, domain: Domain, measurements: Measurements | EstimatorInputs, plan: BluePlan
+) -> NodeSummary:
+    """The upward recursion over a subtree, down to its leaves: its top node's estimate from
+    its descendants' measurements alone, per group (the bottom-up half of ``blue``).
+
+    ``tree``'s levels are the whole tree's from the subtree's top down (``Level.number`` kept;
+    the top level has one node); ``measurements`` has one entry per one of them, the top's
+    empty (it is measured with the levels above). ``plan``: the whole tree's.
+    """
+    inputs = _checked_inputs(tree, measurements, None)
+    sums = _sum_matrices(tree)
+    est, var = [], []
+    for g in range(len(plan)):
+        pis = _pis_of(tree, domain, inputs, plan, g)
+        up = _upward(_z_of(domain, inputs, plan, g, pis), pis, sums)
+        est.append(np.asarray(up.est[0], dtype=float))
+        var.append(up.var[0])
+    return NodeSummary(tuple(est), tuple(var))
+
+
+def blue_above(
+    tree: Tree,
+    domain: Domain,
+    measurements: Measurements | EstimatorInputs,
+    below: NodeSummary,
+    plan: BluePlan,
+    *,
+    exact_totals: Mapping[int, Mapping[int, float]] | None = None,
+) -> tuple[Blue, NodeSummary]:
+    """The whole tree's BLUE of the levels down to a stream level, from their measurements
+    and the summaries of the subtrees under the stream level (``below``, one row per stream
+    node in node order): the upward recursion completed above the stream level, then the
+    downward one down to it. Also returns the stream nodes' final estimates per group, which
+    ``blue_below`` continues from. Equal to ``blue`` on the whole tree at these levels."""
+    inputs = _checked_inputs(tree, measurements, exact_totals)
+    return _solve(tree, domain, inputs, plan, below=below)
+
+
+def blue_below(
+    tree: Tree,
+    domain: Domain,
+    measurements: Measurements | EstimatorInputs,
+    top: NodeSummary,
+    plan: BluePlan,
+) -> Blue:
+    """The whole tree's BLUE of a subtree's levels, from its own measurements and its top's
+    final estimate (``blue_above``'s, one row): the upward recursion within the subtree, then
+    the downward one from the given top. ``tree`` and ``measurements`` as in
+    ``subtree_summary``; the result's level 0 is the top (its given estimate)."""
+    inputs = _checked_inputs(tree, measurements, None)
+    estimate, _ = _solve(tree, domain, inputs, plan, top=top)
+    return estimate
+
+
+def _checked_inputs(
+    tree: Tree,
+    measurements: Measurements | EstimatorInputs,
+    exact_totals: Mapping[int, Mapping[int, float]] | None,
+) -> EstimatorInputs:
     inputs = as_inputs(measurements)
     if len(inputs.levels) != tree.n_levels:
         raise ValueError(
             f"measurements ({len(inputs.levels)} levels) must have one entry per tree level "
             f"({tree.n_levels})"
         )
-    inputs = _with_exact_totals(inputs, tree, exact_totals or {})
-    shape = tuple(int(n) for n in domain.shape)
-    subsets = _subsets(domain)
-    signature: dict[frozenset[int], list[tuple[int, int]]] = {s: [] for s in subsets}
-    for level, lv in enumerate(inputs.levels):
-        for qi, m in enumerate(lv):
-            kept = _kept_axes(m.query, domain)
-            for s in subsets:
-                if s <= kept:
-                    signature[s].append((level, qi))
-    by_sig: dict[tuple[tuple[int, int], ...], list[frozenset[int]]] = {}
-    for s in subsets:
-        by_sig.setdefault(tuple(signature[s]), []).append(s)
-    # the group on the most cells first: solved on every cell, as the identity minus the
-    # other groups' projectors; the others on their own axes' cells
-    groups = sorted(
-        by_sig.items(),
-        key=lambda kv: (-_width(frozenset().union(*kv[1]), domain.shape), -len(kv[1])),
-    )
-    members = [tuple(m) for _, m in groups]
+    return _with_exact_totals(inputs, tree, exact_totals or {})
+
+
+def _pis_of(
+    tree: Tree, domain: Domain, inputs: EstimatorInputs, plan: BluePlan, g: int
+) -> list[np.ndarray]:
+    first = tree.levels[0].number  # the signatures name the whole tree's levels
+    return [
+        _group_precision(inputs.at(i), plan.signatures[g], first + i, lv.size, domain)
+        for i, lv in enumerate(tree.levels)
+    ]
+
+
+def _z_of(
+    domain: Domain, inputs: EstimatorInputs, plan: BluePlan, g: int, pis: list[np.ndarray]
+) -> Callable[[int], np.ndarray]:
+    members = list(plan.members)
+    reduced = plan.reduced(g)
+
+    def z_at(level: int) -> np.ndarray:
+        return _group_z(inputs.at(level), pis[level], domain, members, g, reduced)
+
+    return z_at
+
+
+def _solve(
+    tree: Tree,
+    domain: Domain,
+    inputs: EstimatorInputs,
+    plan: BluePlan,
+    *,
+    below: NodeSummary | None = None,
+    top: NodeSummary | None = None,
+) -> tuple[Blue, NodeSummary]:
+    """The recursions of every group over ``tree``: its last level's children summarised by
+    ``below`` (else they are leaves), its top's final estimate given by ``top`` (else it is
+    the root). Returns the BLUE and, with ``below``, the last level's final estimates."""
+    shape = plan.shape
     sums = _sum_matrices(tree)
     parents = [lv.parent for lv in tree.levels]
     last = tree.n_levels - 1
     fitted: list[np.ndarray] = []
-    scale = [np.zeros((len(groups), lv.size)) for lv in tree.levels]
-    subtree = [np.zeros((len(groups), lv.size)) for lv in tree.levels]
+    scale = [np.zeros((len(plan), lv.size)) for lv in tree.levels]
+    subtree = [np.zeros((len(plan), lv.size)) for lv in tree.levels]
     leaf_shift: LeafShift | None = None
-    for g, (sig, _) in enumerate(groups):
-        pis = [
-            _group_precision(inputs.at(level), sig, level, tree.levels[level].size, domain)
-            for level in range(last + 1)
-        ]
-        axes = frozenset().union(*members[g])
-        # the largest group (g = 0) is solved on every cell; the others on their axes' cells
-        reduced = shape if g == 0 else tuple(n if i in axes else 1 for i, n in enumerate(shape))
-
-        def z_at(
-            level: int, g: int = g, reduced: tuple[int, ...] = reduced, pis: list = pis
-        ) -> np.ndarray:
-            return _group_z(inputs.at(level), pis[level], domain, members, g, reduced)
-
-        up = _upward(z_at, pis, sums)
-        lean = len(groups) == 1 and bool(np.isfinite(up.var[last]).all()) and last > 0
-        u, f, shift = _downward(up, parents, sums, lean)
+    ends: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+    for g in range(len(plan)):
+        reduced = plan.reduced(g)
+        pis = _pis_of(tree, domain, inputs, plan, g)
+        child = None if below is None else (below.est[g], below.var[g])
+        up = _upward(_z_of(domain, inputs, plan, g, pis), pis, sums, child)
+        if top is not None:  # the top's whole-tree subtree variance, not its children's only
+            up.var[0] = top.subtree[g]
+        lean = (
+            below is None and len(plan) == 1 and bool(np.isfinite(up.var[last]).all()) and last > 0
+        )
+        given = None if top is None else (top.est[g], top.var[g])
+        u, f, shift = _downward(up, parents, sums, lean, given)
         if shift is not None:
             leaf_shift = shift
+        if below is not None:
+            ends.append((np.array(u[last], dtype=float), f[last], np.array(up.var[last])))
         for level in range(last + 1):
             scale[level][g] = f[level]
             subtree[level][g] = up.var[level]
@@ -355,8 +554,13 @@ def blue(
             else:
                 _add_reduced(fitted[level], u[level], reduced, shape)
             u[level] = np.empty(0)  # this level's share is in ``fitted``: free it
-    log.debug("BLUE: %d subspace group(s) over %d level(s)", len(groups), tree.n_levels)
-    return Blue(domain, tuple(fitted), tuple(members), tuple(scale), tuple(subtree), leaf_shift)
+    log.debug("BLUE: %d subspace group(s) over %d level(s)", len(plan), tree.n_levels)
+    estimate = Blue(
+        domain, tuple(fitted), tuple(plan.members), tuple(scale), tuple(subtree), leaf_shift
+    )
+    return estimate, NodeSummary(
+        tuple(e for e, _, _ in ends), tuple(v for _, v, _ in ends), tuple(s for _, _, s in ends)
+    )
 
 
 def _width(axes: frozenset[int], shape: Sequence[int]) -> int:
@@ -370,10 +574,11 @@ def _group_precision(
     nodes: int,
     domain: Domain,
 ) -> np.ndarray:
-    """pi_v of a group at every node of a level: its queries' lifts over their variances."""
+    """pi_v of a group at every node of a level: its queries' lifts over their variances. A
+    level without inputs (a subtree's top, measured with the levels above it) has none."""
     pi = np.zeros(nodes)
     for lvl, qi in sig:
-        if lvl == level:
+        if lvl == level and lv:
             m = lv[qi]
             pi = pi + _lift(m.query, domain) * precision(m.variance)
     return pi
@@ -495,11 +700,16 @@ class _Upward:
 
 
 def _upward(
-    z_at: Callable[[int], np.ndarray], pi: list[np.ndarray], sums: list[sp.csr_matrix]
+    z_at: Callable[[int], np.ndarray],
+    pi: list[np.ndarray],
+    sums: list[sp.csr_matrix],
+    below: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> _Upward:
     """Cell-by-cell tree GLS, upward: each node's estimate from its own subtree (its own value
     combined by inverse variance with the sum of its children's). A leaf's is its own ``z``
-    (no arithmetic: raw measurements stay as they are)."""
+    (no arithmetic: raw measurements stay as they are). ``below``: the last level's children's
+    summed estimates and summed variances, when its nodes are not leaves (a streamed release's
+    subtrees, summarised)."""
     n_levels = len(pi)
     empty = [np.empty(0)] * n_levels
     up = _Upward(list(empty), list(empty), list(empty), list(empty))
@@ -507,14 +717,18 @@ def _upward(
         for level in range(n_levels - 1, -1, -1):
             own = pi[level]
             z = z_at(level)
-            if level == n_levels - 1:
+            if level == n_levels - 1 and below is None:
                 up.est[level] = z
                 up.var[level] = np.where(own > 0, 1.0 / own, np.inf)
                 continue
-            S = sums[level]
-            m = S @ up.est[level + 1]
-            M = S @ up.var[level + 1]
-            M = np.where(S.getnnz(axis=1) > 0, M, np.inf)  # childless: no information
+            if level == n_levels - 1:
+                assert below is not None
+                m, M = below
+            else:
+                S = sums[level]
+                m = S @ up.est[level + 1]
+                M = S @ up.var[level + 1]
+                M = np.where(S.getnnz(axis=1) > 0, M, np.inf)  # childless: no information
             up.child_sum[level], up.child_var[level] = m, M
             m_prec = precision(M)
             prec = own + m_prec
@@ -526,18 +740,25 @@ def _upward(
 
 
 def _downward(
-    up: _Upward, parents: list[np.ndarray], sums: list[sp.csr_matrix], lean: bool
+    up: _Upward,
+    parents: list[np.ndarray],
+    sums: list[sp.csr_matrix],
+    lean: bool,
+    top: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> tuple[list[np.ndarray], list[np.ndarray], LeafShift | None]:
     """Cell-by-cell tree GLS, downward: each child's subtree estimate corrected by its share
     (its variance over the children's total variance) of the gap between its parent's final
     estimate and the children's sum. Infinite variances mean no information: a child without
     any takes the whole gap if it is alone, an equal share (infinite variance) if not.
 
+    ``top``: the first level's final estimates and variances when it is not the root (a
+    streamed release's subtree, from its top's whole-tree BLUE).
+
     Returns the final estimates per level (with ``lean``, the leaves' subtree estimates, and
     the shift that makes them final), their per-coordinate variances, and the shift."""
     n_levels = len(up.est)
-    u = [up.est[0]]
-    f = [up.var[0]]
+    u = [up.est[0] if top is None else top[0]]
+    f = [up.var[0] if top is None else top[1]]
     shift: LeafShift | None = None
     with np.errstate(divide="ignore", invalid="ignore"):
         for level in range(1, n_levels):

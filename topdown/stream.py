@@ -1,31 +1,51 @@
 """Streamed release: memory that follows the largest subtree, not the whole level.
 
-``release_streamed`` runs the levels down to a stream level (e.g. county) as ``release`` does,
-in memory: built, measured and estimated. Then each subtree under the stream level (one
-county) is a task of its own: its records are read (one Parquet partition, or one group of a
-DataFrame), its lower levels' histograms built from them alone, measured, estimated from its
-published top (the county's released counts are the fixed parent), and its per-level tables and
-microdata written to disk before the next one starts. Peak memory is that of the largest
-subtree (times the number of workers), never a dense (nodes x cells) array of a whole lower
-level.
+``release_streamed`` runs the levels down to a stream level (e.g. county) in memory: built and
+measured as ``release`` does. Each subtree under the stream level (one county) is a task of its
+own, and no task keeps anything of its subtree in memory when it ends. Peak memory is that of
+the largest subtree (times the number of workers), never a dense (nodes x cells) array of a
+whole lower level.
+
+``estimator="blue"`` (the default), in two sweeps over the subtrees:
+
+1. measure: each subtree's records are read (one Parquet partition, or one group of a
+   DataFrame), its lower levels' histograms built from them alone and measured, its
+   measurement parts written, and only the bottom-up summary of its top is returned (the
+   top's estimate from its descendants' measurements and its variance, per subspace group:
+   ``topdown.blue.subtree_summary``; derived from noisy measurements, so public).
+2. the parent completes the upward recursion above the stream level, runs the downward one
+   down to it (``topdown.blue.blue_above``), holds the root total where the unstreamed release
+   would (``topdown.root_total``) and runs the passes of the levels down to the stream level.
+3. estimate: each subtree task reads back its own published measurement parts (not records:
+   the task has no partition to read), runs the downward recursion within the subtree from its
+   top's whole-tree BLUE (``topdown.blue.blue_below``), the passes from its top's released
+   counts (the fixed parent), and writes its tables and microdata.
+
+Confidential records are read only in sweep 1 (and by the parent's histograms of the levels
+down to the stream level, before anything is measured): the measurement step. The BLUE of
+every node equals the whole-tree ``topdown.blue.blue`` of the same measurements (the pieces
+share the whole tree's subspace groups, ``BluePlan``).
+
+``estimator="topdown"``: one sweep; each subtree task reads, measures, estimates from its
+published top and writes.
 
 Why the result does not depend on the executor or the order of the subtrees: a subtree's noise
 comes from a key derived from the release key and public data only, ``child_rng(release_key,
 "subtree", stream level, label)``; inside the subtree the usual streams (``topdown.measure``:
-level, query, chunk) derive from that key. A subtree task reads only its own records and public
-values (the released counts of its top and ancestors), so where and when it runs changes
-nothing.
+level, query, chunk) derive from that key (the same under either estimator). A subtree task
+reads only its own records (or, in sweep 2, its own parts) and public values, so where and when
+it runs changes nothing.
 
 Privacy: every node of a lower level is in exactly one subtree, so the subtrees' measurements of
 one (level, query) are over disjoint nodes and compose in parallel: the ledger records each
 (level, query) once, for all the level's nodes, exactly as the unstreamed release does
 (``measure.record_level``). The release checks that the subtrees partition each lower level.
+Everything after sweep 1 is post-processing of the noisy measurements.
 
-What differs from ``release``: the noise (other streams, same distributions), and the only-child
-folding of ``estimator="topdown"`` across the stream level: a unit that is its county's only
-child cannot lend its measurements to the county, which is estimated before it is measured.
-``estimator="blue"`` pools every measurement of the tree and is refused here. Invariants
-(contextual constraints) are supported at and above the stream level.
+What differs from ``release``: the noise (other streams, same distributions), and under
+``estimator="topdown"`` the only-child folding across the stream level: a unit that is its
+county's only child cannot lend its measurements to the county, which is estimated before it
+is measured. Invariants (contextual constraints) are supported at and above the stream level.
 
 Output folder (moved into place only when complete)::
 
@@ -35,7 +55,9 @@ Output folder (moved into place only when complete)::
     measurements/level_<k>_<column>/<part>.parquet  the noisy measurements, parted the same way
                                                (``topdown.streamed_measurements``)
     microdata/<subtree>.parquet                the leaf records of each subtree
-    ledger.json                                the privacy ledger
+    ledger.json                                the privacy ledger with its summary (the
+                                               estimator and the root total held:
+                                               ``topdown.ledger_file``)
 """
 
 from __future__ import annotations
@@ -58,20 +80,30 @@ from constraints.contextual_constraints import SumEqualRealTotal
 from mechanisms.ledger import Ledger, NoiseSource
 from mechanisms.rng import child_rng, new_release_key
 from topdown import budget_bounds
+from topdown.blue import (
+    BluePlan,
+    EstimatorInputs,
+    NodeSummary,
+    blue_below,
+    blue_inputs,
+    subtree_summary,
+)
 from topdown.errors import DataError, HierarchyError, ReleaseError, StrategyError
 from topdown.estimate import EstimateOptions, LevelStats, SolverChoice, estimate
-from topdown.estimators import check_estimator, prepare_inputs
-from topdown.executors import make_executor
+from topdown.estimators import DEFAULT_ESTIMATOR, check_estimator, prepare_inputs
+from topdown.executors import Executor, make_executor
 from topdown.io import read_data
+from topdown.ledger_file import ledger_document
 from topdown.measure import Measurements, make_level_mechanisms, measure
 from topdown.microdata import expand_microdata, write_table
 from topdown.partitions import Partition, partitions
 from topdown.progress import Progress
 from topdown.release import Release
+from topdown.root_total import RootTotal
 from topdown.schema import Schema
 from topdown.strategy import Strategy
-from topdown.streamed_measurements import write_measurements
-from topdown.streamed_release import StreamedRelease, SubtreeResult, safe_name, table_dir
+from topdown.streamed_measurements import part_path, read_part, safe_name, write_measurements
+from topdown.streamed_release import StreamedRelease, SubtreeResult, streamed_plan, top_blue
 from topdown.timing import PhaseClock
 from topdown.tree import (
     ConfidentialHistograms,
@@ -94,7 +126,11 @@ MAX_SUBTREE_CELLS = 2**30
 
 @dataclass(frozen=True)
 class _SubtreeTask:
-    """Everything one subtree needs; only ``partition`` is confidential."""
+    """Everything one subtree's measurement needs; only ``partition`` is confidential.
+
+    Under ``estimator="topdown"`` the task also estimates and writes the subtree (one sweep);
+    under ``"blue"`` (``plan`` set) it measures, writes its measurement parts and returns its
+    top's BLUE summary (sweep 1), and an ``_EstimateTask`` estimates it later (sweep 2)."""
 
     label: str
     partition: Partition
@@ -109,12 +145,43 @@ class _SubtreeTask:
     folder: Path
     microdata_format: str
     max_cells: int
+    plan: BluePlan | None = None
 
 
-def _run_subtree(task: _SubtreeTask) -> SubtreeResult:
-    """Build, measure, estimate and write one subtree; nothing of it stays in memory."""
-    timings: dict[str, float] = {}
-    clock = PhaseClock(timings)
+@dataclass(frozen=True)
+class _Measured:
+    """What sweep 1 of a streamed BLUE returns for a subtree (public: sizes, seconds, and its
+    top's summary, derived from noisy measurements only)."""
+
+    label: str
+    nodes: tuple[int, ...]
+    summary: NodeSummary
+    timings: dict[str, float]
+
+
+@dataclass(frozen=True)
+class _EstimateTask:
+    """Sweep 2 of a streamed BLUE: everything one subtree's estimation needs. It holds no
+    records and no partition: the subtree's tree comes from the published geography and its
+    measurements from its own published parts (``read_part``)."""
+
+    label: str
+    geography: pd.DataFrame
+    chain: tuple[np.ndarray, ...]  # released counts (1 x cells) of the root .. the subtree's top
+    top: NodeSummary  # the top's whole-tree BLUE (one row per group)
+    plan: BluePlan
+    schema: Schema
+    strategy: Strategy
+    options: EstimateOptions
+    constraints: ConstraintSet | None
+    first_pass: dict[int, tuple[str, ...]]
+    folder: Path
+    microdata_format: str
+
+
+def _measure_subtree(task: _SubtreeTask, clock: PhaseClock) -> tuple[Tree, Measurements, range]:
+    """Read one subtree's records (the only step that does), build and measure its levels
+    below the top."""
     schema, top = task.schema, len(task.chain) - 1
     with clock("tree"):
         records = task.partition.read()
@@ -134,9 +201,70 @@ def _run_subtree(task: _SubtreeTask) -> SubtreeResult:
             levels=lower,
         )
         del truth
-        measurements = _narrow_measurements(measurements)
+    return tree, _narrow_measurements(measurements), lower
+
+
+def _run_subtree(task: _SubtreeTask) -> SubtreeResult:
+    """``estimator="topdown"``: build, measure, estimate and write one subtree; nothing of it
+    stays in memory."""
+    timings: dict[str, float] = {}
+    clock = PhaseClock(timings)
+    tree, measurements, lower = _measure_subtree(task, clock)
     with clock("estimate"):
-        inputs, _, _ = prepare_inputs("topdown", tree, schema.domain, measurements)
+        inputs, _, _ = prepare_inputs("topdown", tree, task.schema.domain, measurements)
+        counts, stats = estimate(
+            tree,
+            task.schema.domain,
+            inputs,
+            first_pass=task.first_pass,
+            constraints=task.constraints,
+            options=task.options,
+            fixed=task.chain,
+        )
+        del inputs
+    with clock("write"):
+        write_measurements(measurements, tree, lower, task.folder, task.label)
+    return _write_subtree(task, tree, counts, measurements, stats, clock, timings)
+
+
+def _measure_summarise(task: _SubtreeTask) -> _Measured:
+    """Sweep 1 of a streamed BLUE: build and measure one subtree, write its measurement parts
+    and return its top's summary (the upward recursion over its measurements)."""
+    assert task.plan is not None
+    timings: dict[str, float] = {}
+    clock = PhaseClock(timings)
+    tree, measurements, lower = _measure_subtree(task, clock)
+    top = len(task.chain) - 1
+    with clock("write"):
+        write_measurements(measurements, tree, lower, task.folder, task.label)
+    with clock("summary"):
+        summary = subtree_summary(
+            Tree(tree.levels[top:]),
+            task.schema.domain,
+            Measurements(measurements.levels[top:]),
+            task.plan,
+        )
+    nodes = tuple(tree.levels[lv].size for lv in lower)
+    return _Measured(task.label, nodes, summary, timings)
+
+
+def _estimate_subtree(task: _EstimateTask) -> SubtreeResult:
+    """Sweep 2 of a streamed BLUE: the subtree's BLUE from its top's, the passes from its
+    top's released counts, then its tables and microdata. Reads its published measurement
+    parts, never records (the task has none to read)."""
+    timings: dict[str, float] = {}
+    clock = PhaseClock(timings)
+    schema, top = task.schema, len(task.chain) - 1
+    with clock("read"):
+        tree = geography_tree(task.geography, schema)
+        lower = range(top + 1, tree.n_levels)
+        measurements = read_part(task.folder, tree, lower, task.label, task.strategy, schema.domain)
+    with clock("estimate"):
+        below = Measurements(measurements.levels[top:])
+        sub = blue_below(Tree(tree.levels[top:]), schema.domain, below, task.top, task.plan)
+        fed = blue_inputs(below, sub)
+        del sub
+        inputs = EstimatorInputs(((),) * top + fed.levels)  # the levels above are fixed
         counts, stats = estimate(
             tree,
             schema.domain,
@@ -146,14 +274,27 @@ def _run_subtree(task: _SubtreeTask) -> SubtreeResult:
             options=task.options,
             fixed=task.chain,
         )
-        del inputs
+        del inputs, fed
+    return _write_subtree(task, tree, counts, measurements, stats, clock, timings)
+
+
+def _write_subtree(
+    task: _SubtreeTask | _EstimateTask,
+    tree: Tree,
+    counts: list[np.ndarray],
+    measurements: Measurements,
+    stats: list[LevelStats],
+    clock: PhaseClock,
+    timings: dict[str, float],
+) -> SubtreeResult:
+    """A subtree's tables (one part per lower level) and microdata."""
+    lower = range(len(task.chain), tree.n_levels)
     with clock("write"):
         counts = [_narrow(c) for c in counts]
         rel = Release(task.schema, tree, task.strategy, counts, measurements, Ledger(), stats)
         for level in lower:
-            _write_part(rel.long_table(level), table_dir(task.folder, tree, level), task.label)
-        write_measurements(measurements, tree, lower, task.folder, task.label)
-        micro = expand_microdata(tree, schema, counts[-1], categorical=True)
+            _write_part(rel.long_table(level), task.folder, tree, level, task.label)
+        micro = expand_microdata(tree, task.schema, counts[-1], categorical=True)
         records_out = len(micro)
         write_table(
             micro,
@@ -186,7 +327,7 @@ def release_streamed(
     address: str | None = None,
     failsafe: bool = True,
     progress: Progress | None = None,
-    estimator: str = "topdown",
+    estimator: str = DEFAULT_ESTIMATOR,
     microdata_format: str = "parquet",
     max_subtree_cells: int = MAX_SUBTREE_CELLS,
 ) -> StreamedRelease:
@@ -207,25 +348,20 @@ def release_streamed(
             ``dask``); each subtree is one task, so peak memory is about workers x the largest
             subtree. The workers write their subtrees' parts themselves: on a Dask cluster,
             ``out`` must be on a filesystem every worker sees at the same path.
-        estimator: ``"topdown"`` only (``"blue"`` pools the whole tree and cannot stream).
+        estimator: ``"blue"`` (the default: two sweeps over the subtrees, see the module
+            docstring) or ``"topdown"`` (one sweep).
         microdata_format: ``parquet`` or ``csv``.
         max_subtree_cells: the largest dense (nodes x cells) array of one level that may be
             held: of a subtree's level, or of a level down to the stream level (refused
             before any data is measured).
 
     Raises:
-        StrategyError: ``estimator="blue"``, or an invariant below the stream level.
+        StrategyError: an unknown estimator, or an invariant below the stream level.
         HierarchyError: ``stream_by`` is not a hierarchy column with a level below it, a
             partition of a unit the geography does not list, or a subtree over the bound.
         ReleaseError: ``out`` exists and is not an empty folder.
     """
     check_estimator(estimator)
-    if estimator != "topdown":
-        raise StrategyError(
-            f"estimator ({estimator!r}) cannot stream: the BLUE pools every measurement of the "
-            "whole tree before any estimate; use estimator='topdown' with stream_by, or release "
-            "without stream_by"
-        )
     stream_level = _stream_level(schema, stream_by)
     if microdata_format not in ("parquet", "csv"):
         raise DataError(f"microdata_format ({microdata_format!r}) must be 'parquet' or 'csv'")
@@ -278,6 +414,19 @@ def release_streamed(
     first_pass = {i: ls.first_pass for i, ls in enumerate(strategy.levels)}
     tmp = final.parent / f".{final.name}.streaming-{os.getpid()}"
     tmp.mkdir(parents=True)
+    common = _Common(
+        geo,
+        stream_level,
+        schema,
+        strategy,
+        options,
+        low_constraints,
+        first_pass,
+        tmp,
+        microdata_format,
+        max_subtree_cells,
+    )
+    root_total: RootTotal | None = None
     try:
         with make_executor(executor, workers=workers, address=address) as ex:
             with clock("top"):
@@ -292,67 +441,146 @@ def release_streamed(
                     executor=ex,
                 )
                 del truth
-                inputs, _, _ = prepare_inputs("topdown", top_tree, schema.domain, measurements)
-                top_counts, top_stats = estimate(
-                    top_tree,
-                    schema.domain,
-                    inputs,
-                    first_pass=first_pass,
-                    constraints=top_constraints,
-                    invariants=invariants,
-                    options=options,
-                    executor=ex,
-                )
-                top_counts = [_narrow(c) for c in top_counts]
-                top_rel = Release(
-                    schema, top_tree, strategy, top_counts, measurements, Ledger(), top_stats
-                )
-                for level in range(stream_level + 1):
-                    _write_part(top_rel.long_table(level), table_dir(tmp, tree, level), "top")
                 write_measurements(measurements, top_tree, range(stream_level + 1), tmp, "top")
-            tasks = _subtree_tasks(
-                tree,
-                geo,
-                stream_level,
-                top_counts,
-                by_label,
-                schema,
-                strategy,
-                release_key,
-                options,
-                low_constraints,
-                first_pass,
-                tmp,
-                microdata_format,
-                max_subtree_cells,
-            )
-            with clock("subtrees"):
-                results = ex.map(_run_subtree, tasks, progress, f"subtrees by {stream_by}")
+            if estimator == "topdown":
+                with clock("top"):
+                    inputs, _, _ = prepare_inputs("topdown", top_tree, schema.domain, measurements)
+                    bounds = invariants
+                top_counts, top_stats = _estimate_top(
+                    common, top_tree, inputs, top_constraints, bounds, ex, clock
+                )
+                tasks = _subtree_tasks(common, tree, top_counts, by_label, release_key, None)
+                with clock("subtrees"):
+                    results = ex.map(_run_subtree, tasks, progress, f"subtrees by {stream_by}")
+            else:
+                plan = streamed_plan(
+                    schema.domain, strategy, measurements, tree.n_levels, invariants
+                )
+                tasks = _subtree_tasks(common, tree, None, by_label, release_key, plan)
+                with clock("subtrees_measure"):  # sweep 1: the only step that reads records
+                    measured = ex.map(
+                        _measure_summarise, tasks, progress, f"subtrees by {stream_by}: measure"
+                    )
+                del tasks
+                with clock("top"):
+                    # the root's total held as the unstreamed release holds it
+                    above = top_blue(
+                        top_tree,
+                        schema.domain,
+                        measurements,
+                        NodeSummary.stack([m.summary for m in measured]),
+                        plan,
+                        invariants,
+                        top_constraints,
+                    )
+                    inputs, bounds, root_total = above.inputs, above.bounds, above.root_total
+                    stream_blue = above.stream
+                    del above
+                top_counts, top_stats = _estimate_top(
+                    common, top_tree, inputs, top_constraints, bounds, ex, clock
+                )
+                second = _estimate_tasks(common, tree, top_counts, stream_blue, plan)
+                with clock("subtrees_estimate"):  # sweep 2: published values only
+                    estimated = ex.map(
+                        _estimate_subtree, second, progress, f"subtrees by {stream_by}: estimate"
+                    )
+                results = [_merged(m, r) for m, r in zip(measured, estimated, strict=True)]
         _record_lower_levels(ledger, strategy, tree, stream_level, results)
-        (tmp / "ledger.json").write_text(json.dumps(ledger.to_dict(), indent=1, default=str))
+        streamed = StreamedRelease(
+            schema=schema,
+            tree=tree,
+            strategy=strategy,
+            stream_level=stream_level,
+            folder=final,
+            top_counts=top_counts,
+            measurements=measurements,
+            ledger=ledger,
+            stats=list(top_stats) + _sum_stats(results, stream_level, tree.n_levels),
+            invariants=invariants,
+            constraints=constraints,
+            subtrees=tuple(results),
+            timings=timings,
+            estimator=estimator,
+            root_total=root_total,
+        )
+        # the ledger with its summary (estimator, the root total held), as every release folder
+        (tmp / "ledger.json").write_text(
+            json.dumps(ledger_document(streamed.top_release()), indent=1, default=str)
+        )
         os.replace(tmp, final)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    stats = list(top_stats) + _sum_stats(results, stream_level, tree.n_levels)
-    for phase in ("tree", "measure", "estimate", "write"):
+    for phase in ("tree", "measure", "summary", "read", "estimate", "write"):
         timings[f"subtree_{phase}_cpu"] = sum(r.timings.get(f"{phase}_cpu", 0.0) for r in results)
     log.info("streamed release of %d subtree(s) written to %s", len(results), final)
-    return StreamedRelease(
-        schema=schema,
-        tree=tree,
-        strategy=strategy,
-        stream_level=stream_level,
-        folder=final,
-        top_counts=top_counts,
-        measurements=measurements,
-        ledger=ledger,
-        stats=stats,
-        invariants=invariants,
-        constraints=constraints,
-        subtrees=tuple(results),
-        timings=timings,
-    )
+    return streamed
+
+
+@dataclass(frozen=True)
+class _Common:
+    """What every subtree task of one release shares."""
+
+    geography: pd.DataFrame
+    stream_level: int
+    schema: Schema
+    strategy: Strategy
+    options: EstimateOptions
+    constraints: ConstraintSet | None  # those of the levels below the stream level
+    first_pass: dict[int, tuple[str, ...]]
+    folder: Path
+    microdata_format: str
+    max_cells: int
+
+
+def _estimate_top(
+    common: _Common,
+    top_tree: Tree,
+    inputs: EstimatorInputs,
+    constraints: ConstraintSet | None,
+    bounds: dict[int, dict[int, tuple]],
+    ex: Executor,
+    clock: PhaseClock,
+) -> tuple[list[np.ndarray], list[LevelStats]]:
+    """The levels down to the stream level estimated and their tables written (part ``top``)."""
+    with clock("top"):
+        top_counts, top_stats = estimate(
+            top_tree,
+            common.schema.domain,
+            inputs,
+            first_pass=common.first_pass,
+            constraints=constraints,
+            invariants=bounds,
+            options=common.options,
+            executor=ex,
+        )
+        top_counts = [_narrow(c) for c in top_counts]
+        top_rel = Release(
+            common.schema,
+            top_tree,
+            common.strategy,
+            top_counts,
+            Measurements(()),
+            Ledger(),
+            top_stats,
+        )
+        for level in range(top_tree.n_levels):
+            _write_part(top_rel.long_table(level), common.folder, top_tree, level, "top")
+    return top_counts, top_stats
+
+
+def _merged(measured: _Measured, result: SubtreeResult) -> SubtreeResult:
+    """One subtree's result of both sweeps: sizes and statistics of the second, the seconds
+    of both."""
+    if measured.label != result.label or measured.nodes != result.nodes:
+        raise ReleaseError(
+            f"subtree {result.label!r}: the estimate sweep saw {result.nodes} node(s) per level, "
+            f"the measurement sweep {measured.nodes} (subtree {measured.label!r})"
+        )
+    timings = dict(result.timings)
+    for key, value in measured.timings.items():
+        timings[key] = timings.get(key, 0.0) + value
+    return replace(result, timings=timings)
 
 
 def _stream_level(schema: Schema, stream_by: object) -> int:
@@ -472,50 +700,91 @@ def _check_part_names(labels: list[str], column: str) -> None:
 
 
 def _subtree_tasks(
+    common: _Common,
     tree: Tree,
-    geography: pd.DataFrame,
-    stream_level: int,
-    top_counts: list[np.ndarray],
+    top_counts: list[np.ndarray] | None,
     by_label: dict[int, Partition],
-    schema: Schema,
-    strategy: Strategy,
     release_key: bytes,
-    options: EstimateOptions,
-    constraints: ConstraintSet | None,
-    first_pass: dict[int, tuple[str, ...]],
-    folder: Path,
-    microdata_format: str,
-    max_cells: int,
+    plan: BluePlan | None,
 ) -> list[_SubtreeTask]:
+    """One measurement task per stream unit. ``top_counts`` (the released counts above) under
+    ``topdown``; None in the BLUE's sweep 1, which estimates nothing (the chain is then the
+    right length, of zeros: only its length is read)."""
+    stream_level = common.stream_level
     stream = tree.levels[stream_level]
     assert stream.column is not None
-    chains = tree.ancestors(stream_level)
-    rows = geography.groupby(geography[stream.column].astype(str), sort=False).indices
     _check_part_names(stream.labels.astype(str).tolist(), stream.column)
     empty = _no_records(list(by_label.values()))
+    rows = _geography_rows(common, tree)
+    zero = np.zeros((1, common.schema.domain.size), dtype=np.int32)
     tasks = []
     for node, label in enumerate(stream.labels.astype(str).tolist()):
         tasks.append(
             _SubtreeTask(
                 label=label,
                 partition=by_label.get(node) or Partition(label, frame=empty),
-                geography=geography.iloc[rows[label]],
-                chain=tuple(
-                    top_counts[lv][chains[lv][node]][None, :] for lv in range(stream_level + 1)
-                ),
-                schema=schema,
-                strategy=strategy,
+                geography=common.geography.iloc[rows[label]],
+                chain=_chain(tree, stream_level, node, top_counts)
+                if top_counts is not None
+                else (zero,) * (stream_level + 1),
+                schema=common.schema,
+                strategy=common.strategy,
                 # public path: the stream level and the subtree's label
                 key=child_rng(release_key, "subtree", stream_level, label).bytes(32),
-                options=options,
-                constraints=constraints,
-                first_pass=first_pass,
-                folder=folder,
-                microdata_format=microdata_format,
-                max_cells=max_cells,
+                options=common.options,
+                constraints=common.constraints,
+                first_pass=common.first_pass,
+                folder=common.folder,
+                microdata_format=common.microdata_format,
+                max_cells=common.max_cells,
+                plan=plan,
             )
         )
     return tasks
+
+
+def _estimate_tasks(
+    common: _Common,
+    tree: Tree,
+    top_counts: list[np.ndarray],
+    stream_blue: NodeSummary,
+    plan: BluePlan,
+) -> list[_EstimateTask]:
+    """Sweep 2 of a streamed BLUE: one estimation task per stream unit (no records)."""
+    stream_level = common.stream_level
+    rows = _geography_rows(common, tree)
+    return [
+        _EstimateTask(
+            label=label,
+            geography=common.geography.iloc[rows[label]],
+            chain=_chain(tree, stream_level, node, top_counts),
+            top=stream_blue.row(node),
+            plan=plan,
+            schema=common.schema,
+            strategy=common.strategy,
+            options=common.options,
+            constraints=common.constraints,
+            first_pass=common.first_pass,
+            folder=common.folder,
+            microdata_format=common.microdata_format,
+        )
+        for node, label in enumerate(tree.levels[stream_level].labels.astype(str).tolist())
+    ]
+
+
+def _geography_rows(common: _Common, tree: Tree) -> dict[str, np.ndarray]:
+    column = tree.levels[common.stream_level].column
+    geo = common.geography
+    groups = geo.groupby(geo[column].astype(str), sort=False).indices
+    return {str(k): np.asarray(v) for k, v in groups.items()}
+
+
+def _chain(
+    tree: Tree, stream_level: int, node: int, top_counts: list[np.ndarray]
+) -> tuple[np.ndarray, ...]:
+    """The released counts (1 x cells) of a stream node and its ancestors, root first."""
+    chains = tree.ancestors(stream_level)
+    return tuple(top_counts[lv][chains[lv][node]][None, :] for lv in range(stream_level + 1))
 
 
 def _record_lower_levels(
@@ -591,7 +860,8 @@ def _narrow_measurements(m: Measurements) -> Measurements:
     )
 
 
-def _write_part(frame: pd.DataFrame, folder: Path, part: str) -> None:
-    folder.mkdir(parents=True, exist_ok=True)
+def _write_part(frame: pd.DataFrame, folder: Path, tree: Tree, level: int, part: str) -> None:
+    path = part_path(folder, "tables", tree, level, part)
+    path.parent.mkdir(parents=True, exist_ok=True)
     frame = frame.astype({"count": np.int32}) if len(frame) else frame
-    write_table(frame, folder / f"{safe_name(part)}.parquet")
+    write_table(frame, path)

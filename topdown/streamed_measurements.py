@@ -33,16 +33,21 @@ import numpy as np
 import pandas as pd
 
 from constraints.domain import Domain
-from topdown.measure import Measurements, make_level_mechanisms
+from topdown.errors import ReleaseError
+from topdown.measure import Measurements, QueryMeasurement, make_level_mechanisms
 from topdown.strategy import Strategy
 from topdown.tree import ROOT_LABEL, Tree, lookup
 
 __all__ = [
     "ROW_GROUP",
     "safe_name",
+    "level_dir",
+    "level_folder",
+    "part_path",
     "measurements_dir",
     "write_measurements",
     "read_measurements",
+    "read_part",
     "measurement_failures",
 ]
 
@@ -50,18 +55,30 @@ __all__ = [
 ROW_GROUP = 1 << 22
 
 
-def measurements_dir(folder: Path, tree: Tree, level: int) -> Path:
-    column = tree.levels[level].column or ROOT_LABEL
-    return Path(folder) / "measurements" / f"level_{level}_{column}"
-
-
 def safe_name(label: str) -> str:
     """A file name for a label (labels are public; path separators are not allowed in one)."""
     return label.replace(os.sep, "_").replace("/", "_") or "_"
 
 
-def _part_path(folder: Path, tree: Tree, level: int, part: str) -> Path:
-    return measurements_dir(folder, tree, level) / f"{safe_name(part)}.parquet"
+def level_folder(folder: Path, kind: str, level: int, column: str | None) -> Path:
+    """The folder of one level's parts: ``<folder>/<kind>/level_<k>_<column>`` (``kind``:
+    ``tables`` or ``measurements``; the root's column is ``ROOT_LABEL``). The one place a
+    streamed folder's part paths are made."""
+    return Path(folder) / kind / f"level_{level}_{column or ROOT_LABEL}"
+
+
+def level_dir(folder: Path, kind: str, tree: Tree, level: int) -> Path:
+    """``level_folder`` of ``tree``'s level ``level``."""
+    return level_folder(folder, kind, level, tree.levels[level].column)
+
+
+def part_path(folder: Path, kind: str, tree: Tree, level: int, part: str) -> Path:
+    """One part's file: ``level_dir(...)/<safe_name(part)>.parquet``."""
+    return level_dir(folder, kind, tree, level) / f"{safe_name(part)}.parquet"
+
+
+def measurements_dir(folder: Path, tree: Tree, level: int) -> Path:
+    return level_dir(folder, "measurements", tree, level)
 
 
 def write_measurements(
@@ -77,7 +94,7 @@ def write_measurements(
 
     for level in levels:
         labels = pa.array(tree.levels[level].labels.astype(str).tolist(), type=pa.string())
-        path = _part_path(folder, tree, level, part)
+        path = part_path(folder, "measurements", tree, level, part)
         path.parent.mkdir(parents=True, exist_ok=True)
         queries = measurements.at(level)
         names = pa.array([m.query.name for m in queries], type=pa.string())
@@ -133,6 +150,64 @@ def read_measurements(path: Path) -> pd.DataFrame:
             "variance": np.repeat(rows["variance"].to_numpy(dtype=float), lengths),
         }
     )
+
+
+def read_part(
+    folder: Path, tree: Tree, levels: Iterable[int], part: str, strategy: Strategy, domain: Domain
+) -> Measurements:
+    """The measurements of part ``part`` back as ``Measurements`` (the inverse of
+    ``write_measurements``): row ``i`` of a level is ``tree``'s node ``i``, every query of the
+    strategy in its order, with its mechanism's share, budget and variance. The other levels
+    of ``tree`` get none. Reads only the published part (no confidential data).
+
+    Raises:
+        ReleaseError: a part missing, or a node or query not answered exactly once.
+    """
+    import pyarrow.parquet as pq
+
+    wanted = set(levels)
+    out: list[tuple[QueryMeasurement, ...]] = []
+    for level in range(tree.n_levels):
+        if level not in wanted:
+            out.append(())
+            continue
+        path = part_path(folder, "measurements", tree, level, part)
+        if not path.is_file():
+            raise ReleaseError(f"{path.parent.name}/{path.name}: missing")
+        table = pq.read_table(path)
+        node = lookup(pd.Index(tree.levels[level].labels.astype(str)), table["node"].to_pandas())
+        names = table["query"].to_pandas().astype(str).to_numpy()
+        noisy = table["noisy"].combine_chunks()
+        values = noisy.flatten().to_numpy(zero_copy_only=False)
+        offsets = noisy.offsets.to_numpy()
+        row = []
+        n_nodes = tree.levels[level].size
+        for query, share, mech in make_level_mechanisms(strategy, level):
+            answers = query.n_answers(domain)
+            mine = np.flatnonzero(names == query.name)
+            where = f"{path.parent.name}/{path.name}: query {query.name!r}"
+            if len(mine) != n_nodes or (node[mine] < 0).any():
+                raise ReleaseError(f"{where}: {len(mine)} row(s) for {n_nodes} node(s)")
+            dense = np.zeros((n_nodes, answers), dtype=values.dtype)
+            seen = np.zeros(n_nodes, dtype=np.int64)
+            np.add.at(seen, node[mine], 1)
+            if (seen != 1).any() or (np.diff(offsets)[mine] != answers).any():
+                raise ReleaseError(f"{where}: not one row of {answers} answers per node")
+            starts = offsets[mine]
+            dense[node[mine]] = values[starts[:, None] + np.arange(answers)]
+            row.append(
+                QueryMeasurement(
+                    level,
+                    query,
+                    share,
+                    mech.name,
+                    mech.budget,
+                    float(mech.variance),
+                    dense,
+                )
+            )
+        out.append(tuple(row))
+    return Measurements(tuple(out))
 
 
 def measurement_failures(

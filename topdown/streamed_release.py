@@ -8,6 +8,7 @@ reading and checking follow the largest subtree's memory too.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -15,22 +16,44 @@ import numpy as np
 import pandas as pd
 
 from constraints.attach import ConstraintSet
+from constraints.domain import Domain
 from mechanisms.ledger import Ledger
+from topdown.blue import (
+    BluePlan,
+    EstimatorInputs,
+    NodeSummary,
+    blue_above,
+    blue_inputs,
+    subtree_summary,
+)
 from topdown.errors import ReleaseError
 from topdown.estimate import LevelStats
+from topdown.estimators import exact_totals
 from topdown.measure import Measurements
 from topdown.release import CorrectnessReport, Release
+from topdown.root_total import RootTotal, decide, with_root_total
 from topdown.schema import Schema
 from topdown.strategy import Strategy
 from topdown.streamed_measurements import (
+    level_dir,
     measurement_failures,
-    measurements_dir,
+    part_path,
     read_measurements,
+    read_part,
     safe_name,
 )
-from topdown.tree import ROOT_LABEL, Tree, lookup
+from topdown.tree import Level, Tree, lookup
 
-__all__ = ["StreamedRelease", "SubtreeResult", "dense_counts", "safe_name", "table_dir"]
+__all__ = [
+    "StreamedRelease",
+    "SubtreeResult",
+    "TopBlue",
+    "dense_counts",
+    "safe_name",
+    "streamed_plan",
+    "table_dir",
+    "top_blue",
+]
 
 
 @dataclass(frozen=True)
@@ -46,7 +69,7 @@ class SubtreeResult:
 
 
 def table_dir(folder: Path, tree: Tree, level: int) -> Path:
-    return folder / "tables" / f"level_{level}_{tree.levels[level].column or ROOT_LABEL}"
+    return level_dir(folder, "tables", tree, level)
 
 
 @dataclass
@@ -71,6 +94,10 @@ class StreamedRelease:
     constraints: ConstraintSet | None = None
     subtrees: tuple[SubtreeResult, ...] = ()
     timings: dict[str, float] = field(default_factory=dict)
+    estimator: str = "topdown"
+    #: under ``estimator="blue"``: whether the passes held the root's total at the rounded
+    #: whole-tree BLUE total (``topdown.root_total``), as the unstreamed release records it
+    root_total: RootTotal | None = None
     #: per level below the stream level: each subtree's node indices (``nodes_of``), built once
     _members: dict[int, dict[str, np.ndarray]] = field(
         default_factory=dict, init=False, repr=False, compare=False
@@ -81,9 +108,10 @@ class StreamedRelease:
 
     def table(self, level: int, part: str | None = None) -> pd.DataFrame:
         """Level ``level`` in long format (node, attributes, count), all parts or one subtree's."""
-        folder = self.table_dir(level)
         files = (
-            [folder / f"{safe_name(part)}.parquet"] if part else sorted(folder.glob("*.parquet"))
+            [part_path(self.folder, "tables", self.tree, level, part)]
+            if part
+            else sorted(self.table_dir(level).glob("*.parquet"))
         )
         frame = pd.concat([pd.read_parquet(f) for f in files], ignore_index=True)
         return frame.sort_values("node", kind="stable", ignore_index=True)
@@ -140,17 +168,73 @@ class StreamedRelease:
             self.stats[: self.stream_level + 1],
             self.constraints,
             self.invariants,
+            estimator=self.estimator,
+            root_total=self.root_total,
         )
 
+    def subtree_tree(self, label: str) -> Tree:
+        """The tree of one subtree (the chain from the root to its top, then its own nodes),
+        in the node order its task used (labels sorted within each level)."""
+        stream = self.tree.levels[self.stream_level]
+        node = int(pd.Index(stream.labels.astype(str)).get_indexer([label])[0])
+        if node < 0:
+            raise ValueError(f"label ({label!r}) is not a unit of the stream level")
+        chain = self.tree.ancestors(self.stream_level)
+        levels = []
+        previous = np.array([-1])
+        for lv in self.tree.levels:
+            if lv.number <= self.stream_level:
+                nodes = np.array([chain[lv.number][node]])
+            else:
+                nodes = self.nodes_of(lv.number, label)
+            parent = (
+                np.full(len(nodes), -1, dtype=np.int64)
+                if lv.number == 0
+                else pd.Index(previous).get_indexer(lv.parent[nodes]).astype(np.int64)
+            )
+            levels.append(Level(lv.number, lv.column, lv.labels[nodes], parent))
+            previous = nodes
+        return Tree(tuple(levels))
+
+    def blue_root_total(self) -> RootTotal:
+        """The root total decision recomputed from the published measurement parts (sweep 1's
+        summaries from each subtree's part, then ``top_blue``): what ``topdown check``
+        compares with the ledger's estimation note. One subtree's part in memory at a time."""
+        top_tree = Tree(self.tree.levels[: self.stream_level + 1])
+        domain = self.schema.domain
+        top = read_part(
+            self.folder, top_tree, range(self.stream_level + 1), "top", self.strategy, domain
+        )
+        plan = streamed_plan(domain, self.strategy, top, self.tree.n_levels, self.invariants)
+        summaries = []
+        lower = range(self.stream_level + 1, self.tree.n_levels)
+        for label in self.tree.levels[self.stream_level].labels.astype(str).tolist():
+            sub = self.subtree_tree(label)
+            part = read_part(self.folder, sub, lower, label, self.strategy, domain)
+            below = Tree(sub.levels[self.stream_level :])
+            levels = Measurements(part.levels[self.stream_level :])
+            summaries.append(subtree_summary(below, domain, levels, plan))
+        constraints = self.constraints
+        return top_blue(
+            top_tree,
+            domain,
+            top,
+            NodeSummary.stack(summaries),
+            plan,
+            self.invariants,
+            constraints,
+        ).root_total
+
     def measurements_dir(self, level: int) -> Path:
-        return measurements_dir(self.folder, self.tree, level)
+        return level_dir(self.folder, "measurements", self.tree, level)
 
     def measurement_table(self, level: int, part: str | None = None) -> pd.DataFrame:
         """Level ``level``'s noisy measurements (node, query, answer, noisy, variance), all
         parts or one subtree's (``"top"`` for the levels down to the stream level)."""
-        folder = self.measurements_dir(level)
         files = (
-            [folder / f"{safe_name(part)}.parquet"] if part else sorted(folder.glob("*.parquet"))
+            [part_path(self.folder, "measurements", self.tree, level, part)]
+            if part
+            else sorted(self.measurements_dir(level).glob("*.parquet"))
         )
         return pd.concat([read_measurements(f) for f in files], ignore_index=True)
 
@@ -209,9 +293,11 @@ class StreamedRelease:
             folder = self.measurements_dir(level)
             for part in parts:
                 labels = self.tree.levels[level].labels[self.nodes_of(level, part)]
-                path = folder / f"{safe_name(part)}.parquet"
+                path = part_path(self.folder, "measurements", self.tree, level, part)
                 out += measurement_failures(path, level, labels, self.strategy, domain)
-            expected = {f"{safe_name(p)}.parquet" for p in parts}
+            expected = {
+                part_path(self.folder, "measurements", self.tree, level, p).name for p in parts
+            }
             extra = sorted(p.name for p in folder.glob("*") if p.name not in expected)
             if extra:
                 out.append(f"{folder.name}: parts of no subtree: {extra[:5]}")
@@ -230,6 +316,63 @@ class StreamedRelease:
         if not np.array_equal(found, leaf):
             return [f"subtree {label!r}: the microdata differ from the leaf table"]
         return []
+
+
+def streamed_plan(
+    domain: Domain,
+    strategy: Strategy,
+    top: Measurements,
+    n_levels: int,
+    invariants: Mapping[int, Mapping[int, tuple]] | None,
+) -> BluePlan:
+    """The whole tree's BLUE plan of a streamed release: the measured queries of the levels
+    down to the stream level (``top``), the strategy's below, and the totals invariants publish
+    (public: known before any subtree is read)."""
+    queries = [[m.query for m in lv] for lv in top.levels] + [
+        [q for q, _ in strategy.levels[lv].queries] for lv in range(len(top.levels), n_levels)
+    ]
+    return BluePlan.of(domain, queries, exact_totals(invariants, domain))
+
+
+@dataclass(frozen=True)
+class TopBlue:
+    """The whole-tree BLUE above a streamed release's stream level (``top_blue``).
+
+    Attributes:
+        inputs: the passes' inputs of the levels down to the stream level.
+        stream: each stream node's final BLUE, per group (``blue_below`` continues from it).
+        root_total: whether (and at which value) the passes hold the root's total.
+        bounds: the bound constraints the passes hold (invariants and the held total).
+    """
+
+    inputs: EstimatorInputs
+    stream: NodeSummary
+    root_total: RootTotal
+    bounds: dict[int, dict[int, tuple]]
+
+
+def top_blue(
+    top_tree: Tree,
+    domain: Domain,
+    measurements: Measurements,
+    below: NodeSummary,
+    plan: BluePlan,
+    invariants: Mapping[int, Mapping[int, tuple]] | None,
+    constraints: ConstraintSet | None,
+) -> TopBlue:
+    """The upward recursion completed above the stream level from the subtrees' summaries
+    (``below``, in stream node order), the downward one to the stream level, and the root
+    total held as the unstreamed release holds it (``topdown.root_total``). Used by the
+    release and by ``topdown check``, which recomputes it from the published parts."""
+    exact = exact_totals(invariants, domain)
+    estimate, stream = blue_above(top_tree, domain, measurements, below, plan, exact_totals=exact)
+    held = decide("blue", top_tree, domain, estimate, constraints, invariants)
+    return TopBlue(
+        blue_inputs(measurements, estimate, exact),
+        stream,
+        held,
+        with_root_total(invariants, held),
+    )
 
 
 def dense_counts(frame: pd.DataFrame, labels: np.ndarray, schema: Schema, where: str) -> np.ndarray:

@@ -128,11 +128,9 @@ class RunConfig:
 
     @property
     def effective_estimator(self) -> str:
-        """The estimator the run uses: the one chosen, else ``"topdown"`` for a streamed run
-        (the whole-tree BLUE cannot stream, see ``topdown.stream``), else the engine's default."""
-        if self.estimator is not None:
-            return self.estimator
-        return "topdown" if self.stream_by is not None else DEFAULT_ESTIMATOR
+        """The estimator the run uses: the one chosen, else the engine's default (streamed or
+        not: ``topdown.stream`` runs the whole-tree BLUE in two sweeps over the subtrees)."""
+        return self.estimator if self.estimator is not None else DEFAULT_ESTIMATOR
 
     def with_overrides(
         self,

@@ -55,9 +55,10 @@ from topdown.error_estimates import error_summary, node_error_table
 from topdown.errors import ReleaseError, TopDownError
 from topdown.estimate import LevelStats
 from topdown.estimators import exact_totals
+from topdown.ledger_file import DELTA, ledger_document, ledger_summary
 from topdown.measure import Measurements, QueryMeasurement
 from topdown.microdata import write_table
-from topdown.product.config import RunConfig, load_config
+from topdown.product.config import RunConfig, load_config, parse_config
 from topdown.product.output_claim import OutputClaim, OutputExistsError, check_output, claim_output
 from topdown.release import Release
 from topdown.root_total import decide
@@ -73,10 +74,10 @@ __all__ = [
     "load_release",
     "table_name",
     "DELTA",
+    "ledger_summary",
 ]
 
 log = logging.getLogger(__name__)
-DELTA = 1e-10
 FORMAT = "topdown-release/2"  # 2: the ledger records its noise source
 
 
@@ -174,43 +175,8 @@ def noise_config_value(rel: Release) -> int | str:
     return rel.noise.seed
 
 
-def ledger_summary(rel: Release) -> dict[str, Any]:
-    """What a reader wants beside the entries (the total itself is in ``Ledger.to_dict``).
-
-    A seeded release states no epsilon: none holds.
-    """
-    private = rel.ledger.private
-    return {
-        "mechanism": rel.strategy.mechanism,
-        "budget_kind": rel.strategy.budget_name,
-        "strategy_total": str(rel.strategy.total()),
-        "noise": rel.noise.describe() if rel.noise is not None else "not recorded",
-        "private": private,
-        "delta": DELTA,
-        "epsilon_at_delta": rel.ledger.epsilon_delta(DELTA) if private else None,
-        "by_level": {str(k): str(v.value) for k, v in rel.ledger.by_level().items()},
-        "estimation": {
-            "estimator": rel.estimator,
-            "note": "post-processing of the noisy measurements and their public variances only: "
-            "no privacy cost"
-            + (
-                "; the BLUE pass pools every measurement of the tree and its standard errors "
-                "follow from the noise variances"
-                if rel.estimator == "blue"
-                else ""
-            ),
-            # recomputed by topdown check from the published measurements (load_release)
-            **(
-                {"root_total": rel.root_total.to_dict()}
-                if rel.estimator == "blue" and rel.root_total is not None
-                else {}
-            ),
-        },
-    }
-
-
 def write_ledger(folder: Path, rel: Release) -> None:
-    _write_json(folder / "ledger.json", dict(rel.ledger.to_dict(), summary=ledger_summary(rel)))
+    _write_json(folder / "ledger.json", ledger_document(rel))
 
 
 METRICS_DISCLOSURE = "evaluation metrics"
@@ -372,11 +338,15 @@ def read_json(folder: Path, name: str) -> Any:
         raise ReleaseError(f"{str(path)!r} is not valid JSON: {err}") from None
 
 
-def manifest_failures(folder: Path, *, ignore: tuple[str, ...] = ()) -> list[str]:
+def manifest_failures(
+    folder: Path, *, ignore: tuple[str, ...] = (), manifest: Any = None
+) -> list[str]:
     """Files listed in the manifest (but ``ignore``) that are missing, changed or outside the
-    folder, and files in the folder that the manifest does not list."""
+    folder, and files in the folder that the manifest does not list. ``manifest``: the
+    manifest already read (else it is read here)."""
     folder = Path(folder)
-    manifest = read_json(folder, "manifest.json")
+    if manifest is None:
+        manifest = read_json(folder, "manifest.json")
     files = manifest.get("files") if isinstance(manifest, dict) else None
     if not isinstance(files, dict):
         return ["manifest.json: has no 'files' table"]
@@ -406,11 +376,14 @@ def manifest_failures(folder: Path, *, ignore: tuple[str, ...] = ()) -> list[str
     return out
 
 
-def load_release(folder: Path) -> tuple[Release, RunConfig]:
-    """Rebuild a ``Release`` (counts, tree, measurements, ledger, constraints) from a folder."""
+def load_release(
+    folder: Path, *, config: Any = None, ledger: Any = None
+) -> tuple[Release, RunConfig]:
+    """Rebuild a ``Release`` (counts, tree, measurements, ledger, constraints) from a folder.
+    ``config`` and ``ledger``: config.json and ledger.json already read (else read here)."""
     folder = Path(folder)
     _check_is_folder(folder)
-    cfg = load_config(folder / "config.json")
+    cfg = folder_config(folder, config)
     schema, domain = cfg.schema, cfg.schema.domain
     hier = _read_csv(folder, "hierarchy.csv")
     levels: list[Level] = []
@@ -448,7 +421,7 @@ def load_release(folder: Path) -> tuple[Release, RunConfig]:
             arr, (node.to_numpy(dtype=np.int64), cell), raw if not is_int else raw.astype(np.int64)
         )
         counts.append(arr)
-    ledger = Ledger.from_dict(read_json(folder, "ledger.json"))
+    ledger = Ledger.from_dict(read_json(folder, "ledger.json") if ledger is None else ledger)
     measurements = _measurements(folder, tree, cfg, ledger)
     invariants = read_invariants(folder, tree, cfg)
     estimate = (
@@ -474,6 +447,15 @@ def load_release(folder: Path) -> tuple[Release, RunConfig]:
         ),
     )
     return rel, cfg
+
+
+def folder_config(folder: Path, config: Any = None) -> RunConfig:
+    """A folder's config.json as a ``RunConfig`` (``config``: the document already read)."""
+    if config is None:
+        return load_config(folder / "config.json")
+    if not isinstance(config, dict):
+        raise ReleaseError(f"{str(folder / 'config.json')!r} is not a JSON object")
+    return parse_config(config, str(folder / "config.json"), base=Path(folder).resolve())
 
 
 def _check_is_folder(folder: Path) -> None:
@@ -593,6 +575,69 @@ class Verdict:
         return not self.failures
 
 
+class CheckList:
+    """The checks of ``topdown check`` as they run: name -> passed, and the failure lines
+    (at most 20 per check)."""
+
+    def __init__(self) -> None:
+        self.checks: dict[str, bool] = {}
+        self.failures: list[str] = []
+
+    def __call__(self, name: str, problems: list[str]) -> None:
+        self.checks[name] = not problems
+        self.failures.extend(f"{name}: {p}" for p in problems[:20])
+        if len(problems) > 20:
+            self.failures.append(f"{name}: ... and {len(problems) - 20} more")
+
+    def add(self, report: Any) -> None:
+        """A ``CorrectnessReport``'s checks and failures."""
+        self.checks.update(report.checks)
+        self.failures.extend(report.failures)
+
+    def verdict(self, *, private: bool, noise: str) -> Verdict:
+        return Verdict(self.checks, self.failures, private=private, noise=noise)
+
+
+@dataclass(frozen=True)
+class Loaded:
+    """What a folder's loader gives ``verify_folder``: the release to check for correctness
+    (``check_correctness``), the ``Release`` whose ledger and noise ledger.json records, and
+    the checks of its own kind of folder (name, problems)."""
+
+    checked: Any
+    release: Release
+    extra: Callable[[], list[tuple[str, list[str]]]]
+
+
+def verify_folder(folder: Path, load: Callable[[Path, dict[str, Any]], Loaded]) -> Verdict:
+    """The steps every ``topdown check`` runs, for a release folder or a streamed one: the
+    manifest, then (``load``, given the folder's JSON documents, each read once) the release's
+    correctness, ledger.json against its entries, the noise source, and the folder's own
+    checks."""
+    folder = Path(folder)
+    _check_is_folder(folder)
+    check = CheckList()
+    docs = {"manifest.json": read_json(folder, "manifest.json")}
+    tampered = manifest_failures(folder, manifest=docs["manifest.json"])
+    check("files match the manifest", tampered)
+    try:
+        docs.update({name: read_json(folder, name) for name in ("config.json", "ledger.json")})
+        loaded = load(folder, docs)
+    except (TopDownError, ValueError, OSError, KeyError) as err:
+        changed = [t.split(":")[0] for t in tampered if "content differs" in t]
+        prefix = f"{', '.join(changed)} changed after release; " if changed else ""
+        check("release folder can be read", [f"{prefix}{err}"])
+        return check.verdict(private=False, noise="unknown")
+    rel = loaded.release
+    check.add(loaded.checked.check_correctness())
+    check("ledger.json totals match its entries", ledger_failures(rel, docs["ledger.json"]))
+    check("noise source recorded", noise_failures(rel, docs["config.json"]))
+    for name, problems in loaded.extra():
+        check(name, problems)
+    noise = rel.noise.describe() if rel.noise is not None else "not recorded"
+    return check.verdict(private=rel.ledger.private, noise=noise)
+
+
 def verify_release_folder(folder: Path) -> Verdict:
     """Re-verify a folder: manifest, integers, consistency, constraints, ledger, microdata,
     and the noise source. Needs no confidential data.
@@ -602,41 +647,21 @@ def verify_release_folder(folder: Path) -> Verdict:
     adds up. What it does not: the manifest is self-signed, so a forger who rewrites files and
     manifest together passes; and a seeded release passes but is reported as not private.
     """
-    folder = Path(folder)
-    _check_is_folder(folder)
-    checks: dict[str, bool] = {}
-    failures: list[str] = []
 
-    def check(name: str, problems: list[str]) -> None:
-        checks[name] = not problems
-        failures.extend(f"{name}: {p}" for p in problems[:20])
-        if len(problems) > 20:
-            failures.append(f"{name}: ... and {len(problems) - 20} more")
+    def load(folder: Path, docs: dict[str, Any]) -> Loaded:
+        rel, cfg = load_release(folder, config=docs["config.json"], ledger=docs["ledger.json"])
+        microdata = ("microdata matches the leaf table", _microdata_failures(folder, rel, cfg))
+        return Loaded(rel, rel, lambda: [microdata])
 
-    tampered = manifest_failures(folder)
-    check("files match the manifest", tampered)
-    try:
-        rel, cfg = load_release(folder)
-    except (TopDownError, ValueError) as err:
-        changed = [t.split(":")[0] for t in tampered if "content differs" in t]
-        prefix = f"{', '.join(changed)} changed after release; " if changed else ""
-        check("release folder can be read", [f"{prefix}{err}"])
-        return Verdict(checks, failures, private=False, noise="unknown")
-    report = rel.check_correctness()
-    for name, ok in report.checks.items():
-        checks[name] = ok
-    failures.extend(report.failures)
-    check("ledger.json totals match its entries", ledger_failures(folder, rel))
-    check("noise source recorded", noise_failures(rel, read_json(folder, "config.json")))
-    check("microdata matches the leaf table", _microdata_failures(folder, rel, cfg))
-    noise = rel.noise.describe() if rel.noise is not None else "not recorded"
-    return Verdict(checks, failures, private=rel.ledger.private, noise=noise)
+    return verify_folder(folder, load)
 
 
-def ledger_failures(folder: Path, rel: Release) -> list[str]:
-    """ledger.json's total and summary against those its entries give."""
-    written = read_json(folder, "ledger.json")
-    expected = dict(rel.ledger.to_dict(), summary=ledger_summary(rel))
+def ledger_failures(rel: Release, written: Any) -> list[str]:
+    """ledger.json's total and summary (``written``, as read) against those its entries and
+    the release give (the estimation note recomputed from the published measurements)."""
+    if not isinstance(written, dict):
+        return ["ledger.json is not a JSON object"]
+    expected = ledger_document(rel)
     return [
         f"{key} is {written.get(key)!r}, its entries give {expected[key]!r}"
         for key in ("total", "summary")

@@ -20,7 +20,7 @@ Contents (``manifest.json`` lists every file with its size and SHA-256)::
                                                     wall and CPU seconds by phase
     timings.json                                    seconds by phase of the whole run
     report.html                                     the report (``topdown.product.stream_report``)
-    manifest.json                                   format ``topdown-release-streamed/1``, files,
+    manifest.json                                   format ``topdown-release-streamed/2``, files,
                                                     the stream column, versions, timings
 
 Everything is written into the run's hidden folder and moved into place when complete (the
@@ -37,25 +37,24 @@ import platform
 import time
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from mechanisms.ledger import Ledger
-from topdown.errors import ReleaseError, TopDownError
+from topdown.errors import ReleaseError
 from topdown.measure import Measurements
-from topdown.product.config import RunConfig, load_config
+from topdown.product.config import RunConfig
 from topdown.product.release_folder import (
+    Loaded,
     Verdict,
+    folder_config,
     hierarchy_frame,
-    ledger_failures,
-    manifest_failures,
     noise_config_value,
-    noise_failures,
     read_invariants,
-    read_json,
+    verify_folder,
     write_invariants,
-    write_ledger,
 )
 from topdown.product.stream_report import build_streamed_report
 from topdown.streamed_release import StreamedRelease, dense_counts, table_dir
@@ -63,14 +62,17 @@ from topdown.tree import Level, Tree
 
 __all__ = ["FORMAT", "is_streamed_folder", "write_streamed_extras", "verify_streamed_folder"]
 
-FORMAT = "topdown-release-streamed/1"
+#: 2: measurement parts, invariants.json, the ledger's estimation note (estimator "blue")
+FORMAT = "topdown-release-streamed/2"
 
 
 def is_streamed_folder(folder: Path) -> bool:
-    """Whether ``folder``'s manifest says it holds a streamed release."""
+    """Whether ``folder``'s manifest says it holds a streamed release (of any format version:
+    ``verify_streamed_folder`` refuses an older one with a message that says so)."""
     path = Path(folder) / "manifest.json"
     try:
-        return json.loads(path.read_text()).get("format") == FORMAT
+        found = json.loads(path.read_text()).get("format")
+        return isinstance(found, str) and found.startswith(FORMAT.rsplit("/", 1)[0] + "/")
     except (OSError, ValueError, AttributeError):
         return False
 
@@ -93,7 +95,7 @@ def write_streamed_extras(
     (folder / "config.json").write_text(json.dumps(config, indent=1))
     hierarchy_frame(rel.tree).to_parquet(folder / "hierarchy.parquet", index=False)
     pd.DataFrame([s.to_dict() for s in rel.stats]).to_csv(folder / "solver_stats.csv", index=False)
-    write_ledger(folder, top)  # the engine's ledger.json, with the summary the report reads
+    # ledger.json: written complete (with its summary) by topdown.stream
     write_invariants(folder, rel.tree, rel.invariants)
     _subtree_frame(rel).to_csv(folder / "subtrees.csv", index=False)
     timings = dict(timings, **{k: v for k, v in rel.timings.items() if k not in timings})
@@ -123,33 +125,10 @@ def write_streamed_extras(
 def verify_streamed_folder(folder: Path) -> Verdict:
     """Re-verify a streamed folder: the manifest, then the release itself (non-negative
     integers, children summing to their parent at every level, constraints above the stream
-    level, microdata equal to the leaf tables, the ledger's total), one subtree at a time."""
-    folder = Path(folder)
-    checks: dict[str, bool] = {}
-    failures: list[str] = []
-    tampered = manifest_failures(folder)
-    checks["files match the manifest"] = not tampered
-    failures += [f"files match the manifest: {t}" for t in tampered[:20]]
-    try:
-        rel = _load(folder)
-    except (TopDownError, ValueError, OSError, KeyError) as err:
-        checks["release folder can be read"] = False
-        failures.append(f"release folder can be read: {err}")
-        return Verdict(checks, failures, private=False, noise="unknown")
-    report = rel.check_correctness()
-    checks.update(report.checks)
-    failures += list(report.failures)
-    for name, problems in (
-        ("ledger.json totals match its entries", ledger_failures(folder, rel.top_release())),
-        (
-            "noise source recorded",
-            noise_failures(rel.top_release(), read_json(folder, "config.json")),
-        ),
-    ):
-        checks[name] = not problems
-        failures += [f"{name}: {p}" for p in problems]
-    noise = rel.ledger.noise.describe() if rel.ledger.noise else "not recorded"
-    return Verdict(checks, failures, private=rel.ledger.private, noise=noise)
+    level, the measurement parts, microdata equal to the leaf tables, the ledger's total and
+    its estimation note: the root total recomputed from the published measurements), one
+    subtree at a time. The steps every check shares are ``verify_folder``'s."""
+    return verify_folder(folder, _load)
 
 
 def _reads_records(phase: str) -> bool:
@@ -178,9 +157,18 @@ def _subtree_frame(rel: StreamedRelease) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def _load(folder: Path) -> StreamedRelease:
-    cfg = load_config(folder / "config.json")
-    manifest = read_json(folder, "manifest.json")
+def _load(folder: Path, docs: dict[str, Any]) -> Loaded:
+    """The streamed release of a folder (the levels down to the stream level in memory), for
+    ``verify_folder``."""
+    manifest = docs["manifest.json"]
+    found = manifest.get("format") if isinstance(manifest, dict) else None
+    if found != FORMAT:
+        raise ReleaseError(
+            f"manifest.json: format {found!r}, this version reads {FORMAT!r}: the folder was "
+            "written by an older version of topdown (before the measurement parts, "
+            "invariants.json and the estimation note it checks); rerun the release"
+        )
+    cfg = folder_config(folder, docs["config.json"])
     stream_by = manifest.get("stream_by")
     if stream_by not in cfg.schema.hierarchy:
         raise ReleaseError(f"manifest.json: stream_by ({stream_by!r}) is not a hierarchy column")
@@ -195,10 +183,29 @@ def _load(folder: Path) -> StreamedRelease:
         labels = tree.levels[level].labels.astype(str)
         top_counts.append(dense_counts(frame, labels, cfg.schema, f"level {level}"))
     partial.top_counts = top_counts
-    partial.ledger = Ledger.from_dict(read_json(folder, "ledger.json"))
+    partial.ledger = Ledger.from_dict(docs["ledger.json"])
     partial.constraints = cfg.constraints if len(cfg.constraints) else None
     partial.invariants = read_invariants(folder, tree, cfg)
-    return partial
+    partial.estimator = cfg.effective_estimator
+    if partial.estimator == "blue":  # recomputed from the published measurement parts
+        partial.root_total = partial.blue_root_total()
+    return Loaded(
+        partial,
+        partial.top_release(),
+        lambda: [("root total at the held value", _held_failures(partial))],
+    )
+
+
+def _held_failures(rel: StreamedRelease) -> list[str]:
+    """The root's released total against the total the passes held (recomputed from the
+    published measurements; none held: nothing to compare)."""
+    held = rel.root_total
+    if held is None or not held.held:
+        return []
+    total = int(rel.top_counts[0].sum())
+    if total != held.value:
+        return [f"the root's released total is {total}, the held BLUE total {held.value}"]
+    return []
 
 
 def _read_tree(folder: Path, cfg: RunConfig) -> Tree:

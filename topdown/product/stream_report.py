@@ -33,6 +33,7 @@ from topdown.product.report import (
     table_html,
     write_page,
 )
+from topdown.streamed_measurements import level_folder
 
 __all__ = ["build_streamed_report"]
 
@@ -92,10 +93,6 @@ def _levels(sizes: pd.DataFrame) -> list[tuple[int, str, int]]:
     ]
 
 
-def _level_dir(folder: Path, kind: str, level: int, column: str) -> Path:
-    return folder / kind / f"level_{level}_{column}"
-
-
 def _tree_html(sizes: pd.DataFrame, stream_by: str, subtrees: pd.DataFrame | None) -> str:
     rows = []
     for level, column, nodes in _levels(sizes):
@@ -123,7 +120,7 @@ def _counts_html(folder: Path, sizes: pd.DataFrame) -> str:
     """Per level, read one part at a time (node and count columns only)."""
     rows, spreads = [], []
     for level, column, nodes in _levels(sizes):
-        parts = sorted(_level_dir(folder, "tables", level, column).glob("*.parquet"))
+        parts = sorted(level_folder(folder, "tables", level, column).glob("*.parquet"))
         totals: list[pd.Series] = []
         cells = 0
         for part in parts:
@@ -184,7 +181,7 @@ def _measurements_html(folder: Path, sizes: pd.DataFrame, config: dict[str, Any]
     levels = config.get("strategy", {}).get("levels", [])
     rows = []
     for level, column, nodes in _levels(sizes):
-        parts = sorted(_level_dir(folder, "measurements", level, column).glob("*.parquet"))
+        parts = sorted(level_folder(folder, "measurements", level, column).glob("*.parquet"))
         answers = sum(_answers(pq.ParquetFile(p).metadata) for p in parts)
         size = sum(p.stat().st_size for p in parts)
         queries = levels[level].get("queries", {}) if level < len(levels) else {}

@@ -1,0 +1,214 @@
+"""The streamed BLUE (``release_streamed(estimator="blue")``, two sweeps over the subtrees) is
+the whole-tree BLUE of the same measurements, holds the root total as the unstreamed release
+does, and reads the confidential records only in its measurement sweep."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from fractions import Fraction
+
+import numpy as np
+import pandas as pd
+import pytest
+from test_stream import QUIET, SCHEMA, _geography, _records, _state_total, _strategy
+
+from topdown.blue import NodeSummary, blue, blue_above, blue_below, subtree_summary
+from topdown.estimators import exact_totals
+from topdown.measure import Measurements, QueryMeasurement
+from topdown.partitions import Partition
+from topdown.root_total import decide
+from topdown.strategy import LevelStrategy, Query, Strategy
+from topdown.stream import release_streamed
+from topdown.streamed_measurements import read_part
+from topdown.streamed_release import StreamedRelease, streamed_plan
+from topdown.tree import Tree
+
+
+def _detailed_only() -> Strategy:
+    """One subspace group: the leaves kept as raw measurements plus a shift (``LeafShift``)."""
+    queries = ((Query.parse("detailed"), Fraction(1)),)
+    return Strategy(tuple(LevelStrategy(Fraction(1, 2), queries) for _ in range(5)))
+
+
+def _run(tmp_path, name, strategy, constraints=None, **kwargs) -> StreamedRelease:
+    geo = _geography()
+    return release_streamed(
+        _records(geo),
+        SCHEMA,
+        strategy,
+        stream_by="COUNTY",
+        out=tmp_path / name,
+        geography=geo,
+        constraints=constraints,
+        seed=7,
+        progress=QUIET,
+        **kwargs,
+    )
+
+
+def _assembled(rel: StreamedRelease) -> Measurements:
+    """The run's published measurement parts as one whole-tree ``Measurements``."""
+    domain, s = rel.schema.domain, rel.stream_level
+    top_tree = Tree(rel.tree.levels[: s + 1])
+    top = read_part(rel.folder, top_tree, range(s + 1), "top", rel.strategy, domain)
+    lower = range(s + 1, rel.tree.n_levels)
+    dense: dict[int, list[np.ndarray]] = {}
+    for label in rel.tree.levels[s].labels.astype(str).tolist():
+        part = read_part(rel.folder, rel.subtree_tree(label), lower, label, rel.strategy, domain)
+        for level in lower:
+            nodes = rel.nodes_of(level, label)
+            arrays = dense.setdefault(
+                level,
+                [
+                    np.zeros((rel.tree.levels[level].size, m.noisy.shape[1]), dtype=np.int64)
+                    for m in part.at(level)
+                ],
+            )
+            for array, m in zip(arrays, part.at(level), strict=True):
+                array[nodes] = m.noisy
+    levels = list(top.levels)
+    for level in lower:
+        first = read_part(
+            rel.folder,
+            rel.subtree_tree(str(rel.tree.levels[s].labels[0])),
+            [level],
+            str(rel.tree.levels[s].labels[0]),
+            rel.strategy,
+            domain,
+        ).at(level)
+        levels.append(
+            tuple(
+                QueryMeasurement(
+                    m.level, m.query, m.share, m.mechanism, m.budget, m.variance, array
+                )
+                for m, array in zip(first, dense[level], strict=True)
+            )
+        )
+    return Measurements(tuple(levels))
+
+
+@pytest.mark.parametrize(
+    ("strategy", "constraints"),
+    [(_strategy, None), (_strategy, _state_total), (_detailed_only, None)],
+    ids=["detailed+AGE", "detailed+AGE, state totals invariant", "detailed only"],
+)
+def test_streamed_blue_equals_the_whole_tree_blue_of_its_measurements(
+    tmp_path, strategy, constraints
+):
+    rel = _run(tmp_path, "rel", strategy(), None if constraints is None else constraints())
+    domain, s = rel.schema.domain, rel.stream_level
+    whole_measurements = _assembled(rel)
+    exact = exact_totals(rel.invariants, domain)
+    whole = blue(rel.tree, domain, whole_measurements, exact_totals=exact)
+    # the pieces, as the two sweeps compute them, from the same published parts
+    top_tree = Tree(rel.tree.levels[: s + 1])
+    top = Measurements(whole_measurements.levels[: s + 1])
+    plan = streamed_plan(domain, rel.strategy, top, rel.tree.n_levels, rel.invariants)
+    labels = rel.tree.levels[s].labels.astype(str).tolist()
+    lower = range(s + 1, rel.tree.n_levels)
+    parts = {
+        label: read_part(rel.folder, rel.subtree_tree(label), lower, label, rel.strategy, domain)
+        for label in labels
+    }
+    below = NodeSummary.stack(
+        [
+            subtree_summary(
+                Tree(rel.subtree_tree(label).levels[s:]),
+                domain,
+                Measurements(parts[label].levels[s:]),
+                plan,
+            )
+            for label in labels
+        ]
+    )
+    above, stream = blue_above(top_tree, domain, top, below, plan, exact_totals=exact)
+    queries = ["detailed", "total", "AGE"]
+    for level in range(s + 1):
+        np.testing.assert_allclose(above.cells_at(level), whole.cells_at(level), atol=1e-8)
+        for q in queries:
+            for subtree in (False, True):
+                np.testing.assert_allclose(
+                    above.variance(level, q, subtree=subtree),
+                    whole.variance(level, q, subtree=subtree),
+                    rtol=1e-9,
+                )
+    for node, label in enumerate(labels):
+        sub = blue_below(
+            Tree(rel.subtree_tree(label).levels[s:]),
+            domain,
+            Measurements(parts[label].levels[s:]),
+            stream.row(node),
+            plan,
+        )
+        for level in lower:
+            nodes = rel.nodes_of(level, label)
+            np.testing.assert_allclose(
+                sub.cells_at(level - s), whole.cells_at(level)[nodes], atol=1e-8
+            )
+            for q in queries:
+                for subtree in (False, True):
+                    np.testing.assert_allclose(
+                        sub.variance(level - s, q, subtree=subtree),
+                        whole.variance(level, q, subtree=subtree)[nodes],
+                        rtol=1e-9,
+                    )
+    # the run itself held the root total at the whole-tree BLUE's, as the unstreamed rule says
+    expected = decide("blue", rel.tree, domain, whole, rel.constraints, rel.invariants)
+    assert rel.root_total is not None
+    assert rel.root_total.held == expected.held == (constraints is None)
+    if expected.held:
+        assert rel.root_total.value == expected.value
+        assert rel.top_counts[0].sum() == expected.value  # the passes held it
+        assert rel.root_total.blue_total == pytest.approx(expected.blue_total, abs=1e-6)
+    assert rel.check_correctness().ok
+
+
+def test_api_folder_ledger_records_the_estimation_note(tmp_path):
+    rel = _run(tmp_path, "rel", _strategy())
+    ledger = json.loads((rel.folder / "ledger.json").read_text())
+    estimation = ledger["summary"]["estimation"]
+    assert estimation["estimator"] == "blue"
+    assert estimation["root_total"] == rel.root_total.to_dict()
+    assert estimation["root_total"]["held"] is True
+    assert ledger["summary"]["strategy_total"] == "5/2"
+    # recomputed from the published parts alone, as topdown check does
+    assert rel.blue_root_total() == rel.root_total
+
+
+def test_records_are_read_only_in_the_measurement_sweep(tmp_path, monkeypatch):
+    reads: Counter[str] = Counter()
+    original = Partition.read
+
+    def counting(self):
+        reads[self.label] += 1
+        return original(self)
+
+    monkeypatch.setattr(Partition, "read", counting)
+    _run(tmp_path, "topdown", _strategy(), estimator="topdown")
+    one_sweep = dict(reads)
+    reads.clear()
+    _run(tmp_path, "blue", _strategy(), estimator="blue")
+    # the top's histograms and sweep 1, as the one-sweep release: sweep 2 reads no records
+    # (C00 has no records: only its empty stand-in is read, by sweep 1)
+    assert dict(reads) == one_sweep
+    assert one_sweep == {f"C{c:02d}": 1 if c == 0 else 2 for c in range(9)}
+
+
+def test_default_estimator_is_blue_and_topdown_still_streams(tmp_path):
+    default = _run(tmp_path, "default", _strategy())
+    assert default.estimator == "blue" and default.root_total is not None
+    topdown = _run(tmp_path, "topdown", _strategy(), estimator="topdown")
+    assert topdown.estimator == "topdown" and topdown.root_total is None
+    assert topdown.check_correctness().ok
+    ledger = json.loads((topdown.folder / "ledger.json").read_text())
+    assert ledger["summary"]["estimation"] == {
+        "estimator": "topdown",
+        "note": "post-processing of the noisy measurements and their public variances only: "
+        "no privacy cost",
+    }
+    # the measurements are the same streams under either estimator: only the estimates differ
+    for level in range(topdown.tree.n_levels):
+        pd.testing.assert_frame_equal(
+            topdown.measurement_table(level), default.measurement_table(level)
+        )
