@@ -53,6 +53,22 @@ def _assert_same_release(a, b) -> None:
     ]
 
 
+def _fail_on_seven(x: int) -> int:
+    if x == 7:
+        raise ValueError("task seven")
+    return -x
+
+
+def test_dask_stream_every_task_once(cluster):
+    ex = DaskExecutor(cluster.scheduler_address)
+    try:
+        assert dict(ex.stream(abs, iter(range(-25, 0)), 25)) == {i: 25 - i for i in range(25)}
+        with pytest.raises(ValueError, match="task seven"):
+            list(ex.stream(_fail_on_seven, range(20), 20))
+    finally:
+        ex.close()
+
+
 def test_same_release_on_serial_processes_and_dask(cluster, state, small_chunks):
     schema, strategy = pl94_schema(), detailed_strategy()
     runs = {

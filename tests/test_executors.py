@@ -34,6 +34,39 @@ def test_processes_give_results_in_task_order():
         assert os.getpid() not in ex.map(_pid, [None, None])  # two: on the workers
 
 
+def _fail_on_seven(x: int) -> int:
+    if x == 7:
+        raise ValueError("task seven")
+    return -x
+
+
+def test_processes_stream_every_task_once_within_the_window():
+    pulled = []
+
+    def tasks():
+        for x in range(30):
+            pulled.append(x)
+            yield x
+
+    with make_executor("processes", workers=2) as ex:
+        assert ex.window == 4
+        seen = {}
+        for i, result in ex.stream(abs, tasks(), 30):
+            # a task is read only when one in flight is done: never more than the window
+            assert len(pulled) <= len(seen) + 1 + ex.window
+            seen[i] = result
+        assert seen == {i: i for i in range(30)}
+        # a lone task runs here; an error reaches the caller
+        assert list(ex.stream(_pid, [None], 1)) == [(0, os.getpid())]
+        with pytest.raises(ValueError, match="task seven"):
+            list(ex.stream(_fail_on_seven, range(20), 20))
+
+
+def test_serial_stream_runs_in_order():
+    ex = make_executor("serial")
+    assert list(ex.stream(abs, iter([-2, 3, -1]), 3)) == [(0, 2), (1, 3), (2, 1)]
+
+
 @pytest.mark.parametrize("workers", [0, -1, 1.5, True])
 def test_bad_workers_name_the_argument(workers):
     with pytest.raises(ExecutorError, match=rf"workers \({workers!r}\) must be a positive integer"):

@@ -110,15 +110,22 @@ def _assert_keyed_chunks(m, truth, key, check=lambda qm: None) -> None:
                 np.testing.assert_array_equal(qm.noisy[first : first + 13], expected)
 
 
-def test_same_noise_on_every_executor_and_batching(small_chunks, monkeypatch):
+class Backwards(Executor):
+    """Runs a stream's tasks last first: results arrive in reverse order."""
+
+    def stream(self, fn, tasks, total, progress=None, desc=""):
+        done = [(i, fn(t)) for i, t in enumerate(tasks)]
+        return iter(done[::-1])
+
+
+def test_same_noise_on_every_executor_and_order(small_chunks):
     serial, _, _ = _measure(300)
     with ProcessExecutor(workers=2, min_tasks=1) as pool:
         two, _, _ = _measure(300, executor=pool)
     with ProcessExecutor(workers=3, min_tasks=1) as three_workers:
         one, _, _ = _measure(300, executor=three_workers)
-    monkeypatch.setattr(measure_module, "_CHUNKS_PER_BATCH", 1)
-    batched, _, _ = _measure(300)
-    for other in (two, one, batched):
+    backwards, _, _ = _measure(300, executor=Backwards())
+    for other in (two, one, backwards):
         for a, b in zip(serial.levels, other.levels, strict=True):
             for x, y in zip(a, b, strict=True):
                 np.testing.assert_array_equal(x.noisy, y.noisy)
@@ -131,9 +138,10 @@ def test_tasks_carry_only_their_chunk_rows(small_chunks):
     seen = []
 
     class Recording(Executor):
-        def map(self, fn, tasks, progress=None, desc=""):
+        def stream(self, fn, tasks, total, progress=None, desc=""):
+            tasks = list(tasks)
             seen.extend(tasks)
-            return super().map(fn, tasks, progress, desc)
+            return super().stream(fn, tasks, total, progress, desc)
 
     _, truth, _ = _measure(40, executor=Recording())
     level1 = [t for t in seen if t.level == 1]

@@ -39,7 +39,7 @@ import numpy as np
 import pandas as pd
 
 from topdown._optional import require
-from topdown.errors import DataError, HierarchyError
+from topdown.errors import DataError
 from topdown.executors import DaskExecutor, Executor, RemoteArray
 from topdown.io import read_data
 from topdown.schema import Schema
@@ -49,6 +49,7 @@ from topdown.tree import (
     Tree,
     build_tree,
     codes_in_geography,
+    geography_tree,
     structure,
 )
 
@@ -229,13 +230,7 @@ def dataset_tree(
         )
         levels, _ = structure(frame, schema.hierarchy, "data")
     else:
-        absent = [c for c in hierarchy if c not in geography.columns]
-        if absent:
-            raise HierarchyError(
-                f"geography lacks hierarchy column(s) {absent}; its columns are "
-                f"{list(geography.columns)}"
-            )
-        levels, _ = structure(geography, schema.hierarchy, "geography")
+        levels = list(geography_tree(geography, schema).levels)
     shared = client.scatter((schema, levels), broadcast=True, hash=False)
     parts = [
         dask.delayed(_partition_counts)(p, shared) for p in ddf.to_delayed(optimize_graph=True)
@@ -247,7 +242,7 @@ def dataset_tree(
             for i in range(0, len(futures), SPLIT_EVERY)
         ]
     total = futures[0]
-    _raise_first_error(client, total)  # bad domain values, units outside the geography
+    _raise_first_error(total)  # bad domain values, units outside the geography
     cells = schema.domain.size
     counts = tuple(
         RemoteLevel(client, client.submit(_level_of, total, i, pure=False), lv.size, cells)
@@ -289,7 +284,7 @@ def _cut_rows(counts: SparseCounts, start: int, stop: int, cells: int) -> Sparse
     return counts.rows(start, stop, cells)
 
 
-def _raise_first_error(client: Any, future: Any) -> None:
+def _raise_first_error(future: Any) -> None:
     """Wait for the histograms and raise a worker's error here (the message, as ``build_tree``
     would raise it, not a distributed traceback)."""
     from dask.distributed import wait

@@ -3,15 +3,21 @@
 The families of a level (a parent and its children) and the measurement chunks of a level are
 independent tasks. They run in this process (``serial``), in a local process pool
 (``processes``), or on a Dask cluster (``dask``: a LocalCluster, or a running scheduler given by
-its address). Tasks carry only what they need and results come back in task order, so the
-release is the same whichever runs it and with any number of workers.
+its address). Tasks carry only what they need, and results come back in task order (``map``)
+or tagged with their task's position (``stream``), so the release is the same whichever runs it
+and with any number of workers.
 
 Where the time goes on a parallel executor, and what this module does about it:
 
-* per-task overhead (pickling, a round trip to a worker): tasks are sent in batches, about
+* per-task overhead (pickling, a round trip to a worker): ``map`` sends tasks in batches, about
   ``BATCHES_PER_WORKER`` per worker and level; that is enough batches for the workers to finish
   a level together, and few enough that a level of 4,500 small families costs a few dozen round
   trips, not thousands;
+* workers waiting for this process: ``stream`` keeps a window of tasks in flight (two per
+  worker) and sends the next as soon as one is done, with no barrier; measurement streams
+  every chunk of every level this way. On Dask, ``map`` streams its batches too, so a batch is
+  scattered while the workers run the ones before it (a blocking scatter of a whole level,
+  then the work, left the workers idle while this process serialised);
 * a pool that costs more than it saves: fewer than ``min_tasks`` tasks (default 2: a lone
   task has nothing to share the workers with) run in this process. The tasks are chunks (of
   nodes to measure, of families to estimate), each worth shipping: with a higher threshold
@@ -26,9 +32,16 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import (
+    FIRST_COMPLETED,
+    Future,
+    ProcessPoolExecutor,
+    ThreadPoolExecutor,
+    wait,
+)
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, TypeVar
 
 import numpy as np
@@ -88,6 +101,31 @@ class Executor:
         wrap = progress or _no_progress
         return [fn(t) for t in wrap(tasks, len(tasks), desc)]
 
+    def stream(
+        self,
+        fn: Callable[[T], R],
+        tasks: Iterable[T],
+        total: int,
+        progress: Progress | None = None,
+        desc: str = "",
+    ) -> Iterator[tuple[int, R]]:
+        """``(position, result)`` of each task as it completes, the tasks read lazily.
+
+        Unlike ``map`` there is no barrier: a parallel executor keeps ``window`` tasks in
+        flight, sending the next one as soon as one is done, so the workers never wait for
+        this process to send a whole batch or to collect the last one (measurement streams
+        every chunk of every level this way). ``total`` is the number of tasks (for the
+        progress bar and the lone-task rule).
+        """
+        wrap = progress or _no_progress
+        return iter(wrap(((i, fn(t)) for i, t in enumerate(tasks)), total, desc))
+
+    @property
+    def window(self) -> int:
+        """Tasks a parallel ``stream`` keeps in flight: two per worker, so each worker has
+        its next task while it runs one."""
+        return 2 * self.workers
+
     def close(self) -> None:
         """Release workers (nothing to do for the serial executor)."""
 
@@ -144,6 +182,19 @@ class ProcessExecutor(Executor):
         for future in wrap(futures, len(futures), desc):
             out.extend(future.result())
         return out
+
+    def stream(self, fn, tasks, total, progress=None, desc=""):
+        if total < self.min_tasks or self._pool is None:
+            return super().stream(fn, tasks, total, progress, desc)
+        pool = self._pool
+        wrap = progress or _no_progress
+        return iter(
+            wrap(
+                _windowed(lambda t: pool.submit(fn, t), _first_done, tasks, self.window),
+                total,
+                desc,
+            )
+        )
 
     def close(self) -> None:
         if self._pool is not None:
@@ -220,38 +271,43 @@ class DaskExecutor(Executor):
         return self._client.result()
 
     def map(self, fn, tasks, progress=None, desc=""):
+        out: list = [None] * len(tasks)
+        if any(_remote_fields(t) for t in tasks):
+            # tasks whose rows are on the cluster: one each, run where the rows are
+            for i, value in self.stream(fn, tasks, len(tasks), progress, desc):
+                out[i] = value
+            return out
+        # the rest in batches, streamed: the next batch is scattered while the workers run
+        parts = batches(len(tasks), self.workers)
+        payloads = ([tasks[i] for i in r] for r in parts)
+        for j, values in self.stream(partial(run_batch, fn), payloads, len(parts), progress, desc):
+            for i, value in zip(parts[j], values, strict=True):
+                out[i] = value
+        return out
+
+    def stream(self, fn, tasks, total, progress=None, desc=""):
         from dask.distributed import as_completed
 
-        remotes = [_remote_fields(t) for t in tasks]
-        plain = [i for i, remote in enumerate(remotes) if not remote]
-        futures: dict[int, Any] = {}
-        # tasks whose rows are on the cluster: one each, run where the rows are
-        for i, (t, remote) in enumerate(zip(tasks, remotes, strict=True)):
+        client = self.client
+        done = as_completed()
+
+        def submit(task: Any) -> Any:
+            remote = _remote_fields(task)
             if remote:
-                public = dataclasses.replace(t, **{k: None for k in remote})
-                futures[i] = self.client.submit(
-                    _with_arrays,
-                    fn,
-                    public,
-                    {k: a.future for k, a in remote.items()},
-                    pure=False,
-                )
-        # the rest in batches, scattered straight to the workers (not through the scheduler)
-        parts = batches(len(plain), self.workers) if plain else []
-        payloads = [[tasks[plain[i]] for i in r] for r in parts]
-        scattered = self.client.scatter(payloads, hash=False) if payloads else []
-        batch_futures = [self.client.submit(run_batch, fn, s, pure=False) for s in scattered]
-        everything = list(futures.values()) + batch_futures
+                public = dataclasses.replace(task, **{k: None for k in remote})
+                arrays = {k: a.future for k, a in remote.items()}
+                future = client.submit(_with_arrays, fn, public, arrays, pure=False)
+            else:
+                # scattered while the workers run the tasks already in flight
+                [data] = client.scatter([task], hash=False)
+                future = client.submit(fn, data, pure=False)
+            done.add(future)
+            return future
+
         wrap = progress or _no_progress
-        for _ in wrap(as_completed(everything), len(everything), desc):
-            pass
-        out: list = [None] * len(tasks)
-        for i, value in zip(futures, self.client.gather(list(futures.values())), strict=True):
-            out[i] = value
-        for r, values in zip(parts, self.client.gather(batch_futures), strict=True):
-            for i, value in zip(r, values, strict=True):
-                out[plain[i]] = value
-        return out
+        return iter(
+            wrap(_windowed(submit, lambda pending: next(done), tasks, self.window), total, desc)
+        )
 
     def close(self) -> None:
         try:
@@ -262,6 +318,42 @@ class DaskExecutor(Executor):
             client.close()
         if self._cluster is not None:
             self._cluster.close()
+
+
+def _first_done(pending: dict[Any, int]) -> Any:
+    """One finished future of ``pending`` (a process pool's)."""
+    finished, _ = wait(pending, return_when=FIRST_COMPLETED)
+    return next(iter(finished))
+
+
+def _windowed(
+    submit: Callable[[Any], Any],
+    next_done: Callable[[dict[Any, int]], Any],
+    tasks: Iterable[Any],
+    window: int,
+) -> Iterator[tuple[int, Any]]:
+    """Keep ``window`` futures in flight: yield ``(position, result)`` as each completes and
+    submit the next task. A future is dropped once its result is yielded (a Dask cluster then
+    forgets it and its scattered inputs); on an error, or an abandoned iteration, the futures
+    still pending are cancelled."""
+    pending: dict[Any, int] = {}
+    queue = enumerate(tasks)
+    try:
+        for i, task in queue:
+            pending[submit(task)] = i
+            if len(pending) >= window:
+                break
+        while pending:
+            future = next_done(pending)
+            i = pending.pop(future)
+            result = future.result()
+            for j, task in queue:
+                pending[submit(task)] = j
+                break
+            yield i, result
+    finally:
+        for future in pending:
+            future.cancel()
 
 
 def _remote_fields(task: object) -> dict[str, RemoteArray]:

@@ -80,7 +80,6 @@ log = logging.getLogger(__name__)
 
 CHUNK_CELLS = 2**20  # histogram cells per measurement chunk (about; see chunk_nodes)
 MAX_CHUNK_NODES = 4096
-_CHUNKS_PER_BATCH = 16  # chunks handed to the executor at once
 
 
 @dataclass(frozen=True)
@@ -311,45 +310,45 @@ def measure(
     """
     executor = executor or Executor()
     size = chunk_nodes(domain.size)
+    measured = [lv for lv in range(tree.n_levels) if levels is None or lv in levels]
+    mechanisms = {lv: make_level_mechanisms(strategy, lv) for lv in measured}
+    # every chunk of every level in one stream: no barrier between batches or levels, so the
+    # workers never wait for this process; the streams are keyed by (level, query, chunk), so
+    # the order in which chunks run (or where) does not change the noise
+    keys = [(lv, c) for lv in measured for c in range(-(-tree.levels[lv].size // size))]
+
+    def task(key: tuple[int, int]) -> MeasureTask:
+        lv, c = key
+        return MeasureTask(
+            lv,
+            c,
+            size,
+            truth.counts[lv][c * size : (c + 1) * size],
+            domain,
+            tuple(q for q, _, _ in mechanisms[lv]),
+            tuple(m for _, _, m in mechanisms[lv]),
+            release_key,
+        )
+
+    noisy: dict[int, list[np.ndarray | None]] = {
+        lv: [None] * len(mechanisms[lv]) for lv in measured
+    }
     worker_cpu = 0.0
+    chunks = executor.stream(
+        measure_chunk, map(task, keys), len(keys), progress, f"measure ({size}-node chunks)"
+    )
+    for i, res in chunks:
+        lv, c = keys[i]
+        if res.pid != os.getpid():
+            worker_cpu += res.cpu_seconds
+        for j, values in enumerate(res.noisy):
+            noisy[lv][j] = _store(noisy[lv][j], values, c * size, tree.levels[lv].size)
     levels_out: list[tuple[QueryMeasurement, ...]] = []
     for level in range(tree.n_levels):
-        if levels is not None and level not in levels:
+        if level not in noisy:
             levels_out.append(())
             continue
-        mechanisms = make_level_mechanisms(strategy, level)
-        counts = truth.counts[level]
-        n_nodes = tree.levels[level].size
-        queries = tuple(q for q, _, _ in mechanisms)
-        mechs = tuple(m for _, _, m in mechanisms)
-        noisy: list[np.ndarray | None] = [None] * len(queries)
-        n_chunks = -(-n_nodes // size)
-        # batches of chunks bound the results held at once; the streams are keyed by chunk
-        # index, so how chunks are batched (or spread over workers) does not change the noise
-        for first in range(0, n_chunks, _CHUNKS_PER_BATCH):
-            chunks = range(first, min(n_chunks, first + _CHUNKS_PER_BATCH))
-            tasks = [
-                MeasureTask(
-                    level,
-                    c,
-                    size,
-                    counts[c * size : (c + 1) * size],
-                    domain,
-                    queries,
-                    mechs,
-                    release_key,
-                )
-                for c in chunks
-            ]
-            results = executor.map(
-                measure_chunk, tasks, progress, f"measure level {level} ({size}-node chunks)"
-            )
-            for c, res in zip(chunks, results, strict=True):
-                if res.pid != os.getpid():
-                    worker_cpu += res.cpu_seconds
-                for j, values in enumerate(res.noisy):
-                    noisy[j] = _store(noisy[j], values, c * size, n_nodes)
-        record_level(ledger, strategy, level, mechanisms, n_nodes)
+        record_level(ledger, strategy, level, mechanisms[level], tree.levels[level].size)
         row = [
             QueryMeasurement(
                 level,
@@ -360,15 +359,15 @@ def measure(
                 float(mech.variance),
                 np.empty((0, query.n_answers(domain)), dtype=np.int8) if v is None else v,
             )
-            for (query, share, mech), v in zip(mechanisms, noisy, strict=True)
+            for (query, share, mech), v in zip(mechanisms[level], noisy[level], strict=True)
         ]
         levels_out.append(tuple(row))
         log.info(
             "measured level %d: %d node(s) in %d chunk(s), queries %s",
             level,
-            n_nodes,
-            n_chunks,
-            [q.name for q in queries],
+            tree.levels[level].size,
+            -(-tree.levels[level].size // size),
+            [q.name for q, _, _ in mechanisms[level]],
         )
     if stats is not None:
         stats["measure_worker_cpu"] = worker_cpu
