@@ -125,11 +125,11 @@ def test_release_takes_chunks_on_the_executor_and_is_the_same_on_any_pool(monkey
 
     monkeypatch.setattr(batched_module, "CHUNK_VALUES", 200)
     ran: list[int] = []
-    import topdown.estimate as estimate_module
+    import topdown.level_batch as level_batch_module
 
-    real = estimate_module.level_chunks
+    real = level_batch_module.level_chunks
     monkeypatch.setattr(
-        estimate_module,
+        level_batch_module,
         "level_chunks",
         lambda *a, **kw: (lambda plan: ran.append(len(plan.chunks)) or plan)(real(*a, **kw)),
     )
