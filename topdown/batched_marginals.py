@@ -179,18 +179,18 @@ class _Dual:
         )
 
     def spread(self, mu: np.ndarray) -> np.ndarray:
-        """s = E mu: (Q, k * Gt) -> (Q, k, W), each cell's sum of its groups' multipliers."""
-        Q, k, W = self.y.shape
-        m3 = mu.reshape(Q, k, self.gt)
-        s = np.zeros((Q, k, W))
-        for sl in self.slots:  # marginal by marginal, in order
-            s = s + np.take_along_axis(m3, np.broadcast_to(sl[:, None, :], (Q, k, W)), axis=2)
+        """s = E mu: (Q, k * Gt) -> (Q, k, W), each cell's sum of its groups' multipliers
+        (marginal by marginal, in order)."""
+        values = mu.reshape(-1)[self.flat].reshape(self.slots.shape[0], *self.y.shape)
+        s = values[0].copy()
+        for more in values[1:]:
+            s += more
         return s
 
     def gather(self, r: np.ndarray) -> np.ndarray:
         """E' r: (Q, k, W) -> (Q, k * Gt), each group's sum over its cells (in cell order)."""
         Q = r.shape[0]
-        weights = np.broadcast_to(r.reshape(-1), (self.slots.shape[0], r.size)).reshape(-1)
+        weights = np.tile(r.reshape(-1), self.slots.shape[0])
         return np.bincount(self.flat, weights, minlength=Q * self.z.shape[1]).reshape(Q, -1)
 
     def project(self, mu: np.ndarray) -> np.ndarray:
