@@ -185,3 +185,13 @@ def test_of_chunk_keeps_each_familys_non_empty_groups_in_order():
     np.testing.assert_array_equal(m.targets[0], answers[[0, 1]][:, [0, 3, 5]])
     np.testing.assert_array_equal(m.targets[1, :, :1], answers[[2, 3]][:, [1]])
     np.testing.assert_array_equal(m.targets[1, :, 1:], 0.0)
+
+
+def test_bad_marginals_are_refused():
+    answers = np.zeros((2, 3))
+    with pytest.raises(ValueError, match=r"groups \(from 0 to 3\) must index the 3 answers"):
+        LevelMarginal(np.array([0, 3]), answers, np.ones(2))
+    with pytest.raises(ValueError, match=r"weights \(shape \(2,\)\) must be finite and >= 0"):
+        LevelMarginal(np.array([0, 2]), answers, np.array([1.0, -1.0]))
+    with pytest.raises(ValueError, match=r"answers \(shape \(3,\)\) must be 2-D"):
+        LevelMarginal(np.array([0, 2]), np.zeros(3), np.ones(3))

@@ -69,6 +69,25 @@ class LevelMarginal:
     answers: np.ndarray
     weights: np.ndarray
 
+    def __post_init__(self) -> None:
+        groups, answers = np.asarray(self.groups), np.asarray(self.answers)
+        weights = np.asarray(self.weights, dtype=float)
+        if answers.ndim != 2:
+            raise ValueError(f"answers (shape {answers.shape}) must be 2-D (children, groups)")
+        if groups.ndim != 1 or groups.dtype.kind not in "iu" or groups.size == 0:
+            raise ValueError(f"groups (shape {groups.shape}) must be one integer per cell")
+        if groups.min() < 0 or groups.max() >= answers.shape[1]:
+            raise ValueError(
+                f"groups (from {groups.min()} to {groups.max()}) must index the "
+                f"{answers.shape[1]} answers"
+            )
+        if weights.shape != (answers.shape[0],) or not np.all(
+            np.isfinite(weights) & (weights >= 0)
+        ):
+            raise ValueError(
+                f"weights (shape {weights.shape}) must be finite and >= 0, one per child"
+            )
+
     def of_chunk(self, chunk: ChunkShape) -> Marginal:
         """The marginal on a chunk's families: their non-empty groups only, in group order."""
         n_groups = self.answers.shape[1]
