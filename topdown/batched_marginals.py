@@ -353,8 +353,10 @@ def marginal_newton_chunk(
             break
         sub = dual.rows(todo)
         gt = g[todo]
+        # the forcing term: loose far from the answer, shrinking with g (superlinear near it);
+        # a cap of 0.5 took 15% fewer Hessian products than 0.1 on the 100k PL94 state
         with np.errstate(divide="ignore", invalid="ignore"):
-            eta = np.clip(np.sqrt(_dot(gt, gt)) / g0[todo], 1e-8, 0.1)
+            eta = np.clip(np.sqrt(_dot(gt, gt)) / g0[todo], 1e-8, 0.5)
         d = _conjugate_gradients(_Hessian(sub, x[todo]), gt, eta)
         step, x[todo], g[todo], q[todo] = _line_search(sub, mu[todo], d, _dot(gt, d), q[todo])
         mu[todo] = mu[todo] + step[:, None] * d  # the point the line search evaluated

@@ -122,8 +122,8 @@ def batch_level(
 ) -> Batch:
     """The level's families by the level-batched passes, in chunks on the executor, when
     their problems are those of every family: nothing binds any node of the level, the L2 pass
-    may use the closed form (or the dual Newton iteration, under ``auto``), and no capture
-    was asked for (a capture records each family's problem). The rounding pass runs in the
+    may use the closed form (or a Newton iteration, under ``auto``: ``_batched_fit``), and no
+    capture was asked for (a capture records each family's problem). The rounding pass runs in the
     same tasks when it may use the closed form; families the chunks leave (a Newton
     iteration that did not settle, a rounding the batch could not make) go to the
     per-family path. Returns an empty batch when the level is not batched."""
