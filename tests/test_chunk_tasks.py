@@ -9,6 +9,7 @@ import pytest
 
 import topdown.batched as batched_module
 from topdown.batched import ChunkShape, level_chunks
+from topdown.batched_marginals import LevelMarginal
 from topdown.chunk_tasks import ChunkTask, chunk_task, solve_chunk
 from topdown.executors import make_executor
 
@@ -30,6 +31,27 @@ def _level(rng, n_parents=60, cells=40, max_k=7):
     w = 10.0 ** rng.uniform(-2, 0, kids)
     v = 10.0 ** rng.uniform(-2, 0, kids) * (rng.random(kids) < 0.8)
     return y, t, pc, parent, w, v
+
+
+def _marginals(rng, y, cells=40):
+    """Three marginals of the level's cells (groups of 5 cells, cells mod 4, the total) with
+    answers off the children's sums and weights over two orders, some 0."""
+    out = []
+    for groups in (np.arange(cells) // 5, np.arange(cells) % 4, np.zeros(cells, dtype=np.int64)):
+        sums = np.stack([np.bincount(groups, row) for row in y])
+        kids = y.shape[0]
+        v = 10.0 ** rng.uniform(-2, 0, kids) * (rng.random(kids) < 0.9)
+        out.append(LevelMarginal(groups, np.round(sums + rng.normal(0, 5, sums.shape)), v))
+    return tuple(out)
+
+
+def _inputs(mode, rng, y, t, v):
+    """The L2 pass's extra inputs of a chunk task: none, node totals or marginals."""
+    if mode == "totals":
+        return (t, v), {}
+    if mode == "marginals":
+        return (None, None), {"marginals": _marginals(rng, y)}
+    return (None, None), {}
 
 
 def _alone(chunk: ChunkShape, q: int) -> ChunkShape:
@@ -70,27 +92,31 @@ def test_level_chunks_cover_each_family_once_by_public_structure():
         np.testing.assert_array_equal(a.parents, b.parents)
 
 
-@pytest.mark.parametrize("seed", range(6))
-@pytest.mark.parametrize("with_totals", [False, True])
-def test_a_family_alone_equals_the_family_inside_a_chunk(seed, with_totals):
-    """The closed form, the dual Newton iteration (``batched_l2_total``'s) and the rounding
-    with its transport repair (per-family 2^-30 cost grid) give each family the same answer,
-    bit for bit, solved alone (its own width) or inside a chunk of other families padded to
-    the widest one. Near-ties (integer answers) are included."""
+@pytest.mark.parametrize(
+    ("seed", "mode"),
+    [(seed, mode) for mode in ("detailed", "totals") for seed in range(6)]
+    + [(seed, "marginals") for seed in range(3)],  # each family alone costs an iteration
+)
+def test_a_family_alone_equals_the_family_inside_a_chunk(seed, mode):
+    """The closed form, the dual Newton iteration (``batched_l2_total``'s), the marginal Newton
+    iteration (``topdown.batched_marginals``: the chunk pads cells and each marginal's groups)
+    and the rounding with its transport repair (per-family 2^-30 cost grid) give each family
+    the same answer, bit for bit, solved alone (its own width) or inside a chunk of other
+    families padded to the widest one. Near-ties (integer answers) are included."""
     rng = np.random.default_rng(seed)
     y, t, pc, parent, w, v = _level(rng)
-    totals = (t, v) if with_totals else (None, None)
+    totals, more = _inputs(mode, rng, y, t, v)
     plan = level_chunks(parent, pc, max_values=10**9)  # one chunk per number of children
     assert any(c.parents.size > 3 and np.ptp(c.sizes) > 0 for c in plan.chunks)
     for chunk in plan.chunks:
-        together_l2 = solve_chunk(chunk_task(1, chunk, pc, y, w, *totals, rounding=False))
-        together = solve_chunk(chunk_task(1, chunk, pc, y, w, *totals))
+        together_l2 = solve_chunk(chunk_task(1, chunk, pc, y, w, *totals, rounding=False, **more))
+        together = solve_chunk(chunk_task(1, chunk, pc, y, w, *totals, **more))
         assert together.rounded.all() and together_l2.settled.all()
         for q in range(chunk.parents.size):
             one = _alone(chunk, q)
             n = int(chunk.sizes[q])
-            alone_l2 = solve_chunk(chunk_task(1, one, pc, y, w, *totals, rounding=False))
-            alone = solve_chunk(chunk_task(1, one, pc, y, w, *totals))
+            alone_l2 = solve_chunk(chunk_task(1, one, pc, y, w, *totals, rounding=False, **more))
+            alone = solve_chunk(chunk_task(1, one, pc, y, w, *totals, **more))
             assert alone_l2.l2 is not None and together_l2.l2 is not None
             np.testing.assert_array_equal(alone_l2.l2[0], together_l2.l2[q, :, :n])
             assert alone.counts is not None and together.counts is not None
@@ -101,13 +127,14 @@ def test_a_family_alone_equals_the_family_inside_a_chunk(seed, with_totals):
 
 
 def test_chunk_tasks_give_the_same_answers_on_every_executor():
-    """The chunk tasks of a level, run serially and on a pool of 2 and of 3 processes, come
-    back the same (the executor only moves them)."""
+    """The chunk tasks of a level (dual Newton and marginal Newton), run serially and on a pool
+    of 2 and of 3 processes, come back the same (the executor only moves them)."""
     rng = np.random.default_rng(3)
     y, t, pc, parent, w, v = _level(rng, n_parents=200)
-    tasks = [
-        chunk_task(2, c, pc, y, w, t, v) for c in level_chunks(parent, pc, max_values=200).chunks
-    ]
+    chunks = level_chunks(parent, pc, max_values=200).chunks
+    marginals = _marginals(rng, y)
+    tasks = [chunk_task(2, c, pc, y, w, t, v) for c in chunks]
+    tasks += [chunk_task(2, c, pc, y, w, marginals=marginals) for c in chunks[::3]]
     assert len(tasks) > 8  # the pool runs levels of 8 tasks or more
     serial = make_executor("serial").map(solve_chunk, tasks)
     for workers in (2, 3):
@@ -125,11 +152,11 @@ def test_release_takes_chunks_on_the_executor_and_is_the_same_on_any_pool(monkey
 
     monkeypatch.setattr(batched_module, "CHUNK_VALUES", 200)
     ran: list[int] = []
-    import topdown.estimate as estimate_module
+    import topdown.level_batch as level_batch_module
 
-    real = estimate_module.level_chunks
+    real = level_batch_module.level_chunks
     monkeypatch.setattr(
-        estimate_module,
+        level_batch_module,
         "level_chunks",
         lambda *a, **kw: (lambda plan: ran.append(len(plan.chunks)) or plan)(real(*a, **kw)),
     )

@@ -1,14 +1,15 @@
 """The level-batched passes on the executor: one task per chunk of families.
 
-A level whose families share one separable structure (``topdown.estimate._batched`` decides)
-is cut into chunks by ``topdown.batched.level_chunks`` (public structure and published parent
+A level whose families share one structure (``topdown.level_batch.batch_level`` decides) is
+cut into chunks by ``topdown.batched.level_chunks`` (public structure and published parent
 counts only, never the executor or its number of workers). Each ``ChunkTask`` carries only
-its families' inputs on their support cells: the children's detailed answers (and node totals
-under ``estimator="blue"``), their weights, the parents' counts and the cells' indices; a
-block group's family is a few dozen cells of the 2,016, so a task is small to pickle. The
-worker runs the L2 pass (the closed form of ``topdown.batched`` or the dual Newton iteration
-of ``topdown.batched_total``) and the rounding pass (``topdown.batched.round_chunk``) and sends
-back integer counts on the support; the parent process only cuts and assembles.
+its families' inputs on their support cells: the children's detailed answers (and node totals,
+or marginal answers on the families' non-empty groups), their weights, the parents' counts and
+the cells' indices; a block group's family is a few dozen cells of the 2,016, so a task is
+small to pickle. The worker runs the L2 pass (the closed form of ``topdown.batched``, the dual
+Newton iteration of ``topdown.batched_total`` or the marginal Newton iteration of
+``topdown.batched_marginals``) and the rounding pass (``topdown.batched.round_chunk``) and
+sends back integer counts on the support; the parent process only cuts and assembles.
 
 Each family's answer is the same alone as inside any chunk (see ``topdown.batched``), and the
 chunks do not depend on the executor, so the release is the same on serial, processes and Dask
@@ -24,6 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from topdown.batched import ChunkShape, project_chunk, round_chunk
+from topdown.batched_marginals import LevelMarginal, Marginal, marginal_newton_chunk
 from topdown.batched_total import newton_chunk
 
 __all__ = ["ChunkTask", "ChunkResult", "chunk_task", "solve_chunk"]
@@ -42,6 +44,9 @@ class ChunkTask:
         totals: (Q, k) their node-total inputs, or None: the detailed query alone (closed
             form); with them the dual Newton iteration fits both.
         total_weights: (Q, k) the totals' weights (>= 0), with ``totals``.
+        marginals: the marginal queries on the chunk (``topdown.batched_marginals``); with
+            them (and no totals) the marginal Newton iteration fits the detailed query and
+            these.
         rounding: also run the rounding pass (else the L2 answers come back).
         controlled: the rounding holds each child's total within a unit of its L2 total.
     """
@@ -53,10 +58,13 @@ class ChunkTask:
     weights: np.ndarray
     totals: np.ndarray | None = None
     total_weights: np.ndarray | None = None
+    marginals: tuple[Marginal, ...] = ()
     rounding: bool = True
     controlled: bool = True
 
     def __post_init__(self) -> None:
+        if self.marginals and self.totals is not None:
+            raise ValueError("a chunk task takes totals or marginals, not both")
         if (self.totals is None) != (self.total_weights is None):
             raise ValueError(
                 f"totals ({'given' if self.totals is not None else None}) and total_weights "
@@ -95,6 +103,7 @@ def chunk_task(
     totals: np.ndarray | None = None,
     total_weights: np.ndarray | None = None,
     *,
+    marginals: tuple[LevelMarginal, ...] = (),
     rounding: bool = True,
     controlled: bool = True,
 ) -> ChunkTask:
@@ -108,6 +117,7 @@ def chunk_task(
         weights=weights[kids],
         totals=None if totals is None else totals[kids],
         total_weights=None if total_weights is None else total_weights[kids],
+        marginals=tuple(m.of_chunk(chunk) for m in marginals),
         rounding=rounding,
         controlled=controlled,
     )
@@ -117,7 +127,9 @@ def solve_chunk(task: ChunkTask) -> ChunkResult:
     """The L2 pass and (``task.rounding``) the rounding pass of a chunk's families."""
     start = time.perf_counter()
     p = task.parent_values.astype(float)
-    if task.totals is None or task.total_weights is None:  # both or neither (__post_init__)
+    if task.marginals:
+        x, settled = marginal_newton_chunk(task.noisy, p, task.weights, task.marginals)
+    elif task.totals is None or task.total_weights is None:  # both or neither (__post_init__)
         x = project_chunk(task.noisy.astype(float), task.weights, p)
         settled = np.ones(p.shape[0], dtype=bool)
     else:
