@@ -12,14 +12,15 @@ whole lower level.
    DataFrame), its lower levels' histograms built from them alone and measured, its
    measurement parts written, and only the bottom-up summary of its top is returned (the
    top's estimate from its descendants' measurements and its variance, per subspace group:
-   ``topdown.blue.subtree_summary``; derived from noisy measurements, so public).
+   ``topdown.blue_streamed.subtree_summary``; derived from noisy measurements, so public).
 2. the parent completes the upward recursion above the stream level, runs the downward one
-   down to it (``topdown.blue.blue_above``), holds the root total where the unstreamed release
-   would (``topdown.root_total``) and runs the passes of the levels down to the stream level.
+   down to it (``topdown.blue_streamed.blue_above``), holds the root total where the
+   unstreamed release would (``topdown.root_total``) and runs the passes of the levels down to
+   the stream level.
 3. estimate: each subtree task reads back its own published measurement parts (not records:
    the task has no partition to read), runs the downward recursion within the subtree from its
-   top's whole-tree BLUE (``topdown.blue.blue_below``), the passes from its top's released
-   counts (the fixed parent), and writes its tables and microdata.
+   top's whole-tree BLUE (``topdown.blue_streamed.blue_below``), the passes from its top's
+   released counts (the fixed parent), and writes its tables and microdata.
 
 Confidential records are read only in sweep 1 (and by the parent's histograms of the levels
 down to the stream level, before anything is measured): the measurement step. The BLUE of
@@ -80,16 +81,12 @@ from constraints.contextual_constraints import SumEqualRealTotal
 from mechanisms.ledger import Ledger, NoiseSource
 from mechanisms.rng import child_rng, new_release_key
 from topdown import budget_bounds
-from topdown.blue import (
-    BluePlan,
-    EstimatorInputs,
-    NodeSummary,
-    blue_below,
-    blue_inputs,
-    subtree_summary,
-)
+from topdown.blue import NodeSummary, blue_inputs
+from topdown.blue_plan import BluePlan
+from topdown.blue_streamed import blue_below, subtree_summary
 from topdown.errors import DataError, HierarchyError, ReleaseError, StrategyError
 from topdown.estimate import EstimateOptions, LevelStats, SolverChoice, estimate
+from topdown.estimator_inputs import EstimatorInputs
 from topdown.estimators import DEFAULT_ESTIMATOR, check_estimator, prepare_inputs
 from topdown.executors import Executor, make_executor
 from topdown.io import read_data
