@@ -57,8 +57,9 @@ from benchmarks.synthetic import synthetic  # noqa: E402
 from mechanisms.ledger import Ledger  # noqa: E402
 from mechanisms.rng import new_release_key  # noqa: E402
 from topdown import Strategy  # noqa: E402
-from topdown.blue import as_inputs, blue, blue_inputs  # noqa: E402
+from topdown.blue import blue, blue_inputs  # noqa: E402
 from topdown.estimate import estimate  # noqa: E402
+from topdown.estimator_inputs import as_inputs  # noqa: E402
 from topdown.estimators import fold_only_children  # noqa: E402
 from topdown.measure import measure  # noqa: E402
 from topdown.passes import EstimateOptions, SolverChoice  # noqa: E402

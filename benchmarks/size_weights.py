@@ -28,7 +28,7 @@ import cvxpy as cp
 import numpy as np
 
 from topdown.batched import batched_round
-from topdown.blue import EstimatorInputs, precision
+from topdown.estimator_inputs import EstimatorInputs, precision
 from topdown.tree import Tree
 
 

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from constraints.domain import Domain
-from topdown.blue import Blue, EstimatorInputs, QueryEstimate, blue, blue_inputs
+from topdown.blue import Blue, blue, blue_inputs
+from topdown.estimator_inputs import EstimatorInputs, QueryEstimate
 from topdown.strategy import Query
 from topdown.tree import Level, Tree
 

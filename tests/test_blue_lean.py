@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 from test_blue import DOMAIN, random_tree
 
-from topdown.blue import EstimatorInputs, QueryEstimate, blue, blue_inputs
+from topdown.blue import blue, blue_inputs
 from topdown.estimate import estimate
+from topdown.estimator_inputs import EstimatorInputs, QueryEstimate
 from topdown.strategy import Query
 from topdown.tree import Tree
 

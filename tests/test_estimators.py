@@ -13,10 +13,11 @@ from cli_helpers import SEX_AGE, embedded_subset
 
 from constraints.domain import Domain
 from topdown import Attribute, Schema, Strategy, TopDown, release
-from topdown.blue import EstimatorInputs, QueryEstimate, blue
+from topdown.blue import blue
 from topdown.error_estimates import Z90, error_summary, node_error_table
 from topdown.errors import StrategyError
 from topdown.estimate import estimate
+from topdown.estimator_inputs import EstimatorInputs, QueryEstimate
 from topdown.estimators import (
     DEFAULT_ESTIMATOR,
     ESTIMATORS,

@@ -23,8 +23,9 @@ from constraints.logical_expressions.atomic import Equal, TrueExpression
 from mechanisms.ledger import Ledger
 from mechanisms.rng import new_release_key
 from topdown import Attribute, Schema, Strategy, release
-from topdown.blue import EstimatorInputs, QueryEstimate, blue, blue_inputs
+from topdown.blue import blue, blue_inputs
 from topdown.estimate import estimate
+from topdown.estimator_inputs import EstimatorInputs, QueryEstimate
 from topdown.measure import measure
 from topdown.product.cli import main
 from topdown.product.release_folder import refresh_manifest, table_name, verify_release_folder

@@ -13,7 +13,8 @@ import pandas as pd
 import pytest
 from test_stream import QUIET, SCHEMA, _geography, _records, _state_total, _strategy
 
-from topdown.blue import NodeSummary, blue, blue_above, blue_below, subtree_summary
+from topdown.blue import NodeSummary, blue
+from topdown.blue_streamed import blue_above, blue_below, subtree_summary
 from topdown.estimators import exact_totals
 from topdown.measure import Measurements, QueryMeasurement
 from topdown.partitions import Partition

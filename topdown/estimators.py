@@ -26,16 +26,9 @@ import numpy as np
 
 from constraints.aggregate_constraints import AggregateConstraint
 from constraints.domain import Domain
-from topdown.blue import (
-    Blue,
-    EstimatorInputs,
-    QueryEstimate,
-    as_inputs,
-    blue,
-    blue_inputs,
-    precision,
-)
+from topdown.blue import Blue, blue, blue_inputs
 from topdown.errors import StrategyError
+from topdown.estimator_inputs import EstimatorInputs, QueryEstimate, as_inputs, precision
 from topdown.measure import Measurements, QueryMeasurement
 from topdown.tree import Tree
 

@@ -117,7 +117,7 @@ _Q = TypeVar("_Q", bound=_Named)
 
 class ByLevel(Generic[_Q]):
     """Per-query values of every level, root first: the shape shared by the raw measurements
-    and the estimator's inputs (``topdown.blue.EstimatorInputs``)."""
+    and the estimator's inputs (``topdown.estimator_inputs.EstimatorInputs``)."""
 
     levels: tuple[tuple[_Q, ...], ...]
 

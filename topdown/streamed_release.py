@@ -18,16 +18,12 @@ import pandas as pd
 from constraints.attach import ConstraintSet
 from constraints.domain import Domain
 from mechanisms.ledger import Ledger
-from topdown.blue import (
-    BluePlan,
-    EstimatorInputs,
-    NodeSummary,
-    blue_above,
-    blue_inputs,
-    subtree_summary,
-)
+from topdown.blue import NodeSummary, blue_inputs
+from topdown.blue_plan import BluePlan
+from topdown.blue_streamed import blue_above, subtree_summary
 from topdown.errors import ReleaseError
 from topdown.estimate import LevelStats
+from topdown.estimator_inputs import EstimatorInputs
 from topdown.estimators import exact_totals
 from topdown.measure import Measurements
 from topdown.release import CorrectnessReport, Release

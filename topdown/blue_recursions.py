@@ -1,0 +1,319 @@
+"""The BLUE's recursions: Hay et al. (2010)'s upward and downward passes over a tree, per group.
+
+Within one subspace group (``topdown.blue_plan``) every node has one scalar precision, so the
+tree GLS is solved cell by cell: upward, each node's estimate from its own subtree (its own
+value combined by inverse variance with its children's sum); downward, each child's subtree
+estimate corrected by its share of the gap to its parent's final estimate. Generalised to
+unequal variances and to nodes without information (infinite variance): O(nodes x cells) per
+group. Here also a group's per-level precisions and its ``z`` (the measurements projected on
+the group), the inputs of both recursions.
+
+Kept apart from ``topdown.blue`` (the estimate and its variances) because these are the
+numerical kernels that the whole-tree BLUE and the pieces of a streamed one
+(``topdown.blue_streamed``) both run; they pass only per-node summaries across a level.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.sparse as sp
+
+from constraints.domain import Domain
+from topdown.blue_plan import BluePlan, kept_axes, lift
+from topdown.estimator_inputs import EstimatorInputs, QueryEstimate, precision
+from topdown.strategy import Query
+from topdown.tree import Tree
+
+__all__ = [
+    "LeafShift",
+    "upward",
+    "downward",
+    "pis_of",
+    "z_of",
+    "group_precision",
+    "group_z",
+    "add_reduced",
+    "sum_matrices",
+]
+
+
+@dataclass(frozen=True)
+class LeafShift:
+    """How the leaf level's final BLUE follows from its subtree estimates: each leaf moves by
+    its share ``ratio`` (its subtree variance over its siblings' total) of its parent's gap
+    (the parent's final estimate minus its children's summed subtree estimates), cell by cell.
+    Exact for one subspace group with finite variances (see ``blue``).
+
+    Attributes:
+        parent: each leaf's parent index (leaves,).
+        ratio: float (leaves,).
+        gap: float (parents, cells).
+    """
+
+    parent: np.ndarray
+    ratio: np.ndarray
+    gap: np.ndarray
+
+
+def pis_of(
+    tree: Tree, domain: Domain, inputs: EstimatorInputs, plan: BluePlan, g: int
+) -> list[np.ndarray]:
+    """Group ``g``'s precision ``pi_v`` at every node, per level of ``tree``."""
+    first = tree.levels[0].number  # the signatures name the whole tree's levels
+    return [
+        group_precision(inputs.at(i), plan.signatures[g], first + i, lv.size, domain)
+        for i, lv in enumerate(tree.levels)
+    ]
+
+
+def z_of(
+    domain: Domain, inputs: EstimatorInputs, plan: BluePlan, g: int, pis: list[np.ndarray]
+) -> Callable[[int], np.ndarray]:
+    """Group ``g``'s ``z`` of a level, computed when the recursion asks for it."""
+    members = list(plan.members)
+    reduced = plan.reduced(g)
+
+    def z_at(level: int) -> np.ndarray:
+        return group_z(inputs.at(level), pis[level], domain, members, g, reduced)
+
+    return z_at
+
+
+def group_precision(
+    lv: tuple[QueryEstimate, ...],
+    sig: tuple[tuple[int, int], ...],
+    level: int,
+    nodes: int,
+    domain: Domain,
+) -> np.ndarray:
+    """pi_v of a group at every node of a level: its queries' lifts over their variances. A
+    level without inputs (a subtree's top, measured with the levels above it) has none."""
+    pi = np.zeros(nodes)
+    for lvl, qi in sig:
+        if lvl == level and lv:
+            m = lv[qi]
+            pi = pi + lift(m.query, domain) * precision(m.variance)
+    return pi
+
+
+def group_z(
+    lv: tuple[QueryEstimate, ...],
+    pi: np.ndarray,
+    domain: Domain,
+    members: list[tuple[frozenset[int], ...]],
+    g: int,
+    reduced: tuple[int, ...],
+) -> np.ndarray:
+    """A group's ``z_v = P_g r_v / pi_v`` at every node of a level, shape (nodes, cells of
+    ``reduced``), with ``r_v = sum_q Q_q' y_vq / Var_q(v)`` kept apart per kept-attribute set:
+    a query's term lies in the subspaces it sees, and each term is projected before terms are
+    added, so an exact answer's huge term (precision 1e200) cancels exactly against its own
+    projection instead of swamping the noisy ones. One group and one informed query: ``z`` is
+    the measurement itself (no copy)."""
+    shape = tuple(int(n) for n in domain.shape)
+    nodes = pi.shape[0]
+    width = int(np.prod(reduced))
+    if len(members) == 1 and len(lv) == 1 and np.all(pi > 0):
+        raw = np.asarray(lv[0].noisy)
+        return raw if raw.shape == (nodes, width) else raw.reshape(nodes, width)
+    axes = [frozenset().union(*ms) for ms in members]
+    z: np.ndarray | None = None
+    for m in lv:
+        kept = kept_axes(m.query, domain)
+        if not members[g][0] <= kept:  # a group's subsets share the queries that see them
+            continue
+        prec = precision(m.variance).reshape((nodes,) + (1,) * len(shape))
+        values = _reduced(m.query, m.noisy, domain)
+        if not np.all(prec > 0):
+            values = np.where(prec > 0, values, 0.0)
+        if g == 0:  # the identity minus the other groups' projectors
+            part = prec * values
+            for h, ms in enumerate(members):
+                if h != g and ms[0] <= kept:
+                    part -= _group_part(part, ms, axes[h])
+        else:  # averaged onto the group's axes first: the product is of the group's size
+            part = _group_part(prec * _mean_over(values, axes[g]), members[g], axes[g])
+        if z is None and part.shape[1:] == reduced:
+            z = part  # a fresh array of the group's shape: no second dense copy
+        elif z is None:
+            z = np.zeros((nodes,) + reduced) + part
+        else:
+            z += part
+        del part
+    if z is None:
+        return np.zeros((nodes, width))
+    z = z.reshape(nodes, width)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        z /= pi[:, None]
+    z[pi <= 0] = 0.0
+    return z
+
+
+def _mean_over(x: np.ndarray, axes: frozenset[int]) -> np.ndarray:
+    """x (nodes, *shape or reduced) averaged over every axis outside ``axes``."""
+    for i in range(x.ndim - 1):
+        if i not in axes and x.shape[1 + i] > 1:
+            x = x.mean(axis=1 + i, keepdims=True)
+    return x
+
+
+def _group_part(
+    x: np.ndarray, members: tuple[frozenset[int], ...], axes: frozenset[int]
+) -> np.ndarray:
+    """sum_{S in members} P_S x, on the members' axes only: x is averaged over the other axes
+    once (every P_S does that first), then each P_S acts on the small array."""
+    small = _mean_over(x, axes)
+    out = _project(small, members[0])
+    for s in members[1:]:
+        out = out + _project(small, s)
+    return out
+
+
+def _reduced(query: Query, values: np.ndarray, domain: Domain) -> np.ndarray:
+    """A query's answers (nodes, answers) as (nodes, *shape) with summed axes of size 1: Q' y
+    by broadcasting, never materialised."""
+    kept = kept_axes(query, domain)
+    reduced = tuple(n if i in kept else 1 for i, n in enumerate(domain.shape))
+    return np.asarray(values).reshape((values.shape[0],) + reduced)
+
+
+def _project(x: np.ndarray, subset: frozenset[int]) -> np.ndarray:
+    """P_S applied to every node's array x (nodes, *shape or a reduced shape): per axis the
+    mean, or minus the mean (the per-axis factors commute). The averaging axes go first, so
+    the result and every temporary have the size of S's axes only."""
+    ndim = x.ndim - 1
+    for i in range(ndim):
+        if i not in subset and x.shape[1 + i] > 1:
+            x = x.mean(axis=1 + i, keepdims=True)
+    for i in sorted(subset):
+        if x.shape[1 + i] > 1:
+            x = x - x.mean(axis=1 + i, keepdims=True)
+    return x
+
+
+def add_reduced(
+    out: np.ndarray, part: np.ndarray, reduced: tuple[int, ...], shape: tuple[int, ...]
+) -> None:
+    """out (nodes, cells) += a group's estimate on its own axes, broadcast over the others."""
+    nodes = out.shape[0]
+    full = out.reshape((nodes,) + shape)
+    full += part.reshape((nodes,) + reduced)
+
+
+@dataclass
+class _Upward:
+    """The upward recursion's results per level: subtree estimates and variances, and the
+    children's summed estimates and summed variances (parents' levels)."""
+
+    est: list[np.ndarray]
+    var: list[np.ndarray]
+    child_sum: list[np.ndarray]
+    child_var: list[np.ndarray]
+
+
+def upward(
+    z_at: Callable[[int], np.ndarray],
+    pi: list[np.ndarray],
+    sums: list[sp.csr_matrix],
+    below: tuple[np.ndarray, np.ndarray] | None = None,
+) -> _Upward:
+    """Cell-by-cell tree GLS, upward: each node's estimate from its own subtree (its own value
+    combined by inverse variance with the sum of its children's). A leaf's is its own ``z``
+    (no arithmetic: raw measurements stay as they are). ``below``: the last level's children's
+    summed estimates and summed variances, when its nodes are not leaves (a streamed release's
+    subtrees, summarised)."""
+    n_levels = len(pi)
+    empty = [np.empty(0)] * n_levels
+    up = _Upward(list(empty), list(empty), list(empty), list(empty))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        for level in range(n_levels - 1, -1, -1):
+            own = pi[level]
+            z = z_at(level)
+            if level == n_levels - 1 and below is None:
+                up.est[level] = z
+                up.var[level] = np.where(own > 0, 1.0 / own, np.inf)
+                continue
+            if level == n_levels - 1:
+                assert below is not None
+                m, M = below
+            else:
+                S = sums[level]
+                m = S @ up.est[level + 1]
+                M = S @ up.var[level + 1]
+                M = np.where(S.getnnz(axis=1) > 0, M, np.inf)  # childless: no information
+            up.child_sum[level], up.child_var[level] = m, M
+            m_prec = precision(M)
+            prec = own + m_prec
+            up.var[level] = np.where(prec > 0, 1.0 / prec, np.inf)
+            est = (own[:, None] * z + m * m_prec[:, None]) / prec[:, None]
+            est[prec <= 0] = 0.0
+            up.est[level] = est
+    return up
+
+
+def downward(
+    up: _Upward,
+    parents: list[np.ndarray],
+    sums: list[sp.csr_matrix],
+    lean: bool,
+    top: tuple[np.ndarray, np.ndarray] | None = None,
+) -> tuple[list[np.ndarray], list[np.ndarray], LeafShift | None]:
+    """Cell-by-cell tree GLS, downward: each child's subtree estimate corrected by its share
+    (its variance over the children's total variance) of the gap between its parent's final
+    estimate and the children's sum. Infinite variances mean no information: a child without
+    any takes the whole gap if it is alone, an equal share (infinite variance) if not.
+
+    ``top``: the first level's final estimates and variances when it is not the root (a
+    streamed release's subtree, from its top's whole-tree BLUE).
+
+    Returns the final estimates per level (with ``lean``, the leaves' subtree estimates, and
+    the shift that makes them final), their per-coordinate variances, and the shift."""
+    n_levels = len(up.est)
+    u = [up.est[0] if top is None else top[0]]
+    f = [up.var[0] if top is None else top[1]]
+    shift: LeafShift | None = None
+    with np.errstate(divide="ignore", invalid="ignore"):
+        for level in range(1, n_levels):
+            S = sums[level - 1]
+            par = parents[level]
+            V = up.var[level]
+            inf = np.isinf(V)
+            n_inf = (S @ inf.astype(float))[par]
+            finite_sum = (S @ np.where(inf, 0.0, V))[par]
+            M = up.child_var[level - 1][par]
+            M_inf = np.isinf(M)
+            ratio = np.where(inf, 1.0 / np.maximum(n_inf, 1.0), np.where(M_inf, 0.0, V / M))
+            gap = u[level - 1] - up.child_sum[level - 1]
+            up.child_sum[level - 1] = np.empty(0)
+            if lean and level == n_levels - 1:
+                shift = LeafShift(par, ratio, gap)
+                u.append(up.est[level])
+            else:
+                final = gap[par]
+                final *= ratio[:, None]
+                final += up.est[level]
+                u.append(final)
+            up.est[level] = np.empty(0)  # the level's subtree estimate is not needed any more
+            Fp = f[level - 1][par]
+            informed = V * (M - V) / M + ratio**2 * Fp  # both finite: Var(c | sum) + share of F_p
+            uninformed = np.where(n_inf == 1, finite_sum + Fp, np.inf)  # takes the whole gap
+            f.append(np.where(inf, uninformed, np.where(M_inf, V, informed)))
+    return u, f, shift
+
+
+def sum_matrices(tree: Tree) -> list[sp.csr_matrix]:
+    """Per level l < last: the (parents x children) 0/1 matrix summing level l + 1 into l."""
+    out = []
+    for level in range(tree.n_levels - 1):
+        parent = tree.levels[level + 1].parent
+        n_children = len(parent)
+        out.append(
+            sp.csr_matrix(
+                (np.ones(n_children), (parent, np.arange(n_children))),
+                shape=(tree.levels[level].size, n_children),
+            )
+        )
+    return out
