@@ -44,7 +44,7 @@ from topdown.blue_recursions import (
 
 # the estimator inputs are defined in topdown.estimator_inputs; topdown.estimate still imports
 # them from here
-from topdown.estimator_inputs import EstimatorInputs, QueryEstimate, as_inputs, precision
+from topdown.estimator_inputs import EstimatorInputs, QueryEstimate, as_inputs
 from topdown.measure import Measurements
 from topdown.strategy import Query
 from topdown.tree import Tree
@@ -57,10 +57,6 @@ __all__ = [
     "solve",
     "checked_inputs",
     "EXACT_VARIANCE",
-    "QueryEstimate",
-    "EstimatorInputs",
-    "as_inputs",
-    "precision",
 ]
 
 log = logging.getLogger(__name__)

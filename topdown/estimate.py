@@ -26,7 +26,7 @@ from constraints.constraint import LinearRows
 from constraints.diagnostics import check_children, check_node
 from constraints.domain import Domain
 from topdown import capture
-from topdown.blue import EstimatorInputs, as_inputs
+from topdown.estimator_inputs import EstimatorInputs, as_inputs
 from topdown.estimators import family_weights
 from topdown.executors import Executor
 from topdown.family import FamilyTask, Measurement, solve_family

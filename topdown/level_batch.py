@@ -28,8 +28,8 @@ import scipy.sparse as sp
 from topdown.batched import detailed_only, level_chunks
 from topdown.batched_marginals import MARGINAL_NEWTON, LevelMarginal
 from topdown.batched_total import DUAL_NEWTON
-from topdown.blue import EstimatorInputs, QueryEstimate, precision
 from topdown.chunk_tasks import chunk_task, solve_chunk
+from topdown.estimator_inputs import EstimatorInputs, QueryEstimate, precision
 from topdown.executors import Executor
 from topdown.node_constraints import NodeConstraints
 from topdown.passes import EstimateOptions, SolveStats
