@@ -315,7 +315,9 @@ def measure(
     # every chunk of every level in one stream: no barrier between batches or levels, so the
     # workers never wait for this process; the streams are keyed by (level, query, chunk), so
     # the order in which chunks run (or where) does not change the noise
-    keys = [(lv, c) for lv in measured for c in range(-(-tree.levels[lv].size // size))]
+    # (leaves first: the levels of few nodes come last, so no large chunk is left to run alone
+    # at the end while the other workers idle)
+    keys = [(lv, c) for lv in measured[::-1] for c in range(-(-tree.levels[lv].size // size))]
 
     def task(key: tuple[int, int]) -> MeasureTask:
         lv, c = key
