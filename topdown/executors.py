@@ -190,7 +190,7 @@ class ProcessExecutor(Executor):
         wrap = progress or _no_progress
         return iter(
             wrap(
-                _windowed(lambda t: pool.submit(fn, t), _first_done, tasks, self.window),
+                _windowed(lambda t, _: pool.submit(fn, t), _first_done, tasks, self.window),
                 total,
                 desc,
             )
@@ -302,16 +302,26 @@ class DaskExecutor(Executor):
         # a remote cluster's workers may not be, so there the scheduler relays it
         direct = self._cluster is not None
 
-        def submit(task: Any) -> Any:
+        # each worker gets its share of the window and, when one of its tasks is done, the next
+        # task: scattering blindly (Dask places scattered data round-robin) queued tasks
+        # behind a busy worker while the other one idled or fetched their data
+        addresses = sorted(client.scheduler_info().get("workers", {})) or [None]
+        slots = iter([addresses[i % len(addresses)] for i in range(self.window)])
+        owner: dict[str, Any] = {}
+
+        def submit(task: Any, freed: Any) -> Any:
+            worker = owner.pop(freed.key) if freed is not None else next(slots)
             remote = _remote_fields(task)
-            if remote:
+            if remote:  # run where the rows are
                 public = dataclasses.replace(task, **{k: None for k in remote})
                 arrays = {k: a.future for k, a in remote.items()}
                 future = client.submit(_with_arrays, fn, public, arrays, pure=False)
             else:
                 # scattered while the workers run the tasks already in flight
-                [data] = client.scatter([task], hash=False, direct=direct)
-                future = client.submit(fn, data, pure=False)
+                to = [worker] if worker is not None else None
+                [data] = client.scatter([task], hash=False, direct=direct, workers=to)
+                future = client.submit(fn, data, workers=to, allow_other_workers=True, pure=False)
+            owner[future.key] = worker
             done.add(future)
             return future
 
@@ -338,20 +348,21 @@ def _first_done(pending: dict[Any, int]) -> Any:
 
 
 def _windowed(
-    submit: Callable[[Any], Any],
+    submit: Callable[[Any, Any], Any],
     next_done: Callable[[dict[Any, int]], Any],
     tasks: Iterable[Any],
     window: int,
 ) -> Iterator[tuple[int, Any]]:
     """Keep ``window`` futures in flight: yield ``(position, result)`` as each completes and
-    submit the next task. A future is dropped once its result is yielded (a Dask cluster then
-    forgets it and its scattered inputs); on an error, or an abandoned iteration, the futures
-    still pending are cancelled."""
+    submit the next task, ``submit(task, freed)`` with the future whose slot it takes (None
+    while the window fills). A future is dropped once its result is yielded (a Dask cluster
+    then forgets it and its scattered inputs); on an error, or an abandoned iteration, the
+    futures still pending are cancelled."""
     pending: dict[Any, int] = {}
     queue = enumerate(tasks)
     try:
         for i, task in queue:
-            pending[submit(task)] = i
+            pending[submit(task, None)] = i
             if len(pending) >= window:
                 break
         while pending:
@@ -359,7 +370,7 @@ def _windowed(
             i = pending.pop(future)
             result = future.result()
             for j, task in queue:
-                pending[submit(task)] = j
+                pending[submit(task, future)] = j
                 break
             yield i, result
     finally:
