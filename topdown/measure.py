@@ -312,12 +312,13 @@ def measure(
     size = chunk_nodes(domain.size)
     measured = [lv for lv in range(tree.n_levels) if levels is None or lv in levels]
     mechanisms = {lv: make_level_mechanisms(strategy, lv) for lv in measured}
+    n_chunks = {lv: -(-tree.levels[lv].size // size) for lv in measured}
     # every chunk of every level in one stream: no barrier between batches or levels, so the
-    # workers never wait for this process; the streams are keyed by (level, query, chunk), so
-    # the order in which chunks run (or where) does not change the noise
-    # (leaves first: the levels of few nodes come last, so no large chunk is left to run alone
-    # at the end while the other workers idle)
-    keys = [(lv, c) for lv in measured[::-1] for c in range(-(-tree.levels[lv].size // size))]
+    # workers never wait for this process. Leaves first: the levels of few nodes come last, so
+    # no large chunk is left to run alone at the end while the other workers idle. The streams
+    # are keyed by (level, query, chunk), so the order in which chunks run (or where) does not
+    # change the noise.
+    keys = [(lv, c) for lv in measured[::-1] for c in range(n_chunks[lv])]
 
     def task(key: tuple[int, int]) -> MeasureTask:
         lv, c = key
@@ -368,7 +369,7 @@ def measure(
             "measured level %d: %d node(s) in %d chunk(s), queries %s",
             level,
             tree.levels[level].size,
-            -(-tree.levels[level].size // size),
+            n_chunks[level],
             [q.name for q, _, _ in mechanisms[level]],
         )
     if stats is not None:
