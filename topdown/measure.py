@@ -106,6 +106,14 @@ class QueryMeasurement:
     variance: float
     noisy: np.ndarray
 
+    @classmethod
+    def of(
+        cls, level: int, query: Query, share: Fraction, mech: Any, noisy: np.ndarray
+    ) -> QueryMeasurement:
+        """The answers ``noisy`` of ``query`` at ``level``, drawn by ``mech`` (whose name,
+        budget and variance are recorded with them)."""
+        return cls(level, query, share, mech.name, mech.budget, float(mech.variance), noisy)
+
 
 class _Named(Protocol):
     @property
@@ -353,13 +361,11 @@ def measure(
             continue
         record_level(ledger, strategy, level, mechanisms[level], tree.levels[level].size)
         row = [
-            QueryMeasurement(
+            QueryMeasurement.of(
                 level,
                 query,
                 share,
-                mech.name,
-                mech.budget,
-                float(mech.variance),
+                mech,
                 np.empty((0, query.n_answers(domain)), dtype=np.int8) if v is None else v,
             )
             for (query, share, mech), v in zip(mechanisms[level], noisy[level], strict=True)

@@ -195,17 +195,7 @@ def read_part(
                 raise ReleaseError(f"{where}: not one row of {answers} answers per node")
             starts = offsets[mine]
             dense[node[mine]] = values[starts[:, None] + np.arange(answers)]
-            row.append(
-                QueryMeasurement(
-                    level,
-                    query,
-                    share,
-                    mech.name,
-                    mech.budget,
-                    float(mech.variance),
-                    dense,
-                )
-            )
+            row.append(QueryMeasurement.of(level, query, share, mech, dense))
         out.append(tuple(row))
     return Measurements(tuple(out))
 
