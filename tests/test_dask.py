@@ -69,6 +69,25 @@ def test_dask_stream_every_task_once(cluster):
         ex.close()
 
 
+def _pid_of(_: object) -> int:
+    import os
+
+    return os.getpid()
+
+
+def test_local_cluster_stream_spreads_tasks_over_its_workers():
+    """The executor's own LocalCluster (data scattered straight to a chosen worker): every task
+    once, on both workers, and ``map`` in task order."""
+    ex = DaskExecutor(workers=2)
+    try:
+        pids = dict(ex.stream(_pid_of, iter(range(24)), 24))
+        assert sorted(pids) == list(range(24))
+        assert len(set(pids.values())) == 2  # both workers ran tasks
+        assert ex.map(abs, list(range(-30, 0))) == list(range(30, 0, -1))
+    finally:
+        ex.close()
+
+
 def test_same_release_on_serial_processes_and_dask(cluster, state, small_chunks):
     schema, strategy = pl94_schema(), detailed_strategy()
     runs = {

@@ -5,13 +5,16 @@ total; the state total held) takes the level-batched marginal Newton iteration b
 from __future__ import annotations
 
 import dataclasses
+import warnings
 
 import numpy as np
 import pytest
 
 import topdown.batched as batched_module
+import topdown.chunk_tasks as chunk_tasks
 import topdown.level_batch as level_batch
 from benchmarks.pl94 import make_state, pl94_schema, production_strategy, state_total_invariant
+from tests.test_batched_round import needing
 from topdown import release
 from topdown.batched_marginals import MARGINAL_NEWTON
 from topdown.chunk_tasks import solve_chunk
@@ -83,8 +86,15 @@ def test_production_release_batched_matches_the_per_family_path(state, estimator
     assert batched.check_correctness().ok and reference.check_correctness().ok
     tree = batched.tree
     # the state (level 1) holds its invariant total: its family stays per family
+    assert MARGINAL_NEWTON not in batched.stats[1].solved_in("l2")
     for level in range(2, tree.n_levels):
-        assert set(batched.stats[level].solved_in("l2")) <= {MARGINAL_NEWTON}
+        families = needing(batched, level)  # 0 for a level of only children
+        assert batched.stats[level].solved_in("l2") == (
+            {MARGINAL_NEWTON: families} if families else {}
+        )
+        assert batched.stats[level].solved_in("rounding") == (
+            {"closed_form": families} if families else {}
+        )
         assert MARGINAL_NEWTON not in reference.stats[level].solved_in("l2")
     assert batched.stats[-1].solved_in("l2")[MARGINAL_NEWTON] > 10
     differ = [
@@ -125,3 +135,31 @@ def test_production_release_is_the_same_on_processes(state, monkeypatch):
     assert set(serial.stats[-1].solved_in("l2")) == {MARGINAL_NEWTON}
     for a, b in zip(serial.counts, pooled.counts, strict=True):
         np.testing.assert_array_equal(a, b)
+
+
+def test_families_the_iteration_does_not_settle_go_to_the_per_family_path(state, monkeypatch):
+    """A family the marginal Newton reports unsettled (here: the first of every chunk, its L2
+    answer spoilt with NaN) is solved per family; the others stay batched, and the release is
+    correct."""
+    real = chunk_tasks.marginal_newton_chunk
+    spoilt = []
+
+    def unsettled_first(y, p, w, marginals, max_iter=60):
+        x, ok = real(y, p, w, marginals, max_iter)
+        x, ok = x.copy(), ok.copy()
+        x[0], ok[0] = np.nan, False
+        spoilt.append(1)
+        return x, ok
+
+    monkeypatch.setattr(chunk_tasks, "marginal_newton_chunk", unsettled_first)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)  # no NaN reaches an integer cast
+        rel = _release(state, "blue")
+    assert rel.check_correctness().ok
+    per_family = sum(
+        n
+        for level in range(2, rel.tree.n_levels)
+        for name, n in rel.stats[level].solved_in("l2").items()
+        if name != MARGINAL_NEWTON
+    )
+    assert per_family == len(spoilt) > 0

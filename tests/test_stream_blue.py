@@ -4,6 +4,7 @@ does, and reads the confidential records only in its measurement sweep."""
 
 from __future__ import annotations
 
+import copy
 import json
 from collections import Counter
 from fractions import Fraction
@@ -13,6 +14,7 @@ import pandas as pd
 import pytest
 from test_stream import QUIET, SCHEMA, _geography, _records, _state_total, _strategy
 
+from topdown import stream_tasks
 from topdown.blue import NodeSummary, blue
 from topdown.blue_streamed import blue_above, blue_below, subtree_summary
 from topdown.estimators import exact_totals
@@ -95,8 +97,17 @@ def _assembled(rel: StreamedRelease) -> Measurements:
     ids=["detailed+AGE", "detailed+AGE, state totals invariant", "detailed only"],
 )
 def test_streamed_blue_equals_the_whole_tree_blue_of_its_measurements(
-    tmp_path, strategy, constraints
+    tmp_path, strategy, constraints, monkeypatch
 ):
+    # what sweep 2 actually started each subtree from (the serial executor runs it here)
+    received: dict[str, NodeSummary] = {}
+    real_below = stream_tasks.blue_below
+
+    def recording(tree, domain, below, top, plan):
+        received[str(tree.levels[0].labels[0])] = copy.deepcopy(top)  # blue_below works in it
+        return real_below(tree, domain, below, top, plan)
+
+    monkeypatch.setattr(stream_tasks, "blue_below", recording)
     rel = _run(tmp_path, "rel", strategy(), None if constraints is None else constraints())
     domain, s = rel.schema.domain, rel.stream_level
     whole_measurements = _assembled(rel)
@@ -134,7 +145,11 @@ def test_streamed_blue_equals_the_whole_tree_blue_of_its_measurements(
                     whole.variance(level, q, subtree=subtree),
                     rtol=1e-9,
                 )
+    assert sorted(received) == sorted(labels)
     for node, label in enumerate(labels):
+        expected_top = stream.row(node)
+        for got, want in zip(received[label].est, expected_top.est, strict=True):
+            np.testing.assert_allclose(got, want, atol=1e-8)
         sub = blue_below(
             Tree(rel.subtree_tree(label).levels[s:]),
             domain,

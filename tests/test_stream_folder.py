@@ -161,6 +161,8 @@ def test_folder_holds_invariants_ledger_summary_and_subtrees(folder: Path, proje
         manifest["timings_seconds"]
     )
     assert not [k for k in published if k.startswith(("tree_", "subtree_tree_"))]
+    # nor of the loops over the subtrees that read them (both estimators' names)
+    assert not {"subtrees_wall", "subtrees_cpu", "subtrees_measure_wall"} & published
     assert "subtree_estimate_cpu" in published
 
 

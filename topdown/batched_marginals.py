@@ -31,7 +31,8 @@ caller (``topdown.chunk_tasks``) leaves them to the per-family path.
 
 Bit for bit, alone or inside any chunk: every sum over cells, groups or multipliers is
 sequential (a cumulative sum's last entry, or ``np.bincount``, which adds in input order) and
-per family, so padding (cells and group slots, exact zeros) does not change a family's
+per family (the one numpy sum, of a family's parent counts, adds integers: exact in any
+order), so padding (cells and group slots, exact zeros) does not change a family's
 iterates; conjugate gradients and Newton stop per family, converged families frozen.
 """
 

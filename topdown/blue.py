@@ -41,9 +41,6 @@ from topdown.blue_recursions import (
     upward,
     z_of,
 )
-
-# the estimator inputs are defined in topdown.estimator_inputs; topdown.estimate still imports
-# them from here
 from topdown.estimator_inputs import EstimatorInputs, QueryEstimate, as_inputs
 from topdown.measure import Measurements
 from topdown.strategy import Query
@@ -217,12 +214,13 @@ class NodeSummary:
         )
 
     def row(self, node: int) -> NodeSummary:
-        """One node's summary."""
+        """One node's summary, a copy (``blue_below`` works in its arrays: a view would write
+        into this summary's)."""
         pick = slice(node, node + 1)
         return NodeSummary(
-            tuple(e[pick] for e in self.est),
-            tuple(v[pick] for v in self.var),
-            tuple(s[pick] for s in self.subtree),
+            tuple(e[pick].copy() for e in self.est),
+            tuple(v[pick].copy() for v in self.var),
+            tuple(s[pick].copy() for s in self.subtree),
         )
 
 

@@ -42,7 +42,7 @@ class ChunkTask:
         noisy: (Q, k, W) the children's detailed inputs on the support (any real dtype).
         weights: (Q, k) their detailed weights, finite and > 0.
         totals: (Q, k) their node-total inputs, or None: the detailed query alone (closed
-            form); with them the dual Newton iteration fits both.
+            form) or with ``marginals``; with totals the dual Newton iteration fits both.
         total_weights: (Q, k) the totals' weights (>= 0), with ``totals``.
         marginals: the marginal queries on the chunk (``topdown.batched_marginals``); with
             them (and no totals) the marginal Newton iteration fits the detailed query and
@@ -138,7 +138,10 @@ def solve_chunk(task: ChunkTask) -> ChunkResult:
     if not task.rounding:
         return ChunkResult(None, settled, np.zeros_like(settled), x, l2_seconds, 0.0)
     start = time.perf_counter()
-    counts, bad = round_chunk(x, task.parent_values, task.cells, task.controlled)
+    # a family the iteration did not settle goes to the per-family path whatever its rounding
+    # here; its x may hold NaN, which must not reach the integer casts of the rounding
+    x_round = np.where(settled[:, None, None], x, np.nan_to_num(x, nan=0.0, posinf=0.0, neginf=0.0))
+    counts, bad = round_chunk(x_round, task.parent_values, task.cells, task.controlled)
     rounded = settled & ~bad
     counts[~rounded] = 0
     l2 = x if np.any(settled & ~rounded) else None

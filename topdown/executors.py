@@ -356,8 +356,9 @@ def _windowed(
     """Keep ``window`` futures in flight: yield ``(position, result)`` as each completes and
     submit the next task, ``submit(task, freed)`` with the future whose slot it takes (None
     while the window fills). A future is dropped once its result is yielded (a Dask cluster
-    then forgets it and its scattered inputs); on an error, or an abandoned iteration, the
-    futures still pending are cancelled."""
+    then forgets it and its scattered inputs). When a task fails, the futures still pending
+    are cancelled; a caller that stops iterating early cancels them by closing the iterator
+    (otherwise they finish, and their results are dropped)."""
     pending: dict[Any, int] = {}
     queue = enumerate(tasks)
     try:

@@ -328,7 +328,8 @@ def _per_node(variance: np.ndarray | float, nodes: int) -> np.ndarray:
 def _by_closed_form(
     pass_name: str, problems: int, solver: str = "closed_form"
 ) -> tuple[tuple[str, str, int], ...]:
-    """The ``solved`` entry of a batched pass: ``solver`` (the closed form, or the dual Newton
-    iteration of ``topdown.batched_total``) solved ``problems`` families' problems (no entry
+    """The ``solved`` entry of a batched pass: ``solver`` (the closed form, the dual Newton
+    iteration of ``topdown.batched_total`` or the marginal Newton iteration of
+    ``topdown.batched_marginals``) solved ``problems`` families' problems (no entry
     when there were none, as when a level only copies its parents)."""
     return ((pass_name, solver, problems),) if problems else ()

@@ -309,8 +309,8 @@ def measure(
         stats: if given, receives ``measure_worker_cpu``: the CPU seconds of the chunks that
             ran in other processes (for benchmarks; this process's own time is its own).
         levels: measure only these levels (default all); the others get no measurements and
-            no ledger entries (``topdown.stream`` measures a subtree's lower levels this way and
-            records their cost once, with ``record_level``).
+            no ledger entries (``topdown.stream_tasks`` measures a subtree's lower levels this way
+            and ``topdown.stream`` records their cost once, with ``record_level``).
 
     Returns:
         The measurements, and the bound invariants: level -> node index -> constraints with

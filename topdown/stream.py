@@ -6,7 +6,8 @@ own, and no task keeps anything of its subtree in memory when it ends. Peak memo
 the largest subtree (times the number of workers), never a dense (nodes x cells) array of a
 whole lower level.
 
-``estimator="blue"`` (the default), in two sweeps over the subtrees:
+``estimator="blue"`` (the default), in two sweeps over the subtrees (1 and 3) with the
+parent's step between them (2):
 
 1. measure: each subtree's records are read (one Parquet partition, or one group of a
    DataFrame), its lower levels' histograms built from them alone and measured, its

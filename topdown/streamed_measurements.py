@@ -44,7 +44,6 @@ __all__ = [
     "level_dir",
     "level_folder",
     "part_path",
-    "measurements_dir",
     "write_measurements",
     "read_measurements",
     "read_part",
@@ -75,10 +74,6 @@ def level_dir(folder: Path, kind: str, tree: Tree, level: int) -> Path:
 def part_path(folder: Path, kind: str, tree: Tree, level: int, part: str) -> Path:
     """One part's file: ``level_dir(...)/<safe_name(part)>.parquet``."""
     return level_dir(folder, kind, tree, level) / f"{safe_name(part)}.parquet"
-
-
-def measurements_dir(folder: Path, tree: Tree, level: int) -> Path:
-    return level_dir(folder, "measurements", tree, level)
 
 
 def write_measurements(

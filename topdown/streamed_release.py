@@ -45,7 +45,6 @@ __all__ = [
     "SubtreeResult",
     "TopBlue",
     "dense_counts",
-    "safe_name",
     "streamed_plan",
     "table_dir",
     "top_blue",

@@ -131,12 +131,17 @@ def verify_streamed_folder(folder: Path) -> Verdict:
     return verify_folder(folder, _load)
 
 
-def _reads_records(phase: str) -> bool:
-    """Whether a timing is of a phase that reads the confidential records (``tree``: reading
-    and counting them, per subtree or summed over the subtrees). Its time grows with the true
-    number of records, so the folder does not publish it (with one subtree the sum would be
-    that subtree's own)."""
-    return phase.startswith(("tree_", "subtree_tree_"))
+#: phases that read the confidential records: ``tree`` (reading and counting them, here or per
+#: subtree, ``subtree_tree``), and the subtree loops that include it (``subtrees`` under
+#: ``estimator="topdown"``, ``subtrees_measure``: the BLUE's first sweep)
+_RECORD_PHASES = ("tree", "subtree_tree", "subtrees", "subtrees_measure")
+
+
+def _reads_records(key: str) -> bool:
+    """Whether a timing (``<phase>_wall`` or ``<phase>_cpu``) is of a phase that reads the
+    confidential records. Its time grows with the true number of records, so the folder does
+    not publish it (with one subtree the sum would be that subtree's own)."""
+    return key.rsplit("_", 1)[0] in _RECORD_PHASES
 
 
 def _subtree_frame(rel: StreamedRelease) -> pd.DataFrame:
