@@ -118,7 +118,13 @@ class Executor:
         progress bar and the lone-task rule).
         """
         wrap = progress or _no_progress
-        return iter(wrap(((i, fn(t)) for i, t in enumerate(tasks)), total, desc))
+        return iter(wrap(self._results(fn, tasks, total), total, desc))
+
+    def _results(
+        self, fn: Callable[[T], R], tasks: Iterable[T], total: int
+    ) -> Iterator[tuple[int, R]]:
+        """``stream``'s results, unwrapped: here, in task order."""
+        return ((i, fn(t)) for i, t in enumerate(tasks))
 
     @property
     def window(self) -> int:
@@ -183,18 +189,11 @@ class ProcessExecutor(Executor):
             out.extend(future.result())
         return out
 
-    def stream(self, fn, tasks, total, progress=None, desc=""):
+    def _results(self, fn, tasks, total):
         if total < self.min_tasks or self._pool is None:
-            return super().stream(fn, tasks, total, progress, desc)
+            return super()._results(fn, tasks, total)
         pool = self._pool
-        wrap = progress or _no_progress
-        return iter(
-            wrap(
-                _windowed(lambda t, _: pool.submit(fn, t), _first_done, tasks, self.window),
-                total,
-                desc,
-            )
-        )
+        return _windowed(lambda t, _: pool.submit(fn, t), _first_done, tasks, self.window)
 
     def close(self) -> None:
         if self._pool is not None:
@@ -292,7 +291,7 @@ class DaskExecutor(Executor):
                 out[i] = value
         return out
 
-    def stream(self, fn, tasks, total, progress=None, desc=""):
+    def _results(self, fn, tasks, total):
         from dask.distributed import as_completed
 
         client = self.client
@@ -325,10 +324,7 @@ class DaskExecutor(Executor):
             done.add(future)
             return future
 
-        wrap = progress or _no_progress
-        return iter(
-            wrap(_windowed(submit, lambda pending: next(done), tasks, self.window), total, desc)
-        )
+        return _windowed(submit, lambda pending: next(done), tasks, self.window)
 
     def close(self) -> None:
         try:
