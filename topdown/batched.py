@@ -245,6 +245,25 @@ def batched_l2(
     return out
 
 
+def seq_sum(values: np.ndarray, axis: int) -> np.ndarray:
+    """The sum over ``axis``, added in index order (a cumulative sum's last entry): trailing
+    padding adds exact zeros, so a family's sums do not depend on its chunk's width; numpy's
+    pairwise sums would. The batched iterations sum this way wherever a chunk is padded."""
+    if values.shape[axis] == 0:
+        return np.zeros(values.shape[:axis] + values.shape[axis + 1 :])
+    return np.take(np.cumsum(values, axis=axis), -1, axis=axis)
+
+
+def active_shares(x: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The weighted projection's generalised Jacobian, per (family, cell): ``a_cj = [x_cj > 0]
+    / w_c`` for x (Q, k, W) and w (Q, k), and ``a / sum_c a`` (0 where no child is positive),
+    the children summed in order. The dual Newton iterations build their steps from these."""
+    a = (x > 0) / w[:, :, None]
+    S = seq_sum(a, axis=1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return a, np.where(S[:, None, :] > 0, a / S[:, None, :], 0.0)
+
+
 def project_chunk(y: np.ndarray, w: np.ndarray, p: np.ndarray) -> np.ndarray:
     """The closed-form L2 answers of a chunk: per (family, cell) with ``p > 0`` the weighted
     projection of the children's ``y`` onto ``{x >= 0, sum x = p}``; 0 elsewhere.

@@ -42,7 +42,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from topdown.batched import ChunkShape, project_chunk
+from topdown.batched import ChunkShape, active_shares, project_chunk, seq_sum
 
 __all__ = ["MARGINAL_NEWTON", "LevelMarginal", "Marginal", "marginal_newton_chunk"]
 
@@ -126,9 +126,7 @@ class Marginal:
 
 def _dot(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """Per family (rows), the sum of a * b in slot order, sequential (padding adds zeros)."""
-    if a.shape[1] == 0:
-        return np.zeros(a.shape[0])
-    return np.cumsum(a * b, axis=1)[:, -1]
+    return seq_sum(a * b, axis=1)
 
 
 class _Dual:
@@ -235,17 +233,14 @@ class _Hessian:
 
     def __init__(self, dual: _Dual, x: np.ndarray) -> None:
         self.dual = dual
-        a = (x > 0) / dual.w[:, :, None]
-        S = np.cumsum(a, axis=1)[:, -1, :]  # over the children, in child order
-        with np.errstate(divide="ignore", invalid="ignore"):
-            self.a_over_s = np.where(S[:, None, :] > 0, a / S[:, None, :], 0.0)
+        a, self.a_over_s = active_shares(x, dual.w)
         self.a = a
         diagonal = dual.gather(a - a * self.a_over_s) + dual.inv_v
         self.inv_diagonal = np.where(dual.free, 1.0 / np.where(dual.free, diagonal, 1.0), 0.0)
 
     def __call__(self, d: np.ndarray) -> np.ndarray:
         s = self.dual.spread(d)
-        shared = np.cumsum(self.a * s, axis=1)[:, -1, :]  # a's over the children, in order
+        shared = seq_sum(self.a * s, axis=1)  # a's over the children, in order
         r = self.a * s - self.a_over_s * shared[:, None, :]
         return np.where(self.dual.free, self.dual.gather(r) + self.dual.inv_v * d, 0.0)
 

@@ -37,7 +37,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from topdown.batched import check_level, child_weights, level_chunks, project_chunk
+from topdown.batched import (
+    active_shares,
+    check_level,
+    child_weights,
+    level_chunks,
+    project_chunk,
+    seq_sum,
+)
 
 __all__ = ["batched_l2_total", "newton_chunk", "DUAL_NEWTON"]
 
@@ -109,11 +116,8 @@ def batched_l2_total(
 
 
 def _totals(x: np.ndarray) -> np.ndarray:
-    """Each child's total over the cells (Q, k, W) -> (Q, k), summed in cell order (trailing
-    padding adds exact zeros; numpy's pairwise sums would depend on the width)."""
-    if x.shape[2] == 0:
-        return np.zeros(x.shape[:2])
-    return np.cumsum(x, axis=2)[:, :, -1]
+    """Each child's total over the cells (Q, k, W) -> (Q, k), summed in cell order."""
+    return seq_sum(x, axis=2)
 
 
 def _project(y: np.ndarray, w: np.ndarray, mu: np.ndarray, p: np.ndarray) -> np.ndarray:
@@ -239,11 +243,9 @@ def newton_chunk(
             break
         # the generalised Jacobian of T: a_cj = [x_cj > 0] / w_c,
         # dT/dmu = -diag(sum_j a_cj) + sum_j a_j a_j' / sum_c a_cj
-        active = x[todo] > 0
-        a = active / w[todo][:, :, None]  # (Q', k, W)
-        S = np.cumsum(a, axis=1)[:, -1, :]  # (Q', W): over the children, in child order
-        with np.errstate(divide="ignore", invalid="ignore"):
-            aS = np.where(S[:, None, :] > 0, a / S[:, None, :], 0.0)
+        x_todo = x[todo]
+        active = x_todo > 0
+        a, aS = active_shares(x_todo, w[todo])  # (Q', k, W)
         outer = a[:, :, None, :] * aS[:, None, :, :]  # (Q', k, k, W)
         np.cumsum(outer, axis=3, out=outer)  # sequential over cells (see _totals)
         diagonal = active.sum(axis=2) / w[todo]  # an exact count over w

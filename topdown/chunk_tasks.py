@@ -140,7 +140,7 @@ def solve_chunk(task: ChunkTask) -> ChunkResult:
     start = time.perf_counter()
     # a family the iteration did not settle goes to the per-family path whatever its rounding
     # here; its x may hold NaN, which must not reach the integer casts of the rounding
-    x_round = np.where(settled[:, None, None], x, np.nan_to_num(x, nan=0.0, posinf=0.0, neginf=0.0))
+    x_round = x if settled.all() else np.where(settled[:, None, None], x, np.nan_to_num(x))
     counts, bad = round_chunk(x_round, task.parent_values, task.cells, task.controlled)
     rounded = settled & ~bad
     counts[~rounded] = 0

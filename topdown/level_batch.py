@@ -181,8 +181,8 @@ def batch_level(
     stats += SolveStats(
         families=len(families) - len(left),
         problems=settled + rounded,
-        solved=_by_closed_form("l2", settled, fit.solver)
-        + (_by_closed_form("rounding", rounded) if rounding else ()),
+        solved=_solved_entry("l2", settled, fit.solver)
+        + (_solved_entry("rounding", rounded) if rounding else ()),
     )
     if unsettled:
         log.warning(
@@ -325,7 +325,7 @@ def _per_node(variance: np.ndarray | float, nodes: int) -> np.ndarray:
     return np.broadcast_to(np.asarray(variance, dtype=float), (nodes,))
 
 
-def _by_closed_form(
+def _solved_entry(
     pass_name: str, problems: int, solver: str = "closed_form"
 ) -> tuple[tuple[str, str, int], ...]:
     """The ``solved`` entry of a batched pass: ``solver`` (the closed form, the dual Newton
