@@ -53,7 +53,6 @@ __all__ = [
     "NodeSummary",
     "solve",
     "checked_inputs",
-    "EXACT_VARIANCE",
 ]
 
 log = logging.getLogger(__name__)

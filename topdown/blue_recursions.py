@@ -33,8 +33,6 @@ __all__ = [
     "downward",
     "pis_of",
     "z_of",
-    "group_precision",
-    "group_z",
     "add_reduced",
     "sum_matrices",
 ]
@@ -64,7 +62,7 @@ def pis_of(
     """Group ``g``'s precision ``pi_v`` at every node, per level of ``tree``."""
     first = tree.levels[0].number  # the signatures name the whole tree's levels
     return [
-        group_precision(inputs.at(i), plan.signatures[g], first + i, lv.size, domain)
+        _group_precision(inputs.at(i), plan.signatures[g], first + i, lv.size, domain)
         for i, lv in enumerate(tree.levels)
     ]
 
@@ -77,12 +75,12 @@ def z_of(
     reduced = plan.reduced(g)
 
     def z_at(level: int) -> np.ndarray:
-        return group_z(inputs.at(level), pis[level], domain, members, g, reduced)
+        return _group_z(inputs.at(level), pis[level], domain, members, g, reduced)
 
     return z_at
 
 
-def group_precision(
+def _group_precision(
     lv: tuple[QueryEstimate, ...],
     sig: tuple[tuple[int, int], ...],
     level: int,
@@ -99,7 +97,7 @@ def group_precision(
     return pi
 
 
-def group_z(
+def _group_z(
     lv: tuple[QueryEstimate, ...],
     pi: np.ndarray,
     domain: Domain,

@@ -148,6 +148,7 @@ def subtree_tasks(
     check_part_names(stream.labels.astype(str).tolist(), stream.column)
     empty = no_records(list(by_label.values()))
     rows = _geography_rows(common, tree)
+    chains = tree.ancestors(stream_level)
     zero = np.zeros((1, common.schema.domain.size), dtype=np.int32)
     tasks = []
     for node, label in enumerate(stream.labels.astype(str).tolist()):
@@ -156,7 +157,7 @@ def subtree_tasks(
                 label=label,
                 partition=by_label.get(node) or Partition(label, frame=empty),
                 geography=common.geography.iloc[rows[label]],
-                chain=_chain(tree, stream_level, node, top_counts)
+                chain=_chain(chains, node, top_counts)
                 if top_counts is not None
                 else (zero,) * (stream_level + 1),
                 schema=common.schema,
@@ -185,11 +186,12 @@ def estimate_tasks(
     """Sweep 2 of a streamed BLUE: one estimation task per stream unit (no records)."""
     stream_level = common.stream_level
     rows = _geography_rows(common, tree)
+    chains = tree.ancestors(stream_level)
     return [
         EstimateTask(
             label=label,
             geography=common.geography.iloc[rows[label]],
-            chain=_chain(tree, stream_level, node, top_counts),
+            chain=_chain(chains, node, top_counts),
             top=stream_blue.row(node),
             plan=plan,
             schema=common.schema,
@@ -212,11 +214,11 @@ def _geography_rows(common: TaskCommon, tree: Tree) -> dict[str, np.ndarray]:
 
 
 def _chain(
-    tree: Tree, stream_level: int, node: int, top_counts: list[np.ndarray]
+    chains: list[np.ndarray], node: int, top_counts: list[np.ndarray]
 ) -> tuple[np.ndarray, ...]:
-    """The released counts (1 x cells) of a stream node and its ancestors, root first."""
-    chains = tree.ancestors(stream_level)
-    return tuple(top_counts[lv][chains[lv][node]][None, :] for lv in range(stream_level + 1))
+    """The released counts (1 x cells) of a stream node and its ancestors, root first
+    (``chains``: the tree's ``ancestors`` of the stream level, computed once per task list)."""
+    return tuple(top_counts[lv][chain[node]][None, :] for lv, chain in enumerate(chains))
 
 
 def _measure_subtree(task: SubtreeTask, clock: PhaseClock) -> tuple[Tree, Measurements, range]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 import numpy as np
@@ -167,14 +168,23 @@ class StreamedRelease:
             root_total=self.root_total,
         )
 
+    @cached_property
+    def _stream_index(self) -> pd.Index:
+        """The stream level's labels as text (``subtree_tree`` looks each subtree up here)."""
+        return pd.Index(self.tree.levels[self.stream_level].labels.astype(str))
+
+    @cached_property
+    def _stream_chain(self) -> list[np.ndarray]:
+        """Each stream node's ancestor on every level above (built once, not per subtree)."""
+        return self.tree.ancestors(self.stream_level)
+
     def subtree_tree(self, label: str) -> Tree:
         """The tree of one subtree (the chain from the root to its top, then its own nodes),
         in the node order its task used (labels sorted within each level)."""
-        stream = self.tree.levels[self.stream_level]
-        node = int(pd.Index(stream.labels.astype(str)).get_indexer([label])[0])
+        node = int(self._stream_index.get_indexer(pd.Index([label]))[0])
         if node < 0:
             raise ValueError(f"label ({label!r}) is not a unit of the stream level")
-        chain = self.tree.ancestors(self.stream_level)
+        chain = self._stream_chain
         levels = []
         previous = np.array([-1])
         for lv in self.tree.levels:
