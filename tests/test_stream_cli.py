@@ -10,6 +10,7 @@ import pytest
 from cli_helpers import data_config, embedded_subset
 
 from topdown.product.cli import main
+from topdown.product.release_folder import refresh_manifest
 
 
 @pytest.fixture(scope="module")
@@ -86,20 +87,6 @@ def test_bad_stream_options(project: Path, tmp_path: Path, capsys):
     assert not any(tmp_path.glob("[abc]"))
 
 
-def _resign(folder: Path, name: str) -> None:
-    """Re-sign one file in the manifest, so only the release's own checks can catch it."""
-    import hashlib
-    import json
-
-    manifest = json.loads((folder / "manifest.json").read_text())
-    path = folder / name
-    manifest["files"][name] = {
-        "bytes": path.stat().st_size,
-        "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
-    }
-    (folder / "manifest.json").write_text(json.dumps(manifest))
-
-
 def test_streamed_run_uses_blue_and_check_recomputes_the_root_total_note(
     streamed: Path, tmp_path: Path, capsys
 ):
@@ -118,19 +105,19 @@ def test_streamed_run_uses_blue_and_check_recomputes_the_root_total_note(
     shutil.copytree(streamed, copy)
     ledger["summary"]["estimation"]["root_total"]["value"] = held["value"] + 1
     (copy / "ledger.json").write_text(json.dumps(ledger, indent=1))
-    _resign(copy, "ledger.json")
+    refresh_manifest(copy, ("ledger.json",))
     capsys.readouterr()
     assert main(["check", str(copy)]) == 1
     err = capsys.readouterr().err
     assert "FAIL ledger.json totals match its entries" in err and "'root_total'" in err
     # the root's table changed by one person (and re-signed): not the held total any more
     shutil.copy(streamed / "ledger.json", copy / "ledger.json")
-    _resign(copy, "ledger.json")
+    refresh_manifest(copy, ("ledger.json",))
     path = "tables/level_0_root/top.parquet"
     table = pd.read_parquet(copy / path)
     table.loc[table["count"].idxmax(), "count"] += 1
     table.to_parquet(copy / path, index=False)
-    _resign(copy, path)
+    refresh_manifest(copy, (path,))
     assert main(["check", str(copy)]) == 1
     err = capsys.readouterr().err
     assert "FAIL root total at the held value" in err

@@ -253,8 +253,8 @@ class DaskExecutor(Executor):
             "distributed.worker.profile.enabled": False,
             # every process of the cluster (this one runs the scheduler and the nannies) wakes
             # its event loop for these; at their defaults (20 ms, 0.5 s, 0.1 s) the wake-ups
-            # took the GIL from the worker's task often enough that a chunk got 85% of a core
-            # instead of 91% (measured at 1M persons, measurement phase)
+            # took the GIL from the worker's task often enough that a chunk's thread got 84-86% of
+            # a core instead of 89-93% (per-chunk timing at 1M persons, measurement phase)
             "distributed.admin.tick.interval": "1s",
             "distributed.admin.system-monitor.interval": "5s",
             "distributed.worker.memory.monitor-interval": "1s",
