@@ -3,6 +3,8 @@ the same seeded release on every executor (every count, every noisy answer)."""
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -12,6 +14,7 @@ pytest.importorskip("pyarrow", reason="the 'parquet' extra is not installed")
 
 from benchmarks.pl94 import detailed_strategy, make_state, pl94_schema, state_total_invariant
 from topdown import measure as measure_module
+from topdown import process_memory
 from topdown.dask_input import SparseCounts, is_dataset
 from topdown.engine import release
 from topdown.errors import DataError, DomainError, HierarchyError
@@ -75,6 +78,15 @@ def _pid_of(_: object) -> int:
     return os.getpid()
 
 
+def _memory_policy(keys: list[str]) -> tuple[bool | None, dict[str, str | None]]:
+    """numpy's huge-page advice and the variables ``keys``, in a worker."""
+    switch = process_memory.numpy_switch()
+    current = None if switch is None else bool(switch(True))
+    if switch is not None:
+        switch(bool(current))
+    return current, {k: os.environ.get(k) for k in keys}
+
+
 def test_local_cluster_stream_spreads_tasks_over_its_workers():
     """The executor's own LocalCluster (data scattered straight to a chosen worker): every task
     once, on both workers, and ``map`` in task order."""
@@ -84,6 +96,15 @@ def test_local_cluster_stream_spreads_tasks_over_its_workers():
         assert sorted(pids) == list(range(24))
         assert len(set(pids.values())) == 2  # both workers ran tasks
         assert ex.map(abs, list(range(-30, 0))) == list(range(30, 0, -1))
+        # the workers started with the engine's memory policy; this process's environment is
+        # as it was (the nannies write theirs into it)
+        wanted = process_memory.worker_environ()
+        has_switch = process_memory.numpy_switch() is not None
+        for advice, environ in ex.client.run(_memory_policy, list(wanted)).values():
+            assert environ == wanted
+            if process_memory.ENV in wanted and has_switch:
+                assert advice is False
+        assert not set(wanted) & set(os.environ)
     finally:
         ex.close()
 

@@ -34,6 +34,7 @@ from topdown.executors import make_executor
 from topdown.io import read_data
 from topdown.measure import measure
 from topdown.microdata import write_table
+from topdown.process_memory import hugepage_advice_off
 from topdown.progress import Progress
 from topdown.release import CorrectnessReport, Release
 from topdown.root_total import decide, with_root_total
@@ -46,6 +47,7 @@ __all__ = ["release", "TopDown", "make_schema"]
 log = logging.getLogger(__name__)
 
 
+@hugepage_advice_off()
 def release(
     data: pd.DataFrame | str | os.PathLike,
     schema: Schema,

@@ -48,6 +48,7 @@ import numpy as np
 
 from topdown._optional import require
 from topdown.errors import TopDownError
+from topdown.process_memory import prepare_worker, worker_environ
 
 __all__ = [
     "EXECUTORS",
@@ -174,7 +175,7 @@ class ProcessExecutor(Executor):
         if self.workers > 1:
             # start the workers now, before this process holds the histograms (a smaller
             # process to fork), and let them import the engine while the tree is built
-            self._pool = ProcessPoolExecutor(max_workers=self.workers)
+            self._pool = ProcessPoolExecutor(max_workers=self.workers, initializer=prepare_worker)
             for _ in range(self.workers):
                 self._pool.submit(_warm_up)
 
@@ -248,7 +249,7 @@ class DaskExecutor(Executor):
         # this process). The engine's workers keep the allocator's default. Nor do they
         # sample their own stacks every 10 ms (the worker profiler, for the dashboard): the
         # tasks are long array work, and the engine times them itself.
-        settings = {
+        settings: dict[str, Any] = {
             "distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None,
             "distributed.worker.profile.enabled": False,
             # every process of the cluster (this one runs the scheduler and the nannies) wakes
@@ -259,13 +260,24 @@ class DaskExecutor(Executor):
             "distributed.admin.system-monitor.interval": "5s",
             "distributed.worker.memory.monitor-interval": "1s",
         }
-        with dask.config.set(settings):
-            self._cluster = cluster_cls(
-                n_workers=self.workers,
-                threads_per_worker=1,
-                processes=True,
-                dashboard_address=":0",  # any free port: 8787 may be taken by another run
-            )
+        # the workers' memory policy from their start (topdown.process_memory); the nannies
+        # write their pre-spawn environment into this process's os.environ as well, which is
+        # undone once the workers are up
+        environ = worker_environ()
+        for key, value in environ.items():
+            settings[f"distributed.nanny.pre-spawn-environ.{key}"] = value
+        leaked = [key for key in environ if key not in os.environ]
+        try:
+            with dask.config.set(settings):
+                self._cluster = cluster_cls(
+                    n_workers=self.workers,
+                    threads_per_worker=1,
+                    processes=True,
+                    dashboard_address=":0",  # any free port: 8787 may be taken by another run
+                )
+        finally:
+            for key in leaked:
+                os.environ.pop(key, None)
         client = client_cls(self._cluster)
         client.run(_warm_up)  # new worker processes import the engine (in this thread)
         log.info("dask executor: %s", client)
@@ -392,7 +404,9 @@ def _with_arrays(fn: Callable[[Any], R], task: Any, values: dict[str, Any]) -> R
 
 
 def _warm_up() -> None:
-    """Import what the tasks run (a new worker process would import it on its first task)."""
+    """Import what the tasks run (a new worker process would import it on its first task), and
+    set the worker's memory policy for the process's life (``topdown.process_memory``)."""
+    prepare_worker()
     import topdown.family  # noqa: F401
     import topdown.measure  # noqa: F401
 

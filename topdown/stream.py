@@ -94,6 +94,7 @@ from topdown.executors import Executor, make_executor
 from topdown.ledger_file import ledger_document
 from topdown.measure import Measurements, make_level_mechanisms, measure
 from topdown.partitions import Partition, partitions
+from topdown.process_memory import hugepage_advice_off
 from topdown.progress import Progress
 from topdown.release import Release
 from topdown.root_total import RootTotal
@@ -131,6 +132,7 @@ log = logging.getLogger(__name__)
 MAX_SUBTREE_CELLS = 2**30
 
 
+@hugepage_advice_off()
 def release_streamed(
     data: pd.DataFrame | str | Path,
     schema: Schema,
