@@ -34,6 +34,7 @@ from constraints.domain import Domain
 from topdown.blue_plan import BluePlan, coefficient, kept_axes
 from topdown.blue_recursions import (
     LeafShift,
+    Means,
     add_reduced,
     downward,
     pis_of,
@@ -260,11 +261,12 @@ def solve(
     subtree = [np.zeros((len(plan), lv.size)) for lv in tree.levels]
     leaf_shift: LeafShift | None = None
     ends: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+    means: Means = {}  # the answers' averages, shared by every group's z
     for g in range(len(plan)):
         reduced = plan.reduced(g)
         pis = pis_of(tree, domain, inputs, plan, g)
         child = None if below is None else (below.est[g], below.var[g])
-        up = upward(z_of(domain, inputs, plan, g, pis), pis, sums, child)
+        up = upward(z_of(domain, inputs, plan, g, pis, means), pis, sums, child)
         if top is not None:  # the top's whole-tree subtree variance, not its children's only
             up.var[0] = top.subtree[g]
         lean = (

@@ -15,6 +15,7 @@ numerical kernels that the whole-tree BLUE and the pieces of a streamed one
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -29,6 +30,7 @@ from topdown.tree import Tree
 
 __all__ = [
     "LeafShift",
+    "Means",
     "upward",
     "downward",
     "pis_of",
@@ -67,15 +69,32 @@ def pis_of(
     ]
 
 
+#: Means of a level's query answers over attribute subsets, by (level, query position) and the
+#: axes kept: shared by every group's ``z`` (see ``z_of``).
+Means = dict[tuple[int, int], dict[frozenset[int], np.ndarray]]
+
+
 def z_of(
-    domain: Domain, inputs: EstimatorInputs, plan: BluePlan, g: int, pis: list[np.ndarray]
+    domain: Domain,
+    inputs: EstimatorInputs,
+    plan: BluePlan,
+    g: int,
+    pis: list[np.ndarray],
+    means: Means | None = None,
 ) -> Callable[[int], np.ndarray]:
-    """Group ``g``'s ``z`` of a level, computed when the recursion asks for it."""
+    """Group ``g``'s ``z`` of a level, computed when the recursion asks for it.
+
+    ``means``: a store shared by the calls for every group of one solve. Each group needs the
+    answers averaged onto some axes, and the first group needs every other group's: a
+    detailed query's answers (the bulk of a level) are then read twice per level in all (one
+    average per group's axes, the smaller ones taken from the larger) instead of about twice
+    per group."""
     members = list(plan.members)
     reduced = plan.reduced(g)
+    store: Means = {} if means is None else means
 
     def z_at(level: int) -> np.ndarray:
-        return _group_z(inputs.at(level), pis[level], domain, members, g, reduced)
+        return _group_z(inputs.at(level), pis[level], domain, members, g, reduced, store, level)
 
     return z_at
 
@@ -104,13 +123,15 @@ def _group_z(
     members: list[tuple[frozenset[int], ...]],
     g: int,
     reduced: tuple[int, ...],
+    means: Means,
+    level: int,
 ) -> np.ndarray:
     """A group's ``z_v = P_g r_v / pi_v`` at every node of a level, shape (nodes, cells of
     ``reduced``), with ``r_v = sum_q Q_q' y_vq / Var_q(v)`` kept apart per kept-attribute set:
-    a query's term lies in the subspaces it sees, and each term is projected before terms are
-    added, so an exact answer's huge term (precision 1e200) cancels exactly against its own
-    projection instead of swamping the noisy ones. One group and one informed query: ``z`` is
-    the measurement itself (no copy)."""
+    a query's term lies in the subspaces it sees, and each term is projected before it is
+    scaled by its precision, so an exact answer (precision 1e200) is projected exactly instead
+    of swamping the noisy ones. One group and one informed query: ``z`` is the measurement
+    itself (no copy)."""
     shape = tuple(int(n) for n in domain.shape)
     nodes = pi.shape[0]
     width = int(np.prod(reduced))
@@ -119,7 +140,7 @@ def _group_z(
         return raw if raw.shape == (nodes, width) else raw.reshape(nodes, width)
     axes = [frozenset().union(*ms) for ms in members]
     z: np.ndarray | None = None
-    for m in lv:
+    for qi, m in enumerate(lv):
         kept = kept_axes(m.query, domain)
         if not members[g][0] <= kept:  # a group's subsets share the queries that see them
             continue
@@ -127,13 +148,17 @@ def _group_z(
         values = _reduced(m.query, m.noisy, domain)
         if not np.all(prec > 0):
             values = np.where(prec > 0, values, 0.0)
+        mean = _averages(means.setdefault((level, qi), {}), values)
         if g == 0:  # the identity minus the other groups' projectors
-            part = prec * values
-            for h, ms in enumerate(members):
-                if h != g and ms[0] <= kept:
-                    part -= _group_part(part, ms, axes[h])
+            others = [
+                _group_part(mean(axes[h]), ms, axes[h])
+                for h, ms in enumerate(members)
+                if h != g and ms[0] <= kept
+            ]
+            part = _minus(values, others)
+            part *= prec
         else:  # averaged onto the group's axes first: the product is of the group's size
-            part = _group_part(prec * _mean_over(values, axes[g]), members[g], axes[g])
+            part = prec * _group_part(mean(axes[g]), members[g], axes[g])
         if z is None and part.shape[1:] == reduced:
             z = part  # a fresh array of the group's shape: no second dense copy
         elif z is None:
@@ -150,6 +175,47 @@ def _group_z(
     return z
 
 
+def _averages(
+    store: dict[frozenset[int], np.ndarray], values: np.ndarray
+) -> Callable[[frozenset[int]], np.ndarray]:
+    """``values`` (nodes, *shape or reduced) averaged over every axis outside the given ones,
+    each average computed once (kept in ``store``) and from the smallest one already there
+    that keeps those axes (an average of equal-sized averages is the average)."""
+
+    def mean(keep: frozenset[int]) -> np.ndarray:
+        if keep in store:
+            return store[keep]
+        sources = [a for k, a in store.items() if keep <= k] + [values]
+        source = min(sources, key=lambda a: a.size)
+        drop = tuple(
+            1 + i for i in range(source.ndim - 1) if i not in keep and source.shape[1 + i] > 1
+        )
+        store[keep] = source.mean(axis=drop, keepdims=True) if drop else source
+        return store[keep]
+
+    return mean
+
+
+def _minus(values: np.ndarray, terms: list[np.ndarray]) -> np.ndarray:
+    """A new float array ``values - sum(terms)``, the terms broadcast over ``values``. Terms
+    that broadcast onto another are added to it first (small arrays), so ``values``' size is
+    written once per remaining term."""
+    merged: list[np.ndarray] = []
+    for t in sorted(terms, key=lambda a: -a.size):
+        for i, acc in enumerate(merged):
+            if all(b == 1 or b == a for a, b in zip(acc.shape, t.shape, strict=True)):
+                merged[i] = acc + t  # a new array: a term may be a stored average
+                break
+        else:
+            merged.append(t)
+    if not merged:
+        return np.array(values, dtype=float)
+    out = np.subtract(values, merged[0], dtype=float)
+    for t in merged[1:]:
+        out -= t
+    return out
+
+
 def _mean_over(x: np.ndarray, axes: frozenset[int]) -> np.ndarray:
     """x (nodes, *shape or reduced) averaged over every axis outside ``axes``."""
     for i in range(x.ndim - 1):
@@ -162,8 +228,21 @@ def _group_part(
     x: np.ndarray, members: tuple[frozenset[int], ...], axes: frozenset[int]
 ) -> np.ndarray:
     """sum_{S in members} P_S x, on the members' axes only: x is averaged over the other axes
-    once (every P_S does that first), then each P_S acts on the small array."""
+    once (every P_S does that first), then each P_S acts on the small array.
+
+    The projectors of all subsets of the members' axes sum to the identity on the small
+    array, so when the members are most of those subsets the sum is the small array minus the
+    few projectors left out: a group of every non-empty subset of k attributes (a marginal's
+    own group) is the array minus its mean, not 2^k - 1 projections."""
     small = _mean_over(x, axes)
+    live = sorted(i for i in axes if small.shape[1 + i] > 1)
+    every = {frozenset(c) for r in range(len(live) + 1) for c in itertools.combinations(live, r)}
+    rest = every - set(members)
+    if set(members) <= every and len(rest) < len(members):
+        out = np.array(small, dtype=float)
+        for s in sorted(rest, key=sorted):
+            out -= _project(small, s)
+        return out
     out = _project(small, members[0])
     for s in members[1:]:
         out = out + _project(small, s)

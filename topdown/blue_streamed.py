@@ -20,7 +20,7 @@ import numpy as np
 from constraints.domain import Domain
 from topdown.blue import Blue, NodeSummary, checked_inputs, solve
 from topdown.blue_plan import BluePlan
-from topdown.blue_recursions import pis_of, sum_matrices, upward, z_of
+from topdown.blue_recursions import Means, pis_of, sum_matrices, upward, z_of
 from topdown.estimator_inputs import EstimatorInputs
 from topdown.measure import Measurements
 from topdown.tree import Tree
@@ -41,9 +41,10 @@ def subtree_summary(
     inputs = checked_inputs(tree, measurements, None)
     sums = sum_matrices(tree)
     est, var = [], []
+    means: Means = {}  # the answers' averages, shared by every group's z
     for g in range(len(plan)):
         pis = pis_of(tree, domain, inputs, plan, g)
-        up = upward(z_of(domain, inputs, plan, g, pis), pis, sums)
+        up = upward(z_of(domain, inputs, plan, g, pis, means), pis, sums)
         est.append(np.asarray(up.est[0], dtype=float))
         var.append(up.var[0])
     return NodeSummary(tuple(est), tuple(var))
