@@ -4,6 +4,7 @@ the same seeded release on every executor (every count, every noisy answer)."""
 from __future__ import annotations
 
 import os
+import threading
 
 import numpy as np
 import pandas as pd
@@ -92,6 +93,7 @@ def test_local_cluster_stream_spreads_tasks_over_its_workers():
     once, on both workers, and ``map`` in task order."""
     ex = DaskExecutor(workers=2)
     try:
+        assert ex.client is not None  # up: tasks would run here while it starts
         pids = dict(ex.stream(_pid_of, iter(range(24)), 24))
         assert sorted(pids) == list(range(24))
         assert len(set(pids.values())) == 2  # both workers ran tasks
@@ -105,6 +107,39 @@ def test_local_cluster_stream_spreads_tasks_over_its_workers():
             if process_memory.ENV in wanted and has_switch:
                 assert advice is False
         assert not set(wanted) & set(os.environ)
+    finally:
+        ex.close()
+
+
+def test_tasks_run_here_while_the_local_cluster_starts(monkeypatch):
+    """Until the local cluster is up, ``stream`` runs tasks in this process; then on the
+    workers. The cluster is held back until the fourth task is drawn, and the fifth is drawn
+    only once it is up (its check came before): tasks 0-4 run here, the rest on the workers,
+    each once, in place."""
+    gate = threading.Event()
+    real = DaskExecutor._start_local
+
+    def held(self, *args):
+        assert gate.wait(60)
+        return real(self, *args)
+
+    monkeypatch.setattr(DaskExecutor, "_start_local", held)
+    ex = DaskExecutor(workers=2)
+
+    def tasks():
+        for i in range(12):
+            if i == 3:
+                gate.set()
+            if i == 4:
+                assert ex.client is not None  # waits for the cluster
+            yield i
+
+    try:
+        pids = dict(ex.stream(_pid_of, tasks(), 12))
+        assert sorted(pids) == list(range(12))
+        here = os.getpid()
+        assert [pids[i] for i in range(5)] == [here] * 5
+        assert here not in {pids[i] for i in range(5, 12)}
     finally:
         ex.close()
 

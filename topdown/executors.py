@@ -30,6 +30,7 @@ Where the time goes on a parallel executor, and what this module does about it:
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import logging
 import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -67,6 +68,7 @@ R = TypeVar("R")
 EXECUTORS = ("serial", "processes", "dask")
 BATCHES_PER_WORKER = 8
 Progress = Callable[[Iterable, int, str], Iterable]
+_END = object()
 
 
 class ExecutorError(TopDownError, ValueError):
@@ -246,7 +248,7 @@ class DaskExecutor(Executor):
         # Dask's nannies set MALLOC_TRIM_THRESHOLD_ in their workers, which also switches off
         # glibc's adaptive mmap threshold: every large temporary array of the samplers is then
         # mapped and unmapped afresh (measured: twice the system time of the same chunk in
-        # this process). The engine's workers keep the allocator's default. Nor do they
+        # this process). The engine's workers get its own settings instead (below). Nor do they
         # sample their own stacks every 10 ms (the worker profiler, for the dashboard): the
         # tasks are long array work, and the engine times them itself.
         settings: dict[str, Any] = {
@@ -304,6 +306,26 @@ class DaskExecutor(Executor):
         return out
 
     def _results(self, fn, tasks, total):
+        queue = iter(tasks)
+        here = 0
+        # while a local cluster is still starting (its workers spawn and import the engine,
+        # about 2 s), run the first tasks here instead of waiting for it; where a task runs
+        # never changes its result
+        while not self._client.done():
+            task = next(queue, _END)
+            if task is _END:
+                return
+            if _remote_fields(task):  # rows on the cluster: only the cluster can run it
+                queue = itertools.chain([task], queue)
+                break
+            yield here, fn(task)
+            here += 1
+        for i, result in self._on_cluster(fn, queue):
+            yield here + i, result
+
+    def _on_cluster(
+        self, fn: Callable[[Any], Any], tasks: Iterator[Any]
+    ) -> Iterator[tuple[int, Any]]:
         from dask.distributed import as_completed
 
         client = self.client
