@@ -17,6 +17,8 @@ Run from the repository root, e.g.:
     python benchmarks/bench_pl94.py --sizes 3000000 --executors serial processes dask \
         --strategy detailed --workers 2
 
+``--repeat N`` runs the executors in turn N times (serial dask serial dask ...) and prints each
+round's speed-up and their median: on a shared machine one pair can be far off.
 ``--measure-only`` times the tree and the measurement step alone; ``--repo`` runs another
 checkout's engine on the same data (before/after comparisons).
 
@@ -39,6 +41,7 @@ import os
 import resource
 import shlex
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -391,21 +394,16 @@ def _print_tables(rows: list[dict[str, Any]], measure_only: bool) -> None:
         cols += ["cells", "measured_cells_per_cpu_s", "peak_main_MiB", "peak_worker_MiB"]
         print(frame[cols].round(2).to_string(index=False))
         return
-    cols = ["persons", "executor", "stream", "nodes", "wall_s", "cpu_s", "main_cpu"]
+    cols = ["persons", "executor", "stream", "round", "nodes", "wall_s", "cpu_s", "main_cpu"]
     cols += ["workers_cpu", "tree_cpu", "measure_cpu", "measure_wall"]
     cols += ["estimate_cpu", "estimate_wall", "blue_s", "microdata_cpu", "cells_per_cpu_s"]
     cols += ["peak_main_MiB", "peak_worker_MiB", "correct", "load"]
     shown = frame.reindex(columns=cols)  # a streamed row has no measure / estimate split
     shown["cells_per_cpu_s"] = shown["cells_per_cpu_s"].round(-3).astype(int)
     print(shown.round(2).to_string(index=False))
-    # one serial row per size and stream mode: a streamed run is compared with streamed serial
-    serial = frame[frame["executor"] == "serial"].set_index(["persons", "stream"])["wall_s"]
-    if len(serial) and len(frame) > len(serial):
-        print("\nwall-clock speed-up over serial (same size and stream mode, same invocation):")
-        for r in frame.itertuples():
-            if r.executor != "serial" and (r.persons, r.stream) in serial.index:
-                speedup = serial[(r.persons, r.stream)] / r.wall_s
-                print(f"  {r.persons:>9} {r.executor:<10} {r.stream:<8} {speedup:.2f}x")
+    _print_speedups(frame)
+    rows = [r for r in rows if r["round"] == 0]  # the first round's details
+    frame = frame[frame["round"] == 0]
     print("\nestimation task seconds by level (L2 + rounding, root first):")
     for r in rows:
         if "error" not in r:
@@ -421,6 +419,31 @@ def _print_tables(rows: list[dict[str, Any]], measure_only: bool) -> None:
     ).set_index(["persons", "executor", "stream"])
     print(acc.T.to_string())
     _print_ratios(frame)
+
+
+def _print_speedups(frame) -> None:
+    """Wall-clock speed-up of each executor over serial, paired by size, stream mode and round
+    (a streamed run is compared with streamed serial); with several rounds, their median."""
+    serial = frame[frame["executor"] == "serial"].set_index(["persons", "stream", "round"])
+    if not len(serial) or len(frame) == len(serial):
+        return
+    print("\nwall-clock speed-up over serial (same size, stream mode and round):")
+    paired: dict[tuple[int, str, str], list[float]] = {}
+    for r in frame.itertuples():
+        key = (r.persons, r.stream, r.round)
+        if r.executor != "serial" and key in serial.index:
+            speedup = float(serial.loc[key, "wall_s"]) / r.wall_s
+            paired.setdefault((r.persons, r.executor, r.stream), []).append(speedup)
+            print(
+                f"  {r.persons:>9} {r.executor:<10} {r.stream:<8} round {r.round}: {speedup:.2f}x"
+            )
+    for (persons, executor, stream), values in paired.items():
+        if len(values) > 1:
+            median = statistics.median(values)
+            print(
+                f"  {persons:>9} {executor:<10} {stream:<8} median of {len(values)}: {median:.2f}x "
+                f"(min {min(values):.2f}x, max {max(values):.2f}x)"
+            )
 
 
 def _print_ratios(frame) -> None:
@@ -530,9 +553,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--state-dir", help="stream the Parquet state written to DIR by pl94.py")
     parser.add_argument("--out", help="folder for the streamed releases (default a temp folder)")
     parser.add_argument("--keep", action="store_true", help="keep the streamed release folders")
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="rounds of the executors in turn (serial dask serial dask ...): the speed-ups are "
+        "paired round by round and their median printed, for a noisy machine",
+    )
     parser.add_argument("--one", nargs=3, help=argparse.SUPPRESS)
     raw = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(raw)
+    if args.repeat < 1:
+        parser.error(f"--repeat ({args.repeat}) must be at least 1")
+    if len(set(args.executors)) < len(args.executors):
+        parser.error(f"--executors {args.executors} names one twice; use --repeat for rounds")
     logging.basicConfig(level=logging.ERROR)
     if args.one:
         row = run_one(int(args.one[0]), args.one[1], args, args.one[2])
@@ -546,14 +580,16 @@ def main(argv: list[str] | None = None) -> int:
     print(f"machine: {os.cpu_count()} CPUs; load average {os.getloadavg()[0]:.2f}")
     rows = []
     for persons in args.sizes:
-        for executor in args.executors:
-            for stream in args.stream_by:
-                rows.append(_child(persons, executor, raw, stream))
-                # each row as soon as it is known (a long run may be stopped before the table)
-                print(f"  row: {json.dumps(rows[-1])}", file=sys.stderr, flush=True)
+        for round_ in range(args.repeat):  # the executors in turn, round after round
+            for executor in args.executors:
+                for stream in args.stream_by:
+                    rows.append(_child(persons, executor, raw, stream) | {"round": round_})
+                    # each row as soon as it is known (a long run may be stopped first)
+                    print(f"  row: {json.dumps(rows[-1])}", file=sys.stderr, flush=True)
     _print_tables(rows, args.measure_only)
-    if args.plot and any("error" not in r for r in rows):
-        _plot(rows, Path(args.plot), args.measure_only)
+    first = [r for r in rows if r["round"] == 0]
+    if args.plot and any("error" not in r for r in first):
+        _plot(first, Path(args.plot), args.measure_only)
         print(f"\nplot: {args.plot}")
     return 0 if all("error" not in r and r.get("correct", True) for r in rows) else 1
 
