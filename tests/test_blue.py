@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from constraints.domain import Domain
+from topdown import row_blocks
 from topdown.blue import Blue, blue, blue_inputs
 from topdown.estimator_inputs import EstimatorInputs, QueryEstimate
 from topdown.strategy import Query
@@ -121,6 +122,20 @@ def test_blue_equals_dense_gls(name: str, seed: int) -> None:
         sums = np.zeros_like(est.cells[level - 1])
         np.add.at(sums, tree.levels[level].parent, est.cells[level])
         np.testing.assert_allclose(sums, est.cells[level - 1], atol=1e-9)
+
+
+@pytest.mark.parametrize("name", ["marginals", "root unmeasured in detail"])
+def test_blue_by_blocks_of_two_nodes_is_the_dense_gls(monkeypatch, name: str) -> None:
+    """The level-wide passes (z, the upward combination, the downward shift, the groups'
+    sum) a block of two nodes at a time: still the dense GLS."""
+    rng = np.random.default_rng(7)
+    tree = random_tree(rng, (3, 3), only_child=True)
+    inputs = random_inputs(rng, tree, STRATEGIES[name], per_node=True)
+    monkeypatch.setattr(row_blocks, "BLOCK_BYTES", 2 * DOMAIN.size * 8)
+    est = blue(tree, DOMAIN, inputs)
+    reference, _ = dense_gls(tree, inputs)
+    for level in range(tree.n_levels):
+        np.testing.assert_allclose(est.cells[level], reference[level], rtol=0, atol=1e-9)
 
 
 def test_unidentified_split_has_infinite_variance() -> None:

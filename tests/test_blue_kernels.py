@@ -1,6 +1,7 @@
 """The BLUE's array kernels against their plain definitions: a group's projection summed over
 its members (directly, or as the identity minus the projectors left out), averages taken from
-stored larger averages, and the merged subtraction of the other groups' parts."""
+stored larger averages, the merged subtraction of the other groups' parts and the downward
+shift, done a block of nodes at a time (blocks of one to three nodes here)."""
 
 from __future__ import annotations
 
@@ -9,9 +10,11 @@ import itertools
 import numpy as np
 import pytest
 
-from topdown.blue_recursions import _averages, _group_part, _minus, _project
+from topdown import row_blocks
+from topdown.blue_recursions import _averages, _group_part, _minus, _project, add_reduced, shifted
 
 SHAPE = (5, 2, 3, 4)  # 5 nodes, three attributes
+BLOCKS = [1, 3, 100]  # rows per block
 
 
 def _subsets(axes):
@@ -40,9 +43,11 @@ def test_group_part_is_the_sum_of_its_members_projections(members):
     np.testing.assert_allclose(np.broadcast_to(got, SHAPE), _plain(x, members), atol=1e-12)
 
 
-def test_averages_come_from_stored_larger_ones_and_equal_direct_means():
+@pytest.mark.parametrize("block_rows", BLOCKS)
+def test_averages_come_from_stored_larger_ones_and_equal_direct_means(monkeypatch, block_rows):
+    monkeypatch.setattr(row_blocks, "BLOCK_BYTES", block_rows * 24)  # 24 int8 cells a row
     rng = np.random.default_rng(4)
-    values = rng.integers(-5, 20, size=SHAPE)
+    values = rng.integers(-5, 20, size=SHAPE).astype(np.int8)  # as leaf measurements are
     store: dict = {}
     mean = _averages(store, values)
     a = mean(frozenset({0, 1}))  # from the values
@@ -55,7 +60,9 @@ def test_averages_come_from_stored_larger_ones_and_equal_direct_means():
     assert mean(frozenset({0, 1, 2})) is values  # nothing to average: the values themselves
 
 
-def test_minus_subtracts_every_term_and_leaves_them_unchanged():
+@pytest.mark.parametrize("block_rows", BLOCKS)
+def test_minus_subtracts_every_term_scales_and_leaves_them_unchanged(monkeypatch, block_rows):
+    monkeypatch.setattr(row_blocks, "BLOCK_BYTES", block_rows * 24 * 8)  # 24 cells a row
     rng = np.random.default_rng(5)
     values = rng.integers(-5, 20, size=SHAPE).astype(np.int16)
     terms = [
@@ -64,11 +71,43 @@ def test_minus_subtracts_every_term_and_leaves_them_unchanged():
         rng.normal(size=(5, 1, 1, 4)),  # a second full-size pass
         rng.normal(size=(5, 2, 1, 1)),  # merged into the first
     ]
+    weight = rng.uniform(0.5, 2.0, size=(5, 1, 1, 1))
     before = [t.copy() for t in terms]
-    got = _minus(values, terms)
-    expected = values - sum(np.broadcast_to(t, SHAPE) for t in terms)
+    got = _minus(values, terms, weight)
+    expected = weight * (values - sum(np.broadcast_to(t, SHAPE) for t in terms))
     np.testing.assert_allclose(got, expected, atol=1e-12)
     assert got.dtype == float
     for t, b in zip(terms, before, strict=True):
         np.testing.assert_array_equal(t, b)
-    np.testing.assert_array_equal(_minus(values, []), values)
+    np.testing.assert_array_equal(_minus(values, [], np.ones((5, 1, 1, 1))), values)
+
+
+@pytest.mark.parametrize("block_rows", BLOCKS)
+def test_shifted_moves_each_node_by_its_share_of_its_parents_gap(monkeypatch, block_rows):
+    monkeypatch.setattr(row_blocks, "BLOCK_BYTES", block_rows * 4 * 8)  # 4 cells a row
+    base = np.arange(28).reshape(7, 4)  # integers, as raw leaf measurements are
+    gap = np.array([[1.0, -2.0, 0.5, 4.0], [10.0, 0.0, -1.0, 3.0]])
+    parent = np.array([0, 0, 1, 1, 1, 0, 1])
+    ratio = np.array([0.5, 0.25, 0.2, 0.3, 0.5, 0.25, 0.0])
+    got = shifted(base, gap, parent, ratio)
+    # leaf 2: base [8, 9, 10, 11] + 0.2 * [10, 0, -1, 3]
+    np.testing.assert_allclose(got[2], [10.0, 9.0, 9.8, 11.6])
+    np.testing.assert_allclose(got, base + ratio[:, None] * gap[parent])
+    np.testing.assert_array_equal(base, np.arange(28).reshape(7, 4))  # left unchanged
+    own = base.astype(float)  # in place: the downward pass's own subtree estimates
+    assert shifted(own, gap, parent, ratio, in_place=True) is own
+    np.testing.assert_array_equal(own, got)
+    with pytest.raises(ValueError, match="float64"):  # raw measurements are never moved
+        shifted(base, gap, parent, ratio, in_place=True)
+
+
+@pytest.mark.parametrize("block_rows", BLOCKS)
+def test_add_reduced_broadcasts_a_groups_part_over_the_other_axes(monkeypatch, block_rows):
+    monkeypatch.setattr(row_blocks, "BLOCK_BYTES", block_rows * 24 * 8)
+    rng = np.random.default_rng(6)
+    out = rng.normal(size=(5, 24))
+    before = out.copy()
+    part = rng.normal(size=(5, 2 * 1 * 4))  # the group's axes: the first and the last
+    add_reduced(out, part, (2, 1, 4), (2, 3, 4))
+    expected = before.reshape(SHAPE) + part.reshape(5, 2, 1, 4)
+    np.testing.assert_allclose(out, expected.reshape(5, 24), atol=1e-12)

@@ -38,6 +38,7 @@ from topdown.blue_recursions import (
     add_reduced,
     downward,
     pis_of,
+    shifted,
     sum_matrices,
     upward,
     z_of,
@@ -109,10 +110,7 @@ class Blue:
         shift = self.leaf_shift
         if shift is None or not self.holds_subtree(level):
             return np.asarray(base, dtype=float)
-        out = shift.gap[shift.parent[rows]]
-        out *= shift.ratio[rows, None]
-        out += base
-        return out
+        return shifted(base, shift.gap, shift.parent[rows], shift.ratio[rows])
 
     def totals_at(self, level: int) -> np.ndarray:
         """The final BLUE of every node total of ``level`` (nodes,), without its cells."""

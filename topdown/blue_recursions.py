@@ -25,6 +25,7 @@ import scipy.sparse as sp
 from constraints.domain import Domain
 from topdown.blue_plan import BluePlan, kept_axes, lift
 from topdown.estimator_inputs import EstimatorInputs, QueryEstimate, precision
+from topdown.row_blocks import for_row_blocks
 from topdown.strategy import Query
 from topdown.tree import Tree
 
@@ -37,6 +38,7 @@ __all__ = [
     "z_of",
     "add_reduced",
     "sum_matrices",
+    "shifted",
 ]
 
 
@@ -129,9 +131,9 @@ def _group_z(
     """A group's ``z_v = P_g r_v / pi_v`` at every node of a level, shape (nodes, cells of
     ``reduced``), with ``r_v = sum_q Q_q' y_vq / Var_q(v)`` kept apart per kept-attribute set:
     a query's term lies in the subspaces it sees, and each term is projected before it is
-    scaled by its precision, so an exact answer (precision 1e200) is projected exactly instead
-    of swamping the noisy ones. One group and one informed query: ``z`` is the measurement
-    itself (no copy)."""
+    scaled by its precision's share of ``pi_v``, so an exact answer (precision 1e200, a share
+    of about 1) is projected exactly instead of swamping the noisy ones. One group and one
+    informed query: ``z`` is the measurement itself (no copy)."""
     shape = tuple(int(n) for n in domain.shape)
     nodes = pi.shape[0]
     width = int(np.prod(reduced))
@@ -144,10 +146,12 @@ def _group_z(
         kept = kept_axes(m.query, domain)
         if not members[g][0] <= kept:  # a group's subsets share the queries that see them
             continue
-        prec = precision(m.variance).reshape((nodes,) + (1,) * len(shape))
+        prec = precision(m.variance)
+        with np.errstate(divide="ignore", invalid="ignore"):  # z is 0 where pi is 0
+            weight = np.where(pi > 0, prec / pi, 0.0).reshape((nodes,) + (1,) * len(shape))
         values = _reduced(m.query, m.noisy, domain)
         if not np.all(prec > 0):
-            values = np.where(prec > 0, values, 0.0)
+            values = np.where(weight > 0, values, 0.0)
         mean = _averages(means.setdefault((level, qi), {}), values)
         if g == 0:  # the identity minus the other groups' projectors
             others = [
@@ -155,10 +159,9 @@ def _group_z(
                 for h, ms in enumerate(members)
                 if h != g and ms[0] <= kept
             ]
-            part = _minus(values, others)
-            part *= prec
+            part = _minus(values, others, weight)
         else:  # averaged onto the group's axes first: the product is of the group's size
-            part = prec * _group_part(mean(axes[g]), members[g], axes[g])
+            part = weight * _group_part(mean(axes[g]), members[g], axes[g])
         if z is None and part.shape[1:] == reduced:
             z = part  # a fresh array of the group's shape: no second dense copy
         elif z is None:
@@ -168,11 +171,7 @@ def _group_z(
         del part
     if z is None:
         return np.zeros((nodes, width))
-    z = z.reshape(nodes, width)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        z /= pi[:, None]
-    z[pi <= 0] = 0.0
-    return z
+    return z.reshape(nodes, width)
 
 
 def _averages(
@@ -180,7 +179,8 @@ def _averages(
 ) -> Callable[[frozenset[int]], np.ndarray]:
     """``values`` (nodes, *shape or reduced) averaged over every axis outside the given ones,
     each average computed once (kept in ``store``) and from the smallest one already there
-    that keeps those axes (an average of equal-sized averages is the average)."""
+    that keeps those axes (an average of equal-sized averages is the average), a block of
+    nodes at a time."""
 
     def mean(keep: frozenset[int]) -> np.ndarray:
         if keep in store:
@@ -190,16 +190,27 @@ def _averages(
         drop = tuple(
             1 + i for i in range(source.ndim - 1) if i not in keep and source.shape[1 + i] > 1
         )
-        store[keep] = source.mean(axis=drop, keepdims=True) if drop else source
-        return store[keep]
+        if not drop:
+            store[keep] = source
+            return source
+        shape = tuple(1 if i in drop else n for i, n in enumerate(source.shape))
+        out = np.empty(shape, dtype=float)
+
+        def block(rows: slice) -> None:
+            np.mean(source[rows], axis=drop, keepdims=True, out=out[rows])
+
+        for_row_blocks(block, source.shape[0], source[:1].nbytes)
+        store[keep] = out
+        return out
 
     return mean
 
 
-def _minus(values: np.ndarray, terms: list[np.ndarray]) -> np.ndarray:
-    """A new float array ``values - sum(terms)``, the terms broadcast over ``values``. Terms
-    that broadcast onto another are added to it first (small arrays), so ``values``' size is
-    written once per remaining term."""
+def _minus(values: np.ndarray, terms: list[np.ndarray], weight: np.ndarray) -> np.ndarray:
+    """A new float array ``weight * (values - sum(terms))``, the terms and the per-node
+    ``weight`` broadcast over ``values``. Terms that broadcast onto another are added to it
+    first (small arrays); the rest is done a block of nodes at a time (``topdown.row_blocks``),
+    so ``values``' size is read once and written once whatever the number of terms."""
     merged: list[np.ndarray] = []
     for t in sorted(terms, key=lambda a: -a.size):
         for i, acc in enumerate(merged):
@@ -208,11 +219,19 @@ def _minus(values: np.ndarray, terms: list[np.ndarray]) -> np.ndarray:
                 break
         else:
             merged.append(t)
-    if not merged:
-        return np.array(values, dtype=float)
-    out = np.subtract(values, merged[0], dtype=float)
-    for t in merged[1:]:
-        out -= t
+    out = np.empty(values.shape, dtype=float)
+
+    def block(rows: slice) -> None:
+        part = out[rows]
+        if merged:
+            np.subtract(values[rows], merged[0][rows], out=part)
+        else:
+            part[...] = values[rows]
+        for t in merged[1:]:
+            part -= t[rows]
+        part *= weight[rows]
+
+    for_row_blocks(block, values.shape[0], out[:1].nbytes)
     return out
 
 
@@ -272,18 +291,31 @@ def _project(x: np.ndarray, subset: frozenset[int]) -> np.ndarray:
 
 
 def add_reduced(
-    out: np.ndarray, part: np.ndarray, reduced: tuple[int, ...], shape: tuple[int, ...]
+    out: np.ndarray,
+    part: np.ndarray,
+    reduced: tuple[int, ...],
+    shape: tuple[int, ...],
 ) -> None:
     """out (nodes, cells) += a group's estimate on its own axes, broadcast over the others."""
     nodes = out.shape[0]
     full = out.reshape((nodes,) + shape)
-    full += part.reshape((nodes,) + reduced)
+    small = part.reshape((nodes,) + reduced)
+
+    def block(rows: slice) -> None:
+        full[rows] += small[rows]
+
+    for_row_blocks(block, nodes, out[:1].nbytes)
 
 
 @dataclass
 class _Upward:
     """The upward recursion's results per level: subtree estimates and variances, and the
-    children's summed estimates and summed variances (parents' levels)."""
+    children's summed estimates and summed variances (parents' levels).
+
+    Every ``est`` array is the recursion's own (fresh from ``upward`` or ``_group_z``), which
+    ``downward`` overwrites with the final estimate, except the leaves' when they are the raw
+    measurements: that takes one group, one query and every leaf informed, the lean case,
+    whose leaves ``downward`` never moves (``LeafShift``)."""
 
     est: list[np.ndarray]
     var: list[np.ndarray]
@@ -325,10 +357,32 @@ def upward(
             m_prec = precision(M)
             prec = own + m_prec
             up.var[level] = np.where(prec > 0, 1.0 / prec, np.inf)
-            est = (own[:, None] * z + m * m_prec[:, None]) / prec[:, None]
+            est = _combined(z, own, m, m_prec, prec)
             est[prec <= 0] = 0.0
             up.est[level] = est
     return up
+
+
+def _combined(
+    z: np.ndarray,
+    own: np.ndarray,
+    m: np.ndarray,
+    m_prec: np.ndarray,
+    prec: np.ndarray,
+) -> np.ndarray:
+    """``(own z + m_prec m) / prec`` per node (the inverse-variance mean of a node's own value
+    and its children's sum), a block of nodes at a time: one new array, no level-sized
+    temporaries."""
+    out = np.empty(m.shape, dtype=float)
+
+    def block(rows: slice) -> None:
+        part = out[rows]
+        np.multiply(z[rows], own[rows, None], out=part)
+        part += m[rows] * m_prec[rows, None]
+        part /= prec[rows, None]
+
+    for_row_blocks(block, m.shape[0], out[:1].nbytes)
+    return out
 
 
 def downward(
@@ -368,17 +422,40 @@ def downward(
             if lean and level == n_levels - 1:
                 shift = LeafShift(par, ratio, gap)
                 u.append(up.est[level])
-            else:
-                final = gap[par]
-                final *= ratio[:, None]
-                final += up.est[level]
-                u.append(final)
-            up.est[level] = np.empty(0)  # the level's subtree estimate is not needed any more
+            else:  # in place: the subtree estimate is not needed any more (see ``_Upward``)
+                u.append(shifted(up.est[level], gap, par, ratio, in_place=True))
+            up.est[level] = np.empty(0)
             Fp = f[level - 1][par]
             informed = V * (M - V) / M + ratio**2 * Fp  # both finite: Var(c | sum) + share of F_p
             uninformed = np.where(n_inf == 1, finite_sum + Fp, np.inf)  # takes the whole gap
             f.append(np.where(inf, uninformed, np.where(M_inf, V, informed)))
     return u, f, shift
+
+
+def shifted(
+    base: np.ndarray,
+    gap: np.ndarray,
+    parent: np.ndarray,
+    ratio: np.ndarray,
+    *,
+    in_place: bool = False,
+) -> np.ndarray:
+    """``base + ratio[:, None] * gap[parent]``: each node's estimate moved by its share of its
+    parent's gap (the downward step), a block of nodes at a time (``topdown.row_blocks``), so
+    the gathered gaps never make a level-sized temporary. A new float array, or ``base``
+    itself with ``in_place`` (a float array the caller owns): no second level-sized array,
+    whose fresh pages cost the kernel about as much as the arithmetic."""
+    out = base if in_place else np.empty(base.shape, dtype=float)
+    if in_place and (base.dtype != np.float64 or not base.flags.writeable):
+        raise ValueError(f"shifted in place needs a writeable float64 base, got {base.dtype}")
+
+    def block(rows: slice) -> None:
+        moved = gap[parent[rows]]  # a block's gaps: a small array
+        moved *= ratio[rows, None]
+        np.add(moved, base[rows], out=out[rows])
+
+    for_row_blocks(block, base.shape[0], out[:1].nbytes)
+    return out
 
 
 def sum_matrices(tree: Tree) -> list[sp.csr_matrix]:
