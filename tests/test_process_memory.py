@@ -1,15 +1,18 @@
-"""numpy's huge-page advice is off while a release runs and in the engine's workers, back as it
-was afterwards, and left alone when the user set NUMPY_MADVISE_HUGEPAGE; a worker fixes glibc's
+"""numpy's huge-page advice is off while a release runs, while its microdata is expanded and
+its folder written, and in the engine's workers, back as it was afterwards, and left alone when the user set NUMPY_MADVISE_HUGEPAGE; a worker fixes glibc's
 trim and mmap thresholds."""
 
 from __future__ import annotations
 
 import pandas as pd
 import pytest
+from cli_helpers import data_config, embedded_subset
 
-from topdown import engine, process_memory
+from topdown import engine, microdata, process_memory
 from topdown.executors import ProcessExecutor
 from topdown.process_memory import ENV, hugepage_advice_off
+from topdown.product import release_folder
+from topdown.product.cli import main
 from topdown.progress import Progress
 from topdown.schema import Attribute, Schema
 from topdown.strategy import Strategy
@@ -73,6 +76,37 @@ def test_release_runs_with_the_advice_off(monkeypatch, advice_on):
     strategy = Strategy.from_budgets([1, 1])
     engine.release(data, schema, strategy, seed=3, progress=Progress(enabled=False))
     assert seen == [False]
+    assert advice() is True
+
+
+def test_microdata_and_the_release_folder_are_made_with_the_advice_off(
+    monkeypatch, advice_on, tmp_path
+):
+    seen: list[tuple[str, bool]] = []
+    labels, write = microdata._labels_column, release_folder.write_table
+
+    def spy_labels(*args):
+        seen.append(("microdata", advice()))
+        return labels(*args)
+
+    def spy_write(*args, **kwargs):
+        seen.append(("folder", advice()))
+        return write(*args, **kwargs)
+
+    monkeypatch.setattr(microdata, "_labels_column", spy_labels)
+    monkeypatch.setattr(release_folder, "write_table", spy_write)
+    schema = Schema((Attribute("SEX", values=(1, 2)),), ("REGION",))
+    data = pd.DataFrame({"SEX": [1, 2, 2, 1], "REGION": ["x", "x", "y", "y"]})
+    rel = engine.release(data, schema, Strategy.from_budgets([1, 1]), seed=3)
+    _ = rel.microdata  # expanded after the release has returned
+    assert seen == [("microdata", False)]
+    assert advice() is True
+    seen.clear()
+    embedded_subset(("01",), rows_per_state=200).to_csv(tmp_path / "data.csv", index=False)
+    (tmp_path / "c.toml").write_text(data_config(3, ("STATE",)), encoding="utf-8")
+    assert main(["-q", "run", str(tmp_path / "c.toml"), "--out", str(tmp_path / "out")]) == 0
+    assert ("microdata", False) in seen and ("folder", False) in seen
+    assert all(on is False for _, on in seen)
     assert advice() is True
 
 

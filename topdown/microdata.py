@@ -16,12 +16,14 @@ import pandas as pd
 
 from topdown._optional import require
 from topdown.errors import ReleaseError
+from topdown.process_memory import hugepage_advice_off
 from topdown.schema import Schema
 from topdown.tree import Tree
 
 __all__ = ["expand_microdata", "write_table"]
 
 
+@hugepage_advice_off()  # it runs after the release (Release.microdata, a release folder)
 def expand_microdata(
     tree: Tree, schema: Schema, leaf_counts: np.ndarray, *, categorical: bool = False
 ) -> pd.DataFrame:

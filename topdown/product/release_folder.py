@@ -58,6 +58,7 @@ from topdown.estimators import exact_totals
 from topdown.ledger_file import DELTA, ledger_document, ledger_summary
 from topdown.measure import Measurements, QueryMeasurement
 from topdown.microdata import write_table
+from topdown.process_memory import hugepage_advice_off
 from topdown.product.config import RunConfig, load_config, parse_config
 from topdown.product.output_claim import OutputClaim, OutputExistsError, check_output, claim_output
 from topdown.release import Release
@@ -85,6 +86,7 @@ def table_name(level: int, column: str | None) -> str:
     return f"tables/level_{level}_{column or ROOT_LABEL}.csv"
 
 
+@hugepage_advice_off()  # its tables and files are large arrays too (topdown.process_memory)
 def write_release_folder(
     rel: Release,
     cfg: RunConfig,
