@@ -1,7 +1,7 @@
 """The BLUE's array kernels against their plain definitions: a group's projection summed over
 its members (directly, or as the identity minus the projectors left out), averages taken from
 stored larger averages, the merged subtraction of the other groups' parts and the downward
-shift, done a block of nodes at a time (blocks of one to three nodes here)."""
+shift, the last two a block of nodes at a time (blocks of one to three nodes here)."""
 
 from __future__ import annotations
 
@@ -43,9 +43,7 @@ def test_group_part_is_the_sum_of_its_members_projections(members):
     np.testing.assert_allclose(np.broadcast_to(got, SHAPE), _plain(x, members), atol=1e-12)
 
 
-@pytest.mark.parametrize("block_rows", BLOCKS)
-def test_averages_come_from_stored_larger_ones_and_equal_direct_means(monkeypatch, block_rows):
-    monkeypatch.setattr(row_blocks, "BLOCK_BYTES", block_rows * 24)  # 24 int8 cells a row
+def test_averages_come_from_stored_larger_ones_and_equal_direct_means():
     rng = np.random.default_rng(4)
     values = rng.integers(-5, 20, size=SHAPE).astype(np.int8)  # as leaf measurements are
     store: dict = {}
@@ -101,9 +99,7 @@ def test_shifted_moves_each_node_by_its_share_of_its_parents_gap(monkeypatch, bl
         shifted(base, gap, parent, ratio, in_place=True)
 
 
-@pytest.mark.parametrize("block_rows", BLOCKS)
-def test_add_reduced_broadcasts_a_groups_part_over_the_other_axes(monkeypatch, block_rows):
-    monkeypatch.setattr(row_blocks, "BLOCK_BYTES", block_rows * 24 * 8)
+def test_add_reduced_broadcasts_a_groups_part_over_the_other_axes():
     rng = np.random.default_rng(6)
     out = rng.normal(size=(5, 24))
     before = out.copy()

@@ -312,6 +312,19 @@ def test_error_tables_state_the_interval_and_the_distance_to_the_blue() -> None:
         assert 0.0 <= summary["cell_share_final_in_blue90"][level] <= 1.0
 
 
+def test_error_summary_by_blocks_of_two_nodes_is_the_same(monkeypatch) -> None:
+    """error_summary reads the BLUE a block of nodes at a time: blocks of two nodes give the
+    whole level's figures."""
+    from topdown import error_estimates
+
+    df, schema = small_acs()
+    rel = release(df, schema, STRATEGY, seed=4, estimator="blue", progress=QUIET)
+    assert rel.blue is not None
+    whole = error_summary(rel.tree, rel.counts, rel.blue)
+    monkeypatch.setattr(error_estimates, "_BLOCK_VALUES", 2 * schema.domain.size)
+    pd.testing.assert_frame_equal(error_summary(rel.tree, rel.counts, rel.blue), whole, rtol=1e-12)
+
+
 def test_invariant_totals_enter_the_blue_exactly() -> None:
     """A root total published exactly: the BLUE keeps it, its stderr is 0 in the error table
     and in the root's table, the states' totals still carry an error; an invariant on part of

@@ -17,6 +17,11 @@ def test_blocks_cover_every_row_once_in_order(monkeypatch):
     assert np.concatenate([np.arange(23)[b] for b in blocks]).tolist() == list(range(23))
     assert row_blocks.row_blocks(4, 1000) == [slice(i, i + 1) for i in range(4)]  # a row each
     assert row_blocks.row_blocks(0, 30) == []
+    assert row_blocks.row_blocks(10, 30, block_bytes=120) == [
+        slice(0, 4),
+        slice(4, 8),
+        slice(8, 10),
+    ]
 
 
 def test_every_block_runs_once_and_writes_its_rows(monkeypatch):

@@ -179,29 +179,13 @@ def _averages(
 ) -> Callable[[frozenset[int]], np.ndarray]:
     """``values`` (nodes, *shape or reduced) averaged over every axis outside the given ones,
     each average computed once (kept in ``store``) and from the smallest one already there
-    that keeps those axes (an average of equal-sized averages is the average), a block of
-    nodes at a time."""
+    that keeps those axes (an average of equal-sized averages is the average)."""
 
     def mean(keep: frozenset[int]) -> np.ndarray:
-        if keep in store:
-            return store[keep]
-        sources = [a for k, a in store.items() if keep <= k] + [values]
-        source = min(sources, key=lambda a: a.size)
-        drop = tuple(
-            1 + i for i in range(source.ndim - 1) if i not in keep and source.shape[1 + i] > 1
-        )
-        if not drop:
-            store[keep] = source
-            return source
-        shape = tuple(1 if i in drop else n for i, n in enumerate(source.shape))
-        out = np.empty(shape, dtype=float)
-
-        def block(rows: slice) -> None:
-            np.mean(source[rows], axis=drop, keepdims=True, out=out[rows])
-
-        for_row_blocks(block, source.shape[0], source[:1].nbytes)
-        store[keep] = out
-        return out
+        if keep not in store:
+            sources = [a for k, a in store.items() if keep <= k] + [values]
+            store[keep] = _mean_over(min(sources, key=lambda a: a.size), keep)
+        return store[keep]
 
     return mean
 
@@ -236,11 +220,10 @@ def _minus(values: np.ndarray, terms: list[np.ndarray], weight: np.ndarray) -> n
 
 
 def _mean_over(x: np.ndarray, axes: frozenset[int]) -> np.ndarray:
-    """x (nodes, *shape or reduced) averaged over every axis outside ``axes``."""
-    for i in range(x.ndim - 1):
-        if i not in axes and x.shape[1 + i] > 1:
-            x = x.mean(axis=1 + i, keepdims=True)
-    return x
+    """x (nodes, *shape or reduced) averaged over every axis outside ``axes`` (one pass; x
+    itself when there is nothing to average)."""
+    drop = tuple(1 + i for i in range(x.ndim - 1) if i not in axes and x.shape[1 + i] > 1)
+    return x.mean(axis=drop, keepdims=True) if drop else x
 
 
 def _group_part(
@@ -280,10 +263,7 @@ def _project(x: np.ndarray, subset: frozenset[int]) -> np.ndarray:
     """P_S applied to every node's array x (nodes, *shape or a reduced shape): per axis the
     mean, or minus the mean (the per-axis factors commute). The averaging axes go first, so
     the result and every temporary have the size of S's axes only."""
-    ndim = x.ndim - 1
-    for i in range(ndim):
-        if i not in subset and x.shape[1 + i] > 1:
-            x = x.mean(axis=1 + i, keepdims=True)
+    x = _mean_over(x, subset)
     for i in sorted(subset):
         if x.shape[1 + i] > 1:
             x = x - x.mean(axis=1 + i, keepdims=True)
@@ -291,20 +271,13 @@ def _project(x: np.ndarray, subset: frozenset[int]) -> np.ndarray:
 
 
 def add_reduced(
-    out: np.ndarray,
-    part: np.ndarray,
-    reduced: tuple[int, ...],
-    shape: tuple[int, ...],
+    out: np.ndarray, part: np.ndarray, reduced: tuple[int, ...], shape: tuple[int, ...]
 ) -> None:
-    """out (nodes, cells) += a group's estimate on its own axes, broadcast over the others."""
+    """out (nodes, cells) += a group's estimate on its own axes, broadcast over the others (in
+    place: one pass, no temporary)."""
     nodes = out.shape[0]
     full = out.reshape((nodes,) + shape)
-    small = part.reshape((nodes,) + reduced)
-
-    def block(rows: slice) -> None:
-        full[rows] += small[rows]
-
-    for_row_blocks(block, nodes, out[:1].nbytes)
+    full += part.reshape((nodes,) + reduced)
 
 
 @dataclass

@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 from topdown.blue import Blue
+from topdown.row_blocks import row_blocks
 from topdown.strategy import Query
 from topdown.tree import Tree
 
@@ -65,9 +66,8 @@ def error_summary(tree: Tree, counts: list[np.ndarray], estimate: Blue) -> pd.Da
             total_in = np.abs(total_diff) <= Z90 * total_se
         abs_sum = diff_sum = inside = 0.0
         # a block of nodes at a time: the level's BLUE cells are never all held as floats
-        step = max(1, _BLOCK_VALUES // max(1, counts[level].shape[1]))
-        for first in range(0, lv.size, step):
-            rows_ = slice(first, first + step)
+        width = counts[level].shape[1]
+        for rows_ in row_blocks(lv.size, width * 8, block_bytes=_BLOCK_VALUES * 8):
             cell_diff = counts[level][rows_] - estimate.cells_at(level, rows_)
             abs_sum += float(np.abs(cell_diff).sum())
             diff_sum += float(cell_diff.sum())
