@@ -62,6 +62,40 @@ def test_processes_stream_every_task_once_within_the_window():
             list(ex.stream(_fail_on_seven, range(20), 20))
 
 
+@pytest.mark.parametrize("name", ["serial", "processes"])
+def test_stream_batches_yield_every_task_once_a_batch_at_a_time(name):
+    pulled = []
+
+    def tasks():
+        for x in range(-40, 0):
+            pulled.append(x)
+            yield x
+
+    with make_executor(name, workers=2) as ex:
+        parts = batches(40, ex.workers)
+        widest = max(len(r) for r in parts)
+        got = []
+        for item in ex.stream_batches(abs, tasks(), 40):
+            # tasks are read a batch at a time, as the window frees: never far ahead
+            assert len(pulled) <= len(got) + (ex.window + 1) * widest
+            got.append(item)
+        assert dict(got) == {i: 40 - i for i in range(40)}
+        # a batch's results come together, in task order; the batches as they finish
+        positions = [i for i, _ in got]
+        starts = [k for k, i in enumerate(positions) if i in {r.start for r in parts}]
+        assert sorted(positions[a] for a in starts) == [r.start for r in parts]
+        for a in starts:
+            run = next(r for r in parts if r.start == positions[a])
+            assert positions[a : a + len(run)] == list(run)
+        assert len(pulled) == 40
+    if name == "processes":
+        with make_executor(name, workers=2) as ex:
+            pids = dict(ex.stream_batches(_pid, [None] * 8, 8))
+            assert os.getpid() not in pids.values()
+            with pytest.raises(ValueError, match="task seven"):
+                list(ex.stream_batches(_fail_on_seven, range(20), 20))
+
+
 def test_serial_stream_runs_in_order():
     ex = make_executor("serial")
     assert list(ex.stream(abs, iter([-2, 3, -1]), 3)) == [(0, 2), (1, 3), (2, 1)]
