@@ -139,7 +139,7 @@ def batch_level(
         return Batch()
     rounding = options.solver.rounding in ("auto", "closed_form")
     plan = level_chunks(parent_of, parent_counts)
-    tasks = [
+    tasks = (
         chunk_task(
             inputs.level,
             chunk,
@@ -153,20 +153,22 @@ def batch_level(
             controlled=options.controlled_rounding,
         )
         for chunk in plan.chunks
-    ]
-    results = (
-        executor.map(solve_chunk, tasks, progress, f"estimate level {inputs.level} (batched)")
-        if tasks
-        else []
     )
-    del tasks
     counts = np.zeros((parent_of.size, parent_counts.shape[1]), dtype=np.int64)
     plan.copy_only_children(counts, parent_counts)
     left: list[int] = []
     l2: dict[int, np.ndarray] = {}
     settled = rounded = unsettled = 0
     stats = SolveStats()
-    for chunk, res in zip(plan.chunks, results, strict=True):
+    # each batch of chunks is written as soon as it is back, while the workers run the next
+    # (and a batch's tasks are built only when a worker is about to be free): writing a
+    # level's counts is the first touch of most of its array's pages, and at the block level
+    # of the 3-million-person state the page faults took 2 s here (``ChunkShape.scatter``),
+    # which after a barrier (all results, then all writes) the workers spent waiting
+    desc = f"estimate level {inputs.level} (batched)"
+    chunks = executor.stream_batches(solve_chunk, tasks, len(plan.chunks), progress, desc)
+    for i, res in chunks:
+        chunk = plan.chunks[i]
         if res.counts is not None:
             chunk.scatter(counts, res.counts, res.rounded)
         for q in np.flatnonzero(~res.rounded):
