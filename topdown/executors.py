@@ -15,9 +15,11 @@ Where the time goes on a parallel executor, and what this module does about it:
   trips, not thousands;
 * workers waiting for this process: ``stream`` keeps a window of tasks in flight (two per
   worker) and sends the next as soon as one is done, with no barrier; measurement streams
-  every chunk of every level this way. On Dask, ``map`` streams its batches too, so a batch is
-  scattered while the workers run the ones before it (a blocking scatter of a whole level,
-  then the work, left the workers idle while this process serialised);
+  every chunk of every level this way. ``stream_batches`` streams batches of small tasks (the
+  level-batched estimation's chunks), and the caller uses each batch's results while the
+  workers run the next; on Dask, ``map`` is built on it, so a batch is scattered while the
+  workers run the ones before it (a blocking scatter of a whole level, then the work, left the
+  workers idle while this process serialised);
 * a pool that costs more than it saves: fewer than ``min_tasks`` tasks (default 2: a lone
   task has nothing to share the workers with) run in this process. The tasks are chunks (of
   nodes to measure, of families to estimate), each worth shipping: with a higher threshold
