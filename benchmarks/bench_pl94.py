@@ -10,6 +10,15 @@ resident memory of the main process and of the largest worker, correctness, and 
 (mean absolute error of the released total and detailed cells by level, beside the noisy
 measurements'). A PNG plots seconds and memory against size.
 
+The worker figure is the largest ``ru_maxrss`` of this process's children, and a child
+started by fork and exec reports at least this process's resident size at that moment (1,050
+MiB for a child of a process holding 1 GiB, checked). The process pool forks its workers
+when the executor is made, before the histograms are built, so its figure is the larger of
+a worker's peak and this process's size then; the Dask executor's forkserver (its workers
+are forked from it) starts in the background while the tree and its histograms are built, so
+on Dask the figure is this process's size at that moment, not a worker's (it read 1,105-1,145
+MiB at 3 million persons, where the process pool's read 281-307).
+
 Run from the repository root, e.g.:
 
     python benchmarks/bench_pl94.py --sizes 10000 100000 --executors serial processes
