@@ -9,9 +9,18 @@ import itertools
 
 import numpy as np
 import pytest
+import scipy.sparse as sp
 
-from topdown import row_blocks
-from topdown.blue_recursions import _averages, _group_part, _minus, _project, add_reduced, shifted
+from topdown import blue_recursions, row_blocks
+from topdown.blue_recursions import (
+    _averages,
+    _group_part,
+    _minus,
+    _project,
+    add_reduced,
+    child_sums,
+    shifted,
+)
 
 SHAPE = (5, 2, 3, 4)  # 5 nodes, three attributes
 BLOCKS = [1, 3, 100]  # rows per block
@@ -107,3 +116,47 @@ def test_add_reduced_broadcasts_a_groups_part_over_the_other_axes():
     add_reduced(out, part, (2, 1, 4), (2, 3, 4))
     expected = before.reshape(SHAPE) + part.reshape(5, 2, 1, 4)
     np.testing.assert_allclose(out, expected.reshape(5, 24), atol=1e-12)
+
+
+def _summing(parent: np.ndarray, n_parents: int) -> sp.csr_matrix:
+    n = parent.size
+    return sp.csr_matrix((np.ones(n), (parent, np.arange(n))), shape=(n_parents, n))
+
+
+@pytest.mark.parametrize("block_bytes", [1, 200, 1 << 24])
+@pytest.mark.parametrize("dtype", [np.int8, np.int16, np.int64, np.uint8])
+def test_child_sums_by_blocks_equal_the_sparse_product(monkeypatch, block_bytes, dtype):
+    """Integer values, children numbered parent by parent (parents 2 and 5 childless), summed a
+    block of parents at a time (one parent per block, a few, all): the sparse product's
+    float64 sums, exactly; extreme values of the type included (no overflow in the sums)."""
+    monkeypatch.setattr(blue_recursions, "CHILD_BLOCK_BYTES", block_bytes)
+    rng = np.random.default_rng(5)
+    kids = np.array([3, 1, 0, 4, 2, 0, 5, 1])
+    parent = np.repeat(np.arange(kids.size), kids)
+    info = np.iinfo(dtype)
+    values = rng.integers(info.min, info.max, size=(parent.size, 6), endpoint=True, dtype=dtype)
+    values[0] = info.max
+    values[1:3] = info.max  # a parent's three children at the top of the type
+    S = _summing(parent, kids.size)
+    got = child_sums(S, values)
+    assert got.dtype == np.float64
+    np.testing.assert_array_equal(got, S @ values.astype(np.float64))
+    assert (got[[2, 5]] == 0).all()
+    assert got[0, 0] == 3.0 * info.max
+
+
+def test_child_sums_of_floats_or_unordered_children_are_the_plain_product(monkeypatch):
+    """Floats (the sums' order could change their rounding) and children not numbered parent
+    by parent take the product as it is: the blocks are never used."""
+    parent = np.array([1, 0, 1, 0])  # children interleaved
+    S = _summing(parent, 2)
+    ints = np.arange(8).reshape(4, 2)
+    floats = ints / 3.0
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("blocks used")
+
+    monkeypatch.setattr(blue_recursions, "row_blocks", refuse)
+    np.testing.assert_array_equal(child_sums(S, ints), S @ ints)
+    ordered = _summing(np.array([0, 0, 1, 1]), 2)
+    np.testing.assert_array_equal(child_sums(ordered, floats), ordered @ floats)
