@@ -16,8 +16,8 @@ MiB for a child of a process holding 1 GiB, checked). The process pool forks its
 when the executor is made, before the histograms are built, so its figure is the larger of
 a worker's peak and this process's size then; the Dask executor's forkserver (its workers
 are forked from it) starts in the background while the tree and its histograms are built, so
-on Dask the figure is this process's size at that moment, not a worker's (it read 1,105-1,145
-MiB at 3 million persons, where the process pool's read 281-307).
+on Dask the figure is this process's size at that moment, not a worker's (at 3 million
+persons it read 723-1,145 MiB from run to run, where the process pool's read 281-307).
 
 Run from the repository root, e.g.:
 

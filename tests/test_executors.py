@@ -80,13 +80,14 @@ def test_stream_batches_yield_every_task_once_a_batch_at_a_time(name):
             assert len(pulled) <= len(got) + (ex.window + 1) * widest
             got.append(item)
         assert dict(got) == {i: 40 - i for i in range(40)}
-        # a batch's results come together, in task order; the batches as they finish
+        # the batches in the order they finish, each one's results together and in task order
         positions = [i for i, _ in got]
-        starts = [k for k, i in enumerate(positions) if i in {r.start for r in parts}]
-        assert sorted(positions[a] for a in starts) == [r.start for r in parts]
-        for a in starts:
-            run = next(r for r in parts if r.start == positions[a])
-            assert positions[a : a + len(run)] == list(run)
+        by_start = {r.start: r for r in parts}
+        k = 0
+        while k < len(positions):
+            run = by_start[positions[k]]
+            assert positions[k : k + len(run)] == list(run)
+            k += len(run)
         assert len(pulled) == 40
     if name == "processes":
         with make_executor(name, workers=2) as ex:

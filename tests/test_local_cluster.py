@@ -20,6 +20,15 @@ pytestmark = pytest.mark.skipif(
 )
 
 
+@pytest.fixture(autouse=True)
+def no_forkserver():
+    """Each test starts with no forkserver in this process: one left by other tests (a process
+    pool whose Python starts its workers by forkserver) would make the executor spawn. The
+    standard library starts a stopped forkserver again when one is next needed."""
+    local_cluster.stop()
+    yield
+
+
 def _parent(_: object = None) -> int:
     return os.getppid()
 

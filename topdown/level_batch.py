@@ -166,8 +166,7 @@ def batch_level(
     # of the 3-million-person state the page faults took 2 s here (``ChunkShape.scatter``),
     # which after a barrier (all results, then all writes) the workers spent waiting
     desc = f"estimate level {inputs.level} (batched)"
-    chunks = executor.stream_batches(solve_chunk, tasks, len(plan.chunks), progress, desc)
-    for i, res in chunks:
+    for i, res in executor.stream_batches(solve_chunk, tasks, len(plan.chunks), progress, desc):
         chunk = plan.chunks[i]
         if res.counts is not None:
             chunk.scatter(counts, res.counts, res.rounded)

@@ -77,8 +77,9 @@ class LocalStart:
     forkserver: bool
 
 
-def _settings(method: str) -> dict[str, Any]:
-    """Dask configuration for the cluster's processes (why each value: see ``start``)."""
+def _settings(method: str, environ: dict[str, str]) -> dict[str, Any]:
+    """Dask configuration for the cluster's processes, ``environ`` the workers' memory policy
+    (why each value: see ``start``)."""
     settings: dict[str, Any] = {
         "distributed.worker.multiprocessing-method": method,
         "distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None,
@@ -87,7 +88,7 @@ def _settings(method: str) -> dict[str, Any]:
         "distributed.admin.system-monitor.interval": "5s",
         "distributed.worker.memory.monitor-interval": "1s",
     }
-    for key, value in worker_environ().items():
+    for key, value in environ.items():
         settings[f"distributed.nanny.pre-spawn-environ.{key}"] = value
     return settings
 
@@ -114,9 +115,10 @@ def start(cluster_cls: Any, workers: int) -> LocalStart:
     import dask
 
     method = "forkserver" if forkserver_free() else "spawn"
-    leaked = [key for key in worker_environ() if key not in os.environ]
+    environ = worker_environ()
+    leaked = [key for key in environ if key not in os.environ]
     try:
-        with dask.config.set(_settings(method)):
+        with dask.config.set(_settings(method, environ)):
             if method == "forkserver":
                 from distributed.utils import get_mp_context
 
