@@ -14,6 +14,7 @@ from constraints.contextual_constraints import SumEqualRealTotal
 from constraints.logical_expressions.atomic import GreaterThan, TrueExpression
 from topdown import Attribute, Query, Schema, Strategy, TopDown, release
 from topdown.errors import DataError, DomainError, HierarchyError, StrategyError
+from topdown.int_types import child_count_type
 from topdown.strategy import LevelStrategy
 
 
@@ -94,7 +95,13 @@ def test_release_properties_hold(mechanism):
         sums = np.zeros_like(rel.counts[level - 1])
         np.add.at(sums, parent, rel.counts[level])
         np.testing.assert_array_equal(sums, rel.counts[level - 1])
-    assert all(c.min() >= 0 and c.dtype == np.int64 for c in rel.counts)
+    assert all(c.min() >= 0 for c in rel.counts)
+    # each level below the root in the narrowest type that holds its parent level's counts
+    assert [c.dtype for c in rel.counts] == [
+        np.int64,
+        *(child_count_type(rel.counts[level - 1]) for level in range(1, 3)),
+    ]
+    assert rel.long_table(2)["count"].dtype == np.int64
     assert len(rel.microdata) == rel.counts[0].sum()
     assert set(rel.microdata["AGE"]) <= {"0-17", "18-64", "65-115"}
     budget = rel.ledger.total()

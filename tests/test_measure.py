@@ -22,6 +22,7 @@ from mechanisms.rng import child_rng, new_release_key
 from mechanisms.samplers import discrete_gaussian_pmf, sample_discrete_gaussian
 from topdown import Attribute, Schema, Strategy
 from topdown.executors import Executor, ProcessExecutor
+from topdown.int_types import smallest_int_type
 from topdown.measure import chunk_nodes, measure
 from topdown.strategy import LevelStrategy, Query
 from topdown.tree import build_tree
@@ -209,19 +210,6 @@ def test_noise_is_calibrated_and_independent_across_nodes_and_chunks(small_chunk
     assert _residual_pvalues(bad_residual, sigma2)["across"] < ALPHA / 3
 
 
-def test_smallest_int_type_by_hand():
-    cases = {
-        (-128, 127): np.int8,
-        (0, 128): np.int16,
-        (-129, 0): np.int16,
-        (-32769, 5): np.int32,
-        (0, 2**31): np.int64,
-        (): np.int8,
-    }
-    for values, expected in cases.items():
-        assert measure_module.smallest_int_type(np.array(values, dtype=np.int64)) is expected
-
-
 def test_a_wider_chunk_widens_its_level_without_changing_a_value():
     small = np.array([[1, -2]], dtype=np.int8)
     wide = np.array([[300, 0]], dtype=np.int16)
@@ -244,7 +232,33 @@ def test_noisy_answers_are_stored_narrow_with_the_sampler_values(small_chunks):
     m, _ = measure(tree, truth, SCHEMA.domain, _strategy(), release_key=key, ledger=Ledger())
 
     def narrowest(qm) -> None:
-        assert qm.noisy.dtype == measure_module.smallest_int_type(qm.noisy)
+        assert qm.noisy.dtype == smallest_int_type(qm.noisy)
 
     _assert_keyed_chunks(m, truth, key, narrowest)
     assert m.at(1)[0].noisy.dtype == np.int16 and m.at(0)[0].noisy.dtype == np.int16
+
+
+def test_narrow_histograms_measure_as_int64_ones():
+    """A unit with 100 records in each of two cells of A = 1: every cell fits int8 (127), so
+    its level's histograms are int8, but the marginal on A sums to over 200 there, which int8
+    arithmetic would wrap round (200 to -56). The noisy answers are those of int64 histograms."""
+    df, geography = _data(40)
+    big = pd.DataFrame({"UNIT": ["U00007"] * 200, "A": [1] * 200, "B": [0, 1] * 100})
+    df = pd.concat([df, big], ignore_index=True)
+    tree, narrow = build_tree(df, SCHEMA, geography=geography)
+    _, wide = build_tree(df, SCHEMA, geography=geography, dtype=np.int64)
+    assert narrow.counts[1].dtype == np.int8 and narrow.counts[1].max() == 100
+    assert narrow.counts[0].dtype == np.int8 and narrow.counts[0].max() < 128  # the root's too
+    for a, b in zip(narrow.counts, wide.counts, strict=True):
+        np.testing.assert_array_equal(a, b)
+    key = new_release_key(3)
+    got, want = (
+        measure(tree, truth, SCHEMA.domain, _strategy(), release_key=key, ledger=Ledger())[0]
+        for truth in (narrow, wide)
+    )
+    unit = 7
+    assert Query(("A",)).answer(narrow.counts[1][unit : unit + 1], SCHEMA.domain)[0, 1] >= 200
+    assert Query(("A",)).answer(narrow.counts[0], SCHEMA.domain)[0, 1] > 200
+    for level in (0, 1):
+        for g, w in zip(got.at(level), want.at(level), strict=True):
+            np.testing.assert_array_equal(g.noisy, w.noisy)

@@ -30,6 +30,7 @@ from topdown.estimator_inputs import EstimatorInputs, as_inputs
 from topdown.estimators import family_weights
 from topdown.executors import Executor
 from topdown.family import FamilyTask, Measurement, solve_family
+from topdown.int_types import child_count_type, holding
 from topdown.level_batch import LevelInputs, batch_level
 from topdown.measure import Measurements
 from topdown.node_constraints import NodeConstraints
@@ -61,7 +62,9 @@ def estimate(
     subtree from its top's released counts this way. Statistics cover the estimated levels.
 
     Returns:
-        counts per level (nodes x cells, int64) and the statistics of each level.
+        counts per level (nodes x cells; the root's int64, the other levels' in the
+        narrowest type that holds them: ``topdown.int_types.child_count_type``) and the
+        statistics of each level.
 
     Raises:
         UnknownSolverError: a solver named in ``options`` is not installed (before any work).
@@ -93,7 +96,10 @@ def estimate(
         level_counts = (
             batch.counts
             if batch.counts is not None
-            else np.zeros((lv.size, domain.size), dtype=np.int64)
+            else np.zeros(
+                (lv.size, domain.size),
+                dtype=child_count_type(counts[-1]) if level else np.int64,
+            )
         )
         # families the batched passes solved get no task; the rest go to the executor
         todo = range(len(families)) if batch.left is None else batch.left.tolist()
@@ -105,6 +111,7 @@ def estimate(
             executor.map(solve_family, tasks, progress, f"estimate level {level}") if tasks else []
         )
         for task, p, res in zip(tasks, todo, results, strict=True):
+            level_counts = holding(level_counts, res.counts)
             level_counts[np.ix_(families[p], task.support)] = res.counts
             total += res.stats
         del batch, tasks, results

@@ -31,6 +31,7 @@ from topdown.batched_total import DUAL_NEWTON
 from topdown.chunk_tasks import chunk_task, solve_chunk
 from topdown.estimator_inputs import EstimatorInputs, QueryEstimate, precision
 from topdown.executors import Executor
+from topdown.int_types import child_count_type, holding
 from topdown.node_constraints import NodeConstraints
 from topdown.passes import EstimateOptions, SolveStats
 from topdown.root import root_l2, root_round
@@ -154,7 +155,9 @@ def batch_level(
         )
         for chunk in plan.chunks
     )
-    counts = np.zeros((parent_of.size, parent_counts.shape[1]), dtype=np.int64)
+    counts = np.zeros(
+        (parent_of.size, parent_counts.shape[1]), dtype=child_count_type(parent_counts)
+    )
     plan.copy_only_children(counts, parent_counts)
     left: list[int] = []
     l2: dict[int, np.ndarray] = {}
@@ -169,6 +172,7 @@ def batch_level(
     for i, res in executor.stream_batches(solve_chunk, tasks, len(plan.chunks), progress, desc):
         chunk = plan.chunks[i]
         if res.counts is not None:
+            counts = holding(counts, res.counts)
             chunk.scatter(counts, res.counts, res.rounded)
         for q in np.flatnonzero(~res.rounded):
             p = int(chunk.parents[q])

@@ -58,6 +58,7 @@ from mechanisms.discrete import DiscreteGaussianMechanism, DiscreteLaplaceMechan
 from mechanisms.ledger import Ledger
 from mechanisms.rng import child_rng
 from topdown.executors import Executor
+from topdown.int_types import holding, narrowed
 from topdown.strategy import Query, Strategy
 from topdown.tree import ConfidentialHistograms, Tree
 
@@ -71,7 +72,6 @@ __all__ = [
     "make_level_mechanisms",
     "record_level",
     "chunk_nodes",
-    "smallest_int_type",
     "CHUNK_CELLS",
     "MAX_CHUNK_NODES",
 ]
@@ -94,7 +94,7 @@ class QueryMeasurement:
         budget: the privacy cost of this query on this level (nodes compose in parallel).
         variance: variance of the noise added to each answer.
         noisy: integer array (nodes of the level, answers of the query), of the smallest
-            signed integer type that holds every answer (``smallest_int_type``): int8 or
+            signed integer type that holds every answer (``topdown.int_types``): int8 or
             int16 for most levels. Code doing integer arithmetic on it widens first.
     """
 
@@ -197,30 +197,6 @@ def chunk_nodes(cells: int) -> int:
     return max(1, min(MAX_CHUNK_NODES, CHUNK_CELLS // cells))
 
 
-_INT_TYPES = (np.int8, np.int16, np.int32, np.int64)
-
-
-def smallest_int_type(values: np.ndarray) -> type[np.signedinteger]:
-    """The narrowest signed integer type holding every value of ``values`` (int8 if empty).
-
-    The noisy answers are stored in it: a block's answers fit int8 or int16, an eighth or a
-    quarter of int64's memory. The type is a function of the noisy answers, which are
-    published: choosing it is post-processing."""
-    if values.size == 0:
-        return np.int8
-    lo, hi = int(values.min()), int(values.max())
-    for t in _INT_TYPES:
-        info = np.iinfo(t)
-        if info.min <= lo and hi <= info.max:
-            return t
-    return np.int64
-
-
-def _narrowed(values: np.ndarray) -> np.ndarray:
-    """``values`` in ``smallest_int_type`` (no copy when it already is)."""
-    return values.astype(smallest_int_type(values), copy=False)
-
-
 def _store(
     level_array: np.ndarray | None, values: np.ndarray, first: int, n_nodes: int
 ) -> np.ndarray:
@@ -228,8 +204,7 @@ def _store(
     chunk in the chunk's type and widened (one copy) when a later chunk needs a wider one."""
     if level_array is None:
         level_array = np.empty((n_nodes, values.shape[1]), dtype=values.dtype)
-    elif np.promote_types(level_array.dtype, values.dtype) != level_array.dtype:
-        level_array = level_array.astype(np.promote_types(level_array.dtype, values.dtype))
+    level_array = holding(level_array, values)
     level_array[first : first + len(values)] = values
     return level_array
 
@@ -276,7 +251,8 @@ def measure_chunk(task: MeasureTask) -> ChunkResult:
     for query, mech in zip(task.queries, task.mechanisms, strict=True):
         answers = query.answer(task.histograms, task.domain)
         rng = child_rng(task.release_key, "measure", task.level, query.name, task.size, task.chunk)
-        out.append(_narrowed(mech.release(answers, rng=rng)))
+        # the type is a function of the noisy answers, which are published: post-processing
+        out.append(narrowed(mech.release(answers, rng=rng)))
     return ChunkResult(tuple(out), time.process_time() - start, os.getpid())
 
 

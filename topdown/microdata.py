@@ -34,9 +34,12 @@ def expand_microdata(
     """
     leaf = tree.n_levels - 1
     size = schema.domain.size
-    flat = np.asarray(leaf_counts, dtype=np.int64).ravel()
-    if flat.size and flat.min() < 0:
-        raise ReleaseError("leaf counts must be non-negative integers to expand into records")
+    flat = np.asarray(leaf_counts).ravel()  # in its own integer type: no int64 copy
+    if flat.dtype.kind not in "iu" or (flat.size and flat.min() < 0):
+        raise ReleaseError(
+            f"leaf counts must be non-negative integers to expand into records; got dtype "
+            f"{flat.dtype}" + (f", minimum {flat.min()}" if flat.size else "")
+        )
     occupied = np.flatnonzero(flat)  # a few percent of a block level's cells
     positions = np.repeat(occupied, flat[occupied])
     node, cell = np.divmod(positions, size)

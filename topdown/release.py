@@ -63,6 +63,10 @@ class Release:
     ``noise`` is where the noise came from (secure, or seeded and by which seed): set by
     ``release()``, recorded in the ledger too (given here, it is recorded there; left out, it is
     read from there), and the one value every writer labels the release with.
+
+    ``counts[l]`` (nodes x cells) is in the narrowest signed integer type that holds the
+    level (``topdown.int_types``: int16 for a block level, a quarter of int64's memory); widen
+    before integer arithmetic other than ``sum``. The tables written out carry int64 counts.
     """
 
     schema: Schema
@@ -103,7 +107,8 @@ class Release:
     @property
     def tables(self) -> dict[int, pd.DataFrame]:
         """Per level, a wide table: one row per node (index = node label), one column per
-        cell (MultiIndex of attribute values, in cell order), integer counts."""
+        cell (MultiIndex of attribute values, in cell order), integer counts (in the level's
+        stored type: see the class docstring)."""
         columns = pd.MultiIndex.from_tuples(
             self.schema.domain.cell_labels(), names=self.schema.domain.names
         )
@@ -126,7 +131,7 @@ class Release:
             self.schema.attributes, self.schema.domain.unravel(cell), strict=True
         ):
             frame[attr.name] = np.asarray(attr.domain_values, dtype=object)[code]
-        frame["count"] = counts[node, cell]
+        frame["count"] = counts[node, cell].astype(np.int64)  # one type in every table file
         if self.blue is not None:
             # the BLUE's standard error of the cell (the same for every cell of a node)
             frame["stderr"] = np.round(self.blue.stderr(level)[node], 4)

@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from topdown.errors import HierarchyError
+from topdown.int_types import int_type_for
 from topdown.schema import Schema
 
 __all__ = [
@@ -83,8 +84,9 @@ class Tree:
 class ConfidentialHistograms:
     """True contingency vectors of every node, level by level: confidential.
 
-    ``counts[l]`` has shape (nodes of level l, cells). Only ``topdown.measure`` and the
-    metrics computed against the truth may read it.
+    ``counts[l]`` has shape (nodes of level l, cells), in a signed integer type that may be
+    as narrow as int8 (``build_tree``). Only ``topdown.measure`` and the metrics computed
+    against the truth may read it.
     """
 
     counts: tuple[np.ndarray, ...]
@@ -98,7 +100,7 @@ def build_tree(
     *,
     keep_records: bool = False,
     geography: pd.DataFrame | None = None,
-    dtype: type[np.signedinteger] = np.int64,
+    dtype: type[np.signedinteger] | None = None,
 ) -> tuple[Tree, ConfidentialHistograms]:
     """One pass over the records: node codes per level (pd.factorize), parent links, and the
     histograms of all nodes of a level at once (np.bincount on node * cells + cell).
@@ -110,8 +112,11 @@ def build_tree(
         geography: the published list of units, one row per leaf with every hierarchy column
             (units with no records included). Without it the units are those present in the
             data, which discloses that each has at least one record (the engine records it).
-        dtype: the histograms' integer type (``topdown.stream`` uses int32: a cell count never
-            exceeds the number of records).
+        dtype: the histograms' integer type; by default each level's is the narrowest that
+            holds its largest count (``topdown.int_types``: int16 for most block levels, a
+            quarter of int64's memory and of the bytes the measurement tasks carry). The type
+            follows the confidential counts but never reaches an output: the mechanisms add
+            their noise in int64. ``topdown.stream`` uses int32 for every subtree alike.
 
     Raises:
         HierarchyError: a hierarchy column with missing labels, a label under two parents, or
@@ -129,7 +134,9 @@ def build_tree(
     counts = []
     for lv, codes in zip(levels, node_codes, strict=True):
         flat = np.bincount(codes * size + cells, minlength=lv.size * size)
-        counts.append(flat.reshape(lv.size, size).astype(dtype, copy=False))
+        level_type = dtype or int_type_for(0, int(flat.max(initial=0)))
+        counts.append(flat.reshape(lv.size, size).astype(level_type, copy=False))
+        del flat
     records = data if keep_records else None
     return Tree(tuple(levels)), ConfidentialHistograms(
         tuple(counts), records, tuple(node_codes) if keep_records else ()
