@@ -17,7 +17,7 @@ process, or a Dask worker), and what crosses to them is exactly the task types h
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -33,6 +33,7 @@ from topdown.errors import HierarchyError
 from topdown.estimate import EstimateOptions, LevelStats, estimate
 from topdown.estimator_inputs import EstimatorInputs
 from topdown.estimators import prepare_inputs
+from topdown.int_types import narrowed
 from topdown.measure import Measurements, measure
 from topdown.microdata import expand_microdata, write_table
 from topdown.partitions import Partition
@@ -55,7 +56,6 @@ __all__ = [
     "run_subtree",
     "measure_summarise",
     "estimate_subtree",
-    "narrow",
     "write_part",
 ]
 
@@ -227,7 +227,7 @@ def _measure_subtree(task: SubtreeTask, clock: PhaseClock) -> tuple[Tree, Measur
     schema, top = task.schema, len(task.chain) - 1
     with clock("tree"):
         records = task.partition.read()
-        tree, truth = build_tree(records, schema, geography=task.geography, dtype=np.int32)
+        tree, truth = build_tree(records, schema, geography=task.geography)
         del records
         _check_subtree(tree, top, task.label, schema.domain.size, task.max_cells)
     lower = range(top + 1, tree.n_levels)
@@ -243,7 +243,7 @@ def _measure_subtree(task: SubtreeTask, clock: PhaseClock) -> tuple[Tree, Measur
             levels=lower,
         )
         del truth
-    return tree, _narrow_measurements(measurements), lower
+    return tree, measurements, lower  # in their narrowest types (measure)
 
 
 def run_subtree(task: SubtreeTask) -> SubtreeResult:
@@ -332,7 +332,7 @@ def _write_subtree(
     """A subtree's tables (one part per lower level) and microdata."""
     lower = range(len(task.chain), tree.n_levels)
     with clock("write"):
-        counts = [narrow(c) for c in counts]
+        counts = [narrowed(c) for c in counts]  # the root and the chain are int64
         rel = Release(task.schema, tree, task.strategy, counts, measurements, Ledger(), stats)
         for level in lower:
             write_part(rel.long_table(level), task.folder, tree, level, task.label)
@@ -361,21 +361,6 @@ def _check_subtree(tree: Tree, top: int, label: str, cells: int, max_cells: int)
                 f"subtree {label!r}: level {lv.number} ({lv.column}) has {lv.size} nodes x {cells} "
                 f"cells > max_subtree_cells ({max_cells}); stream by a lower level"
             )
-
-
-def narrow(a: np.ndarray) -> np.ndarray:
-    """int32 when the values fit (they cross process boundaries and sit on disk), else as is."""
-    if a.dtype.kind in "iu" and a.dtype.itemsize > 4:
-        info = np.iinfo(np.int32)
-        if a.size == 0 or (a.min() >= info.min and a.max() <= info.max):
-            return a.astype(np.int32)
-    return a
-
-
-def _narrow_measurements(m: Measurements) -> Measurements:
-    return Measurements(
-        tuple(tuple(replace(q, noisy=narrow(q.noisy)) for q in lv) for lv in m.levels)
-    )
 
 
 def write_part(frame: pd.DataFrame, folder: Path, tree: Tree, level: int, part: str) -> None:

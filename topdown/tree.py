@@ -116,7 +116,7 @@ def build_tree(
             holds its largest count (``topdown.int_types``: int16 for most block levels, a
             quarter of int64's memory and of the bytes the measurement tasks carry). The type
             follows the confidential counts but never reaches an output: the mechanisms add
-            their noise in int64. ``topdown.stream`` uses int32 for every subtree alike.
+            their noise in int64.
 
     Raises:
         HierarchyError: a hierarchy column with missing labels, a label under two parents, or
