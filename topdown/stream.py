@@ -91,7 +91,6 @@ from topdown.estimate import EstimateOptions, LevelStats, SolverChoice, estimate
 from topdown.estimator_inputs import EstimatorInputs
 from topdown.estimators import DEFAULT_ESTIMATOR, check_estimator, prepare_inputs
 from topdown.executors import Executor, make_executor
-from topdown.int_types import narrowed
 from topdown.ledger_file import ledger_document
 from topdown.measure import Measurements, make_level_mechanisms, measure
 from topdown.partitions import Partition, partitions
@@ -404,7 +403,6 @@ def _estimate_top(
             options=common.options,
             executor=ex,
         )
-        top_counts = [narrowed(c) for c in top_counts]
         top_rel = Release(
             common.schema,
             top_tree,

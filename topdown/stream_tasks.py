@@ -33,7 +33,6 @@ from topdown.errors import HierarchyError
 from topdown.estimate import EstimateOptions, LevelStats, estimate
 from topdown.estimator_inputs import EstimatorInputs
 from topdown.estimators import prepare_inputs
-from topdown.int_types import narrowed
 from topdown.measure import Measurements, measure
 from topdown.microdata import expand_microdata, write_table
 from topdown.partitions import Partition
@@ -332,7 +331,6 @@ def _write_subtree(
     """A subtree's tables (one part per lower level) and microdata."""
     lower = range(len(task.chain), tree.n_levels)
     with clock("write"):
-        counts = [narrowed(c) for c in counts]  # the root and the chain are int64
         rel = Release(task.schema, tree, task.strategy, counts, measurements, Ledger(), stats)
         for level in lower:
             write_part(rel.long_table(level), task.folder, tree, level, task.label)
