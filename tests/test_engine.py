@@ -14,7 +14,7 @@ from constraints.contextual_constraints import SumEqualRealTotal
 from constraints.logical_expressions.atomic import GreaterThan, TrueExpression
 from topdown import Attribute, Query, Schema, Strategy, TopDown, release
 from topdown.errors import DataError, DomainError, HierarchyError, StrategyError
-from topdown.int_types import child_count_type
+from topdown.int_types import child_count_type, smallest_int_type
 from topdown.strategy import LevelStrategy
 
 
@@ -347,6 +347,9 @@ def test_failsafe_relaxes_consistency_and_reports_it():
     assert report.checks["constraints and invariants hold"]
     assert not report.checks["children sum to parent"]
     assert rel.counts[2][list(rel.tree.levels[2].labels).index("N1")].sum() == 100_000
+    # N1's cells exceed what the parents' counts bound: the level was widened, not wrapped round
+    assert rel.counts[2].max() > np.iinfo(child_count_type(rel.counts[1])).max
+    assert rel.counts[2].dtype == np.dtype(smallest_int_type(rel.counts[2]))
 
 
 def test_declared_geography_keeps_empty_units_and_avoids_the_disclosure():
