@@ -331,14 +331,24 @@ class DaskExecutor(Executor):
 
         def submit(task: Any, freed: Any) -> Any:
             worker = owner.pop(freed.key) if freed is not None else next(slots)
+            to = [worker] if worker is not None else None
             remote = _remote_fields(task)
-            if remote:  # run where the rows are
+            if remote:
+                # the rows held on the cluster come to the task's worker: left to run where
+                # they are, every chunk of a level ran on the one worker holding the level
                 public = dataclasses.replace(task, **{k: None for k in remote})
                 arrays = {k: a.future for k, a in remote.items()}
-                future = client.submit(_with_arrays, fn, public, arrays, pure=False)
+                future = client.submit(
+                    _with_arrays,
+                    fn,
+                    public,
+                    arrays,
+                    workers=to,
+                    allow_other_workers=True,
+                    pure=False,
+                )
             else:
                 # scattered while the workers run the tasks already in flight
-                to = [worker] if worker is not None else None
                 [data] = client.scatter([task], hash=False, direct=direct, workers=to)
                 future = client.submit(fn, data, workers=to, allow_other_workers=True, pure=False)
             owner[future.key] = worker
