@@ -335,7 +335,8 @@ class DaskExecutor(Executor):
             remote = _remote_fields(task)
             if remote:
                 # the rows held on the cluster come to the task's worker: left to run where
-                # they are, every chunk of a level ran on the one worker holding the level
+                # they were, a level's chunks crowded onto the one worker holding the level
+                # (3M persons: measurement 31-33 s wall for 37-38 CPU-s of the workers)
                 public = dataclasses.replace(task, **{k: None for k in remote})
                 arrays = {k: a.future for k, a in remote.items()}
                 future = client.submit(
