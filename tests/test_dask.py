@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 import threading
+import time
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -19,7 +21,7 @@ from topdown import process_memory
 from topdown.dask_input import SparseCounts, is_dataset
 from topdown.engine import release
 from topdown.errors import DataError, DomainError, HierarchyError
-from topdown.executors import DaskExecutor, ExecutorError, make_executor
+from topdown.executors import DaskExecutor, ExecutorError, RemoteArray, make_executor
 from topdown.progress import Progress
 
 QUIET = Progress(enabled=False)
@@ -205,36 +207,29 @@ def test_parquet_dataset_gives_the_release_of_the_same_dataframe(
     _assert_same_release(a, c)
 
 
-def test_a_dataset_level_is_measured_on_both_workers(cluster, state, small_chunks, tmp_path):
-    """A level read on the cluster is held by one worker; its chunks still run on both (each
-    task's rows come to the worker whose turn it is, not the task to the rows). On this small
-    state the scheduler spread them without the executor's placement too; on the 3-million
-    state, without it, measurement took 31-33 s wall for 37-38 CPU-seconds of the workers, and
-    20-21 s with it (``bench_pl94.py --executors dask-parquet``)."""
-    from dask.distributed import get_task_stream
+@dataclass(frozen=True)
+class _RowsTask:
+    rows: RemoteArray
 
-    from mechanisms.ledger import Ledger
-    from mechanisms.rng import new_release_key
-    from topdown.dask_input import load_input
 
-    schema = pl94_schema()
-    folder = _dataset(state.records, tmp_path / "persons")
+def _slow_pid(task: _RowsTask) -> int:
+    time.sleep(0.2)
+    return os.getpid()
+
+
+def test_tasks_whose_rows_one_worker_holds_run_on_both(cluster):
+    """A dataset's level is held by one worker, so every chunk's rows are cut there. The
+    tasks still take turns over the workers, their rows following them; left to run where
+    their rows were, 10 to 12 of these 12 ran on the holding worker (four runs)."""
     with DaskExecutor(address=cluster.scheduler_address) as ex:
-        tree, truth = load_input(folder, schema, executor=ex, geography=state.geography)
-        with get_task_stream(client=ex.client) as stream:
-            measure_module.measure(
-                tree,
-                truth,
-                schema.domain,
-                detailed_strategy(),
-                release_key=new_release_key(1),
-                ledger=Ledger(),
-                executor=ex,
-            )
-    ran = [t["worker"] for t in stream.data if str(t["key"]).startswith("_with_arrays")]
-    blocks = tree.levels[-1].size
-    assert len(ran) >= blocks // 20  # every chunk of every level, the block level's included
-    assert min(ran.count(w) for w in set(ran)) >= len(ran) // 4 and len(set(ran)) == 2, ran
+        holder = sorted(ex.client.scheduler_info()["workers"])[0]
+        rows = ex.client.scatter(
+            [np.full(100_000, i, dtype=np.uint8) for i in range(12)], workers=[holder], hash=False
+        )
+        tasks = [_RowsTask(RemoteArray(f, (100_000,))) for f in rows]
+        pids = [pid for _, pid in ex.stream(_slow_pid, iter(tasks), len(tasks))]
+    assert len(pids) == 12
+    assert len(set(pids)) == 2 and min(pids.count(p) for p in set(pids)) >= 4, pids
 
 
 def test_parquet_dataset_bad_input_names_the_argument(cluster, state, tmp_path):

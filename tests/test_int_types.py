@@ -59,3 +59,18 @@ def test_a_level_gets_the_type_of_its_parents_largest_count_by_hand():
     assert child_count_type(np.array([[127, 0]], dtype=np.int64)) is np.int8
     assert child_count_type(np.array([[40_000]], dtype=np.int32)) is np.int32
     assert child_count_type(np.zeros((0, 3), dtype=np.int64)) is np.int8
+
+
+def test_holding_does_not_scan_values_of_a_type_the_array_holds():
+    class Unscannable(np.ndarray):
+        def min(self, *args, **kwargs):
+            raise AssertionError("scanned")
+
+        max = min
+
+    counts = np.zeros(3, dtype=np.int16)
+    narrow = np.array([5, -7], dtype=np.int8).view(Unscannable)
+    assert holding(counts, narrow) is counts
+    wide = np.array([5, -7], dtype=np.int64).view(Unscannable)
+    with pytest.raises(AssertionError, match="scanned"):
+        holding(counts, wide)  # a wider type is scanned for the values' own range

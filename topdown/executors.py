@@ -287,7 +287,7 @@ class DaskExecutor(Executor):
 
     def map(self, fn, tasks, progress=None, desc=""):
         if any(_remote_fields(t) for t in tasks):
-            # tasks whose rows are on the cluster: one each, run where the rows are
+            # tasks whose rows are on the cluster: one each, the rows sent to the task's worker
             return _in_order(self.stream(fn, tasks, len(tasks), progress, desc), len(tasks))
         # the rest in batches, streamed: the next batch is scattered while the workers run
         return _in_order(self.stream_batches(fn, tasks, len(tasks), progress, desc), len(tasks))

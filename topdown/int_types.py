@@ -51,7 +51,10 @@ def narrowed(values: np.ndarray) -> np.ndarray:
 def holding(array: np.ndarray, values: np.ndarray) -> np.ndarray:
     """``array`` itself when its type holds every value of ``values``, else a copy of it in
     the narrowest type that holds both (to be written into: numpy's assignment of a value
-    out of an integer type's range wraps it round without a word)."""
+    out of an integer type's range wraps it round without a word). Values already in a type
+    ``array``'s holds (narrowed where they were made) are not scanned."""
+    if np.promote_types(array.dtype, values.dtype) == array.dtype:
+        return array
     needed = np.promote_types(array.dtype, smallest_int_type(values))
     return array if needed == array.dtype else array.astype(needed)
 
