@@ -20,12 +20,12 @@ is an optimum of the rounding LP, so it equals HiGHS's objective (tests/test_sol
 Per step the work is ``O(k^3)`` for the shortest path plus the pairs whose cheapest cell moved;
 the number of steps is the number of units the child rows move, typically a few per child.
 
-:func:`transport_repair` runs these steps on many independent families at once (one augmenting
-path per family per round, arrays (families, k, cells) padded with ``inf``): the level-batched
-rounding of ``topdown.batched`` calls it for a chunk of families, :func:`transport_round` for one
-family. It starts from any per-cell optimum (no cycle of moves lowers such a start's cost,
-which is all the successive shortest paths need), so a caller may share ties round the
-children and leave fewer units to move.
+:func:`transport_repair` runs these steps on many independent families at once (one augmenting path
+per family per round, arrays (families, k, cells) padded with ``inf``): the level-batched rounding
+of ``topdown.estimation.batched.families`` calls it for a chunk of families, :func:`transport_round`
+for one family. It starts from any per-cell optimum (no cycle of moves lowers such a start's cost,
+which is all the successive shortest paths need), so a caller may share ties round the children and
+leave fewer units to move.
 """
 
 from __future__ import annotations
