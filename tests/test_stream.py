@@ -20,6 +20,9 @@ from topdown.streaming.partitions import partitions
 from topdown.streaming.run import release_streamed
 from topdown.support.progress import Progress
 
+#: a streamed release writes its parts as Parquet
+pytestmark = pytest.mark.extra("parquet")
+
 QUIET = Progress(enabled=False)
 
 

@@ -27,6 +27,9 @@ from topdown.streaming.partitions import Partition
 from topdown.streaming.result import StreamedRelease, streamed_plan
 from topdown.streaming.run import release_streamed
 
+#: a streamed release writes its parts as Parquet
+pytestmark = pytest.mark.extra("parquet")
+
 
 def _detailed_only() -> Strategy:
     """One subspace group: the leaves kept as raw measurements plus a shift (``LeafShift``)."""

@@ -23,6 +23,9 @@ from topdown.product.release_folder import refresh_manifest
 from topdown.strategy import LevelStrategy, Query, Strategy
 from topdown.streaming.run import release_streamed
 
+#: a streamed release writes its parts as Parquet
+pytestmark = pytest.mark.extra("parquet")
+
 PNG = b"\x89PNG\r\n\x1a\n"
 
 
