@@ -37,8 +37,6 @@ from functools import partial
 
 import numpy as np
 
-from solvers.backends.closed_form import project_groups
-
 __all__ = ["ROOT_NEWTON", "RootMarginal", "root_marginal_l2"]
 
 #: the solver's name in the statistics
@@ -48,6 +46,7 @@ TOLERANCE = 1e-10  # max |g|, relative to the size of the answers it compares
 MAX_NEWTON = 100
 CG_ITERATIONS = 500
 ARMIJO = 1e-4
+SLOPE = 1e-3  # the full step stands while the slope there is above -SLOPE times the first
 BACKTRACKS = 40
 
 
@@ -150,6 +149,11 @@ def root_marginal_l2(
             trial = state([m + step * dd for m, dd in zip(st.mu, d, strict=True)])
             if trial.value >= st.value + ARMIJO * step * slope:
                 break
+            # near the answer rounding hides the dual's last increase: the full step stands
+            # when the slope there has not turned down (the active sets are right)
+            there = sum(float(g @ dd) for g, dd in zip(trial.grad, d, strict=True))
+            if step == 1.0 and there >= -SLOPE * slope:
+                break
             step /= 2
         else:
             return None
@@ -164,7 +168,27 @@ def _project(t: np.ndarray, lo: float, hi: float) -> tuple[np.ndarray, bool]:
     if lo <= total <= hi:
         return x, False
     target = hi if total > hi else lo
-    return project_groups(t[None, :], np.ones((1, t.size)), np.array([target]))[0], True
+    if target <= 0:
+        return np.zeros_like(t), True
+    return np.maximum(t - _threshold(t, target), 0.0), True
+
+
+def _threshold(t: np.ndarray, target: float) -> float:
+    """``theta`` with ``sum max(0, t - theta) = target > 0`` (Michelot, 1986).
+
+    Starting from every cell, ``theta`` is the one that would hold the sum on the current
+    set; the cells at or below it leave. ``theta`` only rises and the set only shrinks, so the
+    loop ends, exactly, after a few passes over the cells: no sort of a million values (the
+    sort made the projection 0.8 s a call at the DHC histogram's size).
+    """
+    active = t
+    theta = (float(active.sum()) - target) / active.size
+    while True:
+        kept = active[active > theta]
+        if kept.size == active.size:
+            return theta
+        active = kept
+        theta = (float(active.sum()) - target) / active.size
 
 
 def _cg(
