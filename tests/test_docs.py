@@ -1,6 +1,6 @@
-"""The docs site: it builds with warnings as errors, every example runs.
+"""The docs site and the README: the site builds with warnings as errors, every example runs.
 
-Each page of ``docs/`` is one test: its fenced blocks run in order, in a fresh
+Each page of ``docs/`` and ``README.md`` is one test: its fenced blocks run in order, in a fresh
 temporary folder, sharing one namespace (a later block may use a name an earlier one defined,
 as a reader running the page top to bottom would):
 
@@ -35,8 +35,12 @@ from topdown.support.optional import EXTRAS, is_installed
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
-PAGES = sorted(DOCS.rglob("*.md"))
+README = ROOT / "README.md"
+PAGES = sorted(DOCS.rglob("*.md")) + [README]
 PACKAGES = ("topdown", "constraints", "solvers", "mechanisms", "synth")
+
+#: The README is the front door; the rest lives in docs/ (issue 28, item 3).
+README_MAX_CHARS = 12_000
 
 FENCE = re.compile(r"^```(?P<info>[^\n`]*)\n(?P<body>.*?)^```[ \t]*$", re.M | re.S)
 MARKER = re.compile(r"<!-- docs: (?P<kind>file|extra) (?P<arg>\S+) -->")
@@ -131,6 +135,13 @@ def test_every_shown_example_is_run_or_marked() -> None:
             assert block.info in ("python", "bash", "toml", "text", "json", "csv", ""), (
                 f"{where}: fence language {block.info!r} is neither run nor a known shown-only one"
             )
+
+
+def test_readme_is_a_front_door() -> None:
+    text = README.read_text(encoding="utf-8")
+    assert len(text) <= README_MAX_CHARS, f"README.md has {len(text)} characters"
+    for target in re.findall(r"\]\((docs/[^)#]+)(?:#[^)]*)?\)", text):
+        assert (ROOT / target).is_file(), f"README.md links to {target}, which does not exist"
 
 
 def public_modules() -> set[str]:
