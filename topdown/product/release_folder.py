@@ -101,11 +101,12 @@ def write_release_folder(
     """Write the folder atomically and return its path.
 
     Args:
-        rel: the release (its noise source labels the folder). cfg: its configuration (written
-        resolved, as ``config.json``). out: the folder to create. overwrite: replace an existing
-        folder. metrics: a ``topdown.outputs.metrics.Metrics`` (written when given, and recorded in
-        the ledger
-            as a disclosure: they are computed from the confidential data).
+        rel: the release (its noise source labels the folder).
+        cfg: its configuration (written resolved, as ``config.json``).
+        out: the folder to create.
+        overwrite: replace an existing folder.
+        metrics: a ``topdown.outputs.metrics.Metrics`` (written when given, and recorded in
+            the ledger as a disclosure: they are computed from the confidential data).
         timings: seconds per phase, kept in the manifest.
         report: builds ``report.html`` inside the folder it is given.
         claim: the claim on ``out`` taken at the start of the run (default: claimed here).
