@@ -8,6 +8,7 @@ and fails this test, naming the import.
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 
@@ -20,9 +21,19 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def test_import_contracts_are_kept(monkeypatch: pytest.MonkeyPatch, capsys) -> None:
     monkeypatch.chdir(ROOT)
-    code = importlinter_cli.lint_imports(
-        config_filename=os.fspath(ROOT / "pyproject.toml"), no_cache=True, no_logo=True
-    )
+    # lint_imports configures logging with dictConfig, which disables every logger that exists
+    # already (the engine's): later tests reading log records would see none
+    loggers = [
+        lg for lg in logging.Logger.manager.loggerDict.values() if isinstance(lg, logging.Logger)
+    ]
+    disabled = [lg.disabled for lg in loggers]
+    try:
+        code = importlinter_cli.lint_imports(
+            config_filename=os.fspath(ROOT / "pyproject.toml"), no_cache=True, no_logo=True
+        )
+    finally:
+        for logger, was in zip(loggers, disabled, strict=True):
+            logger.disabled = was
     out = capsys.readouterr().out
     assert code == 0, out
     assert "0 broken" in out
