@@ -20,6 +20,7 @@ as a reader running the page top to bottom would):
 from __future__ import annotations
 
 import ast
+import logging
 import os
 import re
 import shlex
@@ -89,11 +90,42 @@ def run_command(command: str, where: str) -> None:
     assert code == 0, f"{where}: {command!r} exited {code}"
 
 
+@pytest.fixture
+def logging_restored():
+    """Put the logging configuration back as it was after a page's examples have run.
+
+    The examples run the command line in this process, and ``topdown -q`` sets up logging for a
+    whole process (the root logger's level and a stderr handler), as a Dask cluster does for its
+    loggers: later tests that read log records must not see a page's setup.
+    """
+    manager = logging.Logger.manager
+    root = logging.getLogger()
+    before = {
+        name: (logger.level, logger.disabled, logger.propagate, list(logger.handlers))
+        for name, logger in manager.loggerDict.items()
+        if isinstance(logger, logging.Logger)
+    }
+    root_level, disable = root.level, manager.disable
+    yield
+    for name, logger in list(manager.loggerDict.items()):
+        if not isinstance(logger, logging.Logger):
+            continue
+        level, disabled, propagate, handlers = before.get(name, (logging.NOTSET, False, True, []))
+        logger.setLevel(level)
+        logger.disabled, logger.propagate, logger.handlers = disabled, propagate, handlers
+    root.setLevel(root_level)
+    for handler in list(root.handlers):  # the CLI's own handler (pytest's are its to remove)
+        if getattr(handler, "_topdown_cli", False):
+            root.removeHandler(handler)
+    logging.disable(disable)
+
+
 def page_id(page: Path) -> str:
     return str(page.relative_to(ROOT))
 
 
 @pytest.mark.parametrize("page", PAGES, ids=page_id)
+@pytest.mark.usefixtures("logging_restored")
 def test_examples_run(page: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     namespace: dict[str, object] = {"__name__": "__docs__"}
