@@ -1,7 +1,9 @@
 """Benchmark of the synth generators on Adult, NLTCS and the ACS excerpt.
 
 For each data set and epsilon: each generator's mean 1-, 2- and 3-way marginal TVD, the
-train-on-synthetic / test-on-real AUC where the data set has a class, and the wall time; beside
+train-on-synthetic / test-on-real AUC where the data set has a class, and the wall time (the
+Adaptive generator at (epsilon, 1e-9), as the peers, its rows i.i.d. and as many as its noisy
+total); beside
 them the bootstrap floor (a resample of the real data, what sampling noise alone costs), the
 independent-columns baseline (each column shuffled on its own: perfect 1-way marginals, no
 dependence) and, for the local-DP DP2-Pub, the GRR + per-attribute PRAM floor. A published
@@ -14,6 +16,10 @@ Run from the repository root:
 
     /work/venv/bin/python -m benchmarks.bench_synth [--data adult nltcs acs] [--eps 0.1 1 5]
         [--seeds 0 1 2] [--peer-python /work/venv-peer/bin/python] [--aim]
+        [--methods adaptive]
+
+The process's peak resident memory is printed at the end (run one method with ``--methods``
+to read it as that method's peak).
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ import argparse
 import functools
 import json
 import logging
+import resource
 import subprocess
 import sys
 import tempfile
@@ -33,7 +40,7 @@ import numpy as np
 import pandas as pd
 
 from benchmarks.acs import AGE_BINS, shared_data
-from synth import ClassConditional, DP2Pub, PrivBayes
+from synth import Adaptive, ClassConditional, DP2Pub, PrivBayes
 from synth.dp2pub import grr_pram_baseline
 from synth.metrics import marginal_tvd, tstr_accuracy
 
@@ -174,6 +181,9 @@ def _generators(
     """The runs at one epsilon, each a no-argument callable returning the synthetic data."""
     n = len(real)
     out: dict[str, Callable[[], pd.DataFrame]] = {
+        "Adaptive (ours, delta 1e-9)": lambda: (
+            Adaptive(eps, delta=1e-9, domains=domains, seed=seed).fit(real).sample()
+        ),
         "PrivBayes k=2": lambda: (
             PrivBayes(eps, k=2, domains=domains, seed=seed).fit(real).sample(n)
         ),
@@ -304,6 +314,8 @@ def main(argv: list[str] | None = None) -> int:
     print(table.to_string(index=False))
     if args.out is not None:
         table.to_csv(args.out, index=False)
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+    print(f"peak resident memory of this process: {peak:.0f} MiB")
     return 0
 
 

@@ -208,3 +208,21 @@ def test_bad_input_is_refused_with_the_argument_value_and_rule():
     model = fit_model([ok], (2,), iters=5)
     with pytest.raises(SynthError, match=r"attrs \(\[0, 0\]\) must be distinct"):
         model.marginal((0, 0))
+
+
+def test_crosstab_with_margins_uses_the_model_and_stays_consistent():
+    import pandas as pd
+
+    from synth import NoisyCrosstab
+
+    rng = np.random.default_rng(8)
+    frame = pd.DataFrame({"x": rng.integers(0, 3, 400), "y": rng.integers(0, 4, 400)})
+    domains = {"x": [0, 1, 2], "y": [0, 1, 2, 3, 4]}
+    ct = NoisyCrosstab(2, domains=domains, margins=True, seed=1).fit(frame)
+    assert ct.estimator == "graphical"
+    assert ct.table is not None and ct.table.dtype.kind == "i" and ct.table.min() >= 0
+    assert ct.margin_tables[0].tolist() == ct.table.sum(axis=1).tolist()
+    assert ct.margin_tables[1].tolist() == ct.table.sum(axis=0).tolist()
+    assert NoisyCrosstab(2, domains=domains, seed=1).estimator == "least_squares"
+    with pytest.raises(SynthError, match=r"estimator \('qp'\) must be one of \['auto', "):
+        NoisyCrosstab(2, estimator="qp")
