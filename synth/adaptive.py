@@ -209,6 +209,7 @@ class Adaptive:
         self.columns, self.domains = records.columns, records.domains
         sizes, codes = records.sizes, records.codes
         d = len(sizes)
+        self._grown: dict[frozenset[tuple[int, int]], tuple[int, int]] = {}
         workload = self._workload(self.columns)
         closure = sorted(
             {
@@ -338,6 +339,8 @@ class Adaptive:
         sizes_now = [cells(c, sizes) for c in tree.cliques]
         total_now = sum(sizes_now)
         limit = self.max_model_cells * spent
+        # the triangulation depends on the graph only: remembered across rounds by edge set
+        edges = {(a, b) for c in cliques for a, b in itertools.combinations(sorted(c), 2)}
         out = []
         for r in closure:
             if tree.containing(r) is not None:
@@ -351,8 +354,13 @@ class Adaptive:
             if merged <= self.max_cells and bound_total <= limit:
                 out.append(r)
                 continue
-            grown = [cells(c, sizes) for c in triangulated_cliques([*cliques, r], sizes)]
-            if max(grown) <= self.max_cells and sum(grown) <= limit:
+            graph = edges | {(a, b) for a, b in itertools.combinations(r, 2)}
+            key = frozenset(graph)
+            if key not in self._grown:
+                grown = [cells(c, sizes) for c in triangulated_cliques([*cliques, r], sizes)]
+                self._grown[key] = (max(grown), sum(grown))
+            biggest, total = self._grown[key]
+            if biggest <= self.max_cells and total <= limit:
                 out.append(r)
         return out
 

@@ -28,6 +28,7 @@ import numpy as np
 
 from synth._domains import SynthError
 from synth._estimate import Measurement
+from synth.graphical.inference import calibrate
 from synth.graphical.junction_tree import build_junction_tree
 from synth.graphical.model import GraphicalModel
 
@@ -108,30 +109,66 @@ def fit_model(
     for key in keys:
         old = warm_start.potentials.get(key) if warm_start is not None else None
         theta[key] = np.array(old) if old is not None else np.zeros([sizes[a] for a in key])
+    if not data:
+        return GraphicalModel(sizes, tree, theta, float(total))
+    # the loss grouped by clique: 0.5 sum_r w_r ||mu - y_r||^2
+    #   = 0.5 W ||mu||^2 - <mu, b> + c,  W = sum w_r, b = sum w_r y_r
+    weight: dict[tuple[int, ...], float] = {}
+    target: dict[tuple[int, ...], np.ndarray] = {}
+    constant = 0.0
+    for attrs, y, var in data:
+        weight[attrs] = weight.get(attrs, 0.0) + 1.0 / var
+        target[attrs] = target.get(attrs, 0.0) + y / var
+        constant += 0.5 * float(np.sum(y * y)) / var
+    home: dict[tuple[int, ...], int] = {}
+    for key in keys:
+        found = tree.containing(key)
+        assert found is not None  # the tree was built to cover every key
+        home[key] = found
+    shapes = {key: tuple(sizes[a] for a in tree.cliques[home[key]]) for key in keys}
+    expanded = {key: [sizes[a] if a in key else 1 for a in tree.cliques[home[key]]] for key in keys}
+    summed = {
+        key: tuple(i for i, a in enumerate(tree.cliques[home[key]]) if a not in key)
+        for key in weight
+    }
+    scale = float(total)
 
     def evaluate(params: dict[tuple[int, ...], np.ndarray]):
-        model = GraphicalModel(sizes, tree, params, float(total))
-        loss = 0.0
+        tables = [np.zeros(0)] * len(tree.cliques)
+        filled = [False] * len(tree.cliques)
+        for key, values in params.items():
+            c = home[key]
+            part = values.reshape(expanded[key])
+            if filled[c]:
+                tables[c] = tables[c] + part
+            else:
+                tables[c] = np.broadcast_to(part, shapes[key]).copy()
+                filled[c] = True
+        for c, clique in enumerate(tree.cliques):
+            if not filled[c]:
+                tables[c] = np.zeros([sizes[a] for a in clique])
+        beliefs = calibrate(tree, tables)
+        loss = constant
         mus: dict[tuple[int, ...], np.ndarray] = {}
-        grads: dict[tuple[int, ...], np.ndarray] = {k: np.zeros_like(v) for k, v in params.items()}
-        for attrs, y, var in data:
-            if attrs not in mus:
-                mus[attrs] = model.marginal(attrs)
-            diff = mus[attrs] - y
-            loss += 0.5 * float(np.sum(diff * diff)) / var
-            grads[attrs] = grads[attrs] + diff / var
-        return model, loss, mus, grads
+        grads: dict[tuple[int, ...], np.ndarray] = {}
+        for key, w in weight.items():
+            belief = beliefs[home[key]]
+            mu = scale * (belief.sum(axis=summed[key]) if summed[key] else belief)
+            mus[key] = mu
+            loss += 0.5 * w * float(np.sum(mu * mu)) - float(np.sum(mu * target[key]))
+            grads[key] = w * mu - target[key]
+        return loss, mus, grads
 
-    model, loss, mus, grads = evaluate(theta)
-    if not data:
-        return model
-    max_weight = max(1.0 / var for _, _, var in data)
-    alpha = 1.0 / (float(total) * max_weight)
+    loss, mus, grads = evaluate(theta)
+    max_weight = max(weight.values())
+    alpha = 1.0 / (scale * max_weight)
     for step in range(iters):
         kept = False
         for _ in range(30):
-            trial = {k: theta[k] - alpha * grads[k] for k in theta}
-            t_model, t_loss, t_mus, t_grads = evaluate(trial)
+            trial = dict(theta)
+            for k, g in grads.items():
+                trial[k] = theta[k] - alpha * g
+            t_loss, t_mus, t_grads = evaluate(trial)
             predicted = sum(float(np.sum(grads[k] * (mus[k] - t_mus[k]))) for k in mus)
             if loss - t_loss >= 0.5 * predicted and np.isfinite(t_loss):
                 kept = True
@@ -140,7 +177,8 @@ def fit_model(
         if not kept:
             logger.debug("fit_model: no decrease at iteration %d (loss %.6g); stopped", step, loss)
             break
-        theta, model, loss, mus, grads = trial, t_model, t_loss, t_mus, t_grads
+        theta, loss, mus, grads = trial, t_loss, t_mus, t_grads
         alpha *= 1.5
+    model = GraphicalModel(sizes, tree, theta, scale)
     logger.debug("fit_model: %d cliques, loss %.6g, total %.1f", len(keys), loss, total)
     return model
