@@ -267,7 +267,7 @@ class Adaptive:
                 sizes,
                 [chosen],
                 [ZCDP(rho_m)],
-                names=[f"round {step}: {' x '.join(names)}"],
+                names=[f"round {step}: measure {' x '.join(names)}"],
                 ledger=self.ledger,
                 rng=self._rng,
                 mechanism="discrete_gaussian",
@@ -391,7 +391,7 @@ class Adaptive:
         index = exponential_mechanism(scores, eps_s, sensitivity, rng=self._rng)
         chosen = candidates[index]
         self.ledger.record(
-            f"round {step}: selection",
+            f"round {step}: select {' x '.join(self.columns[a] for a in chosen)}",
             0,
             "exponential_mechanism",
             ZCDP(eps_s * eps_s / 8),

@@ -46,8 +46,9 @@ def test_ledger_adds_up_to_the_budget_and_records_every_round():
     rounds = len(names[4:]) // 2
     assert rounds >= 1 and len(names) == 4 + 2 * rounds
     for step in range(1, rounds + 1):  # each round: a selection, then its measurement
-        assert names[4 + 2 * (step - 1)] == f"round {step}: selection"
-        assert names[4 + 2 * (step - 1) + 1].startswith(f"round {step}: ")
+        chosen = " x ".join(gen.measured[3 + step])
+        assert names[4 + 2 * (step - 1)] == f"round {step}: select {chosen}"
+        assert names[4 + 2 * (step - 1) + 1] == f"round {step}: measure {chosen}"
     selections = [e for e in ledger.entries if e.mechanism == "exponential_mechanism"]
     measures = [e for e in ledger.entries if e.mechanism == "discrete_gaussian"]
     assert len(selections) == rounds and len(measures) == 4 + rounds
