@@ -1,19 +1,26 @@
 """Benchmark of the synth generators on Adult, NLTCS and the ACS excerpt.
 
-For each data set and epsilon: each generator's mean 1-, 2- and 3-way marginal TVD, the
-train-on-synthetic / test-on-real AUC where the data set has a class, and the wall time; beside
-them the bootstrap floor (a resample of the real data, what sampling noise alone costs), the
-independent-columns baseline (each column shuffled on its own: perfect 1-way marginals, no
-dependence) and, for the local-DP DP2-Pub, the GRR + per-attribute PRAM floor. A published
-peer (smartnoise-synth's MST and AIM, records drawn i.i.d. from the model) runs when the package
-is importable by ``--peer-python`` (a separate virtual environment: the project's
-dependencies do not change for it), at ``--peer-eps``; otherwise a message says it was
-skipped. Every generator runs once per seed; the table shows the mean ± its standard error.
+For each data set and epsilon: each generator's mean 1-, 2- and 3-way marginal TVD, the train-
+on-synthetic / test-on-real AUC where the data set has a class, the wall time and this process's
+CPU time (``cpu_s``, what a fit costs on a shared machine; not counted for a peer, which runs in
+its own process). The Adaptive generator runs at (epsilon, 1e-9), as the peers, its rows i.i.d.
+and as many as its noisy total. Beside them: the bootstrap floor (a resample of the real data,
+what sampling noise alone costs), the independent-columns baseline (each column shuffled on its
+own: perfect 1-way marginals, no dependence) and, for the local-DP DP2-Pub, the GRR + per-
+attribute PRAM floor. A published peer (smartnoise-synth's MST and AIM, records drawn i.i.d.
+from the model) runs when the package is importable by ``--peer-python`` (a separate virtual
+environment: the project's dependencies do not change for it), at ``--peer-eps``; otherwise a
+message says it was skipped. Every generator runs once per seed; the table shows the mean ± its
+standard error.
 
 Run from the repository root:
 
     /work/venv/bin/python -m benchmarks.bench_synth [--data adult nltcs acs] [--eps 0.1 1 5]
         [--seeds 0 1 2] [--peer-python /work/venv-peer/bin/python] [--aim]
+        [--methods adaptive]
+
+The process's peak resident memory is printed at the end (run one method with ``--methods``
+to read it as that method's peak).
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ import argparse
 import functools
 import json
 import logging
+import resource
 import subprocess
 import sys
 import tempfile
@@ -33,7 +41,7 @@ import numpy as np
 import pandas as pd
 
 from benchmarks.acs import AGE_BINS, shared_data
-from synth import ClassConditional, DP2Pub, PrivBayes
+from synth import Adaptive, ClassConditional, DP2Pub, PrivBayes
 from synth.dp2pub import grr_pram_baseline
 from synth.metrics import marginal_tvd, tstr_accuracy
 
@@ -146,6 +154,7 @@ def _row(
     synthetic: pd.DataFrame,
     seconds: float,
     target: str | None,
+    cpu: float = float("nan"),
 ) -> dict:
     table = marginal_tvd(real, synthetic, (1, 2, 3))
     row = {
@@ -156,6 +165,7 @@ def _row(
         "tvd3": table.loc[3, "mean"],
         "tvd2_max": table.loc[2, "max"],
         "seconds": seconds,
+        "cpu_s": cpu,
     }
     if target is not None:
         scores = tstr_accuracy(synthetic, real, target)
@@ -174,6 +184,9 @@ def _generators(
     """The runs at one epsilon, each a no-argument callable returning the synthetic data."""
     n = len(real)
     out: dict[str, Callable[[], pd.DataFrame]] = {
+        "Adaptive (ours, delta 1e-9)": lambda: (
+            Adaptive(eps, delta=1e-9, domains=domains, seed=seed).fit(real).sample()
+        ),
         "PrivBayes k=2": lambda: (
             PrivBayes(eps, k=2, domains=domains, seed=seed).fit(real).sample(n)
         ),
@@ -207,19 +220,30 @@ def _timed(
     make: Callable[[], pd.DataFrame],
     target: str | None,
 ) -> dict | None:
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     try:
         synthetic = make()
     except Exception as err:  # a run's failure is reported, not fatal
         print(f"{label} at eps {eps} failed: {err}", flush=True)
         return None
-    return _row(label, eps, real, synthetic, time.perf_counter() - start, target)
+    seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
+    # cpu_s: this process's CPU time (a peer's runs in its own process: not counted)
+    return _row(
+        label,
+        eps,
+        real,
+        synthetic,
+        seconds,
+        target,
+        cpu=cpu if "smartnoise" not in label else float("nan"),
+    )
 
 
 def _summary(rows: list[dict]) -> pd.DataFrame:
     """Mean and standard error over the seeds of every (data, method, eps)."""
     frame = pd.DataFrame(rows)
-    metrics = [c for c in ("tvd1", "tvd2", "tvd3", "tvd2_max", "tstr_auc", "seconds") if c in frame]
+    columns = ("tvd1", "tvd2", "tvd3", "tvd2_max", "tstr_auc", "seconds", "cpu_s")
+    metrics = [c for c in columns if c in frame]
     grouped = frame.groupby(["data", "method", "eps"], sort=False)[metrics]
     mean, sem = grouped.mean(), grouped.sem()
     out = mean.copy()
@@ -231,6 +255,7 @@ def _summary(rows: list[dict]) -> pd.DataFrame:
             ]
     out["tvd2_max"] = mean["tvd2_max"].round(4)
     out["seconds"] = mean["seconds"].round(1)
+    out["cpu_s"] = mean["cpu_s"].round(1)
     out["runs"] = grouped.size()
     return out.reset_index()
 
@@ -290,6 +315,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--peer-eps", nargs="+", type=float, default=[1.0])
     parser.add_argument("--aim", action="store_true", help="also run AIM (slow)")
     parser.add_argument(
+        "--skip-mst", action="store_true", help="do not run the MST peer (with --aim: AIM only)"
+    )
+    parser.add_argument(
         "--methods", nargs="+", default=None, help="run only generators whose name contains one"
     )
     parser.add_argument("--out", type=Path, default=None, help="also write the table as CSV")
@@ -299,11 +327,15 @@ def main(argv: list[str] | None = None) -> int:
     peers = _peers(args.peer_python)
     if not args.aim:
         peers.pop("AIM (smartnoise)", None)
+    if args.skip_mst:
+        peers.pop("MST (smartnoise)", None)
     table = run(args.data, args.eps, args.seeds, peers, args.peer_eps, args.methods)
     print("\n# all results (mean ±SE over the seeds; peers and baselines as run)")
     print(table.to_string(index=False))
     if args.out is not None:
         table.to_csv(args.out, index=False)
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+    print(f"peak resident memory of this process: {peak:.0f} MiB")
     return 0
 
 

@@ -34,6 +34,7 @@ __all__ = [
     "histogram",
     "measure_marginals",
     "consistent_tables",
+    "weighted_least_squares",
     "marginalize",
     "MECHANISM_KINDS",
     "split_budget",
@@ -178,22 +179,16 @@ def consistency_rows(attr_sets: Sequence[tuple[int, ...]], sizes: Sequence[int])
     return sp.csr_matrix(sp.vstack(blocks))
 
 
-def consistent_tables(
+def weighted_least_squares(
     measurements: Sequence[Measurement],
     sizes: Sequence[int],
     *,
     name: str = "synth",
     solver: str = "auto",
-) -> list[np.ndarray]:
-    """Non-negative, integer tables that agree on every shared sub-marginal.
-
-    Step 1 (L2): minimise ``sum_t (1 / var_t) ||x_t - y_t||^2`` over ``x >= 0`` with the
-    consistency rows. Step 2 (L1): round to integers at minimal L1 distance with the same rows
-    (rounding window 1, then 2 if that is infeasible). If both fail (overlapping tables whose
-    shared cells cannot all be rounded alike) or the integer program runs out of time, each
-    cell is rounded on its own and a warning says the tables are then consistent only up to
-    rounding.
-    """
+) -> tuple[np.ndarray, sp.csr_matrix]:
+    """The L2 pass of :func:`consistent_tables`: stacked non-negative tables (floats) at
+    minimal inverse-variance weighted squared distance to the noisy ones, tied on every
+    shared sub-marginal; and the consistency rows that tie them."""
     attr_sets = [m.attrs for m in measurements]
     y = np.concatenate([m.noisy.reshape(-1).astype(float) for m in measurements])
     w = np.concatenate([np.full(m.noisy.size, 1.0 / max(m.variance, 1e-12)) for m in measurements])
@@ -213,8 +208,28 @@ def consistent_tables(
         extra_ub=zeros if extra is not None else None,
         name=f"{name} / L2 pass",
     )
-    x = np.maximum(solvers.solve(problem, solver).x[:n], 0.0)
-    counts = _round(x, extra, zeros, name, solver)
+    return np.maximum(solvers.solve(problem, solver).x[:n], 0.0), rows
+
+
+def consistent_tables(
+    measurements: Sequence[Measurement],
+    sizes: Sequence[int],
+    *,
+    name: str = "synth",
+    solver: str = "auto",
+) -> list[np.ndarray]:
+    """Non-negative, integer tables that agree on every shared sub-marginal.
+
+    Step 1 (L2, :func:`weighted_least_squares`): minimise ``sum_t (1 / var_t) ||x_t - y_t||^2``
+    over ``x >= 0`` with the consistency rows. Step 2 (L1): round to integers at minimal L1
+    distance with the same rows (rounding window 1, then 2 if that is infeasible). If both
+    fail (overlapping tables whose shared cells cannot all be rounded alike) or the integer
+    program runs out of time, each cell is rounded on its own and a warning says the tables
+    are then consistent only up to rounding.
+    """
+    x, rows = weighted_least_squares(measurements, sizes, name=name, solver=solver)
+    extra = rows if rows.shape[0] else None
+    counts = _round(x, extra, np.zeros(rows.shape[0]), name, solver)
     out = []
     start = 0
     for m in measurements:

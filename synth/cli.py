@@ -43,7 +43,7 @@ __all__ = ["add_synth_parser", "run_synth", "main", "METHODS", "write_outputs"]
 
 log = logging.getLogger("synth.cli")
 
-METHODS = ("classcond", "privbayes", "dp2pub", "crosstab")
+METHODS = ("classcond", "privbayes", "dp2pub", "crosstab", "adaptive")
 _PLOTS = 3
 
 
@@ -52,8 +52,8 @@ def add_synth_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
         "synth",
         help="DP synthetic data or a noisy crosstab from one file",
-        description="Fit a generator (classcond, privbayes, dp2pub) or a noisy crosstab to a "
-        "CSV/Parquet file and write the result, its ledger and a short report.",
+        description="Fit a generator (classcond, privbayes, dp2pub, adaptive) or a noisy crosstab "
+        "to a CSV/Parquet file and write the result, its ledger and a short report.",
     )
     parser.add_argument("method", choices=METHODS, help="the generator")
     parser.add_argument("data", type=Path, help="confidential records (CSV or Parquet)")
@@ -64,9 +64,24 @@ def add_synth_parser(subparsers: Any) -> argparse.ArgumentParser:
         help="JSON file {column: [values, ...]}; omitted columns are read from the data "
         "(a disclosure, recorded in the ledger)",
     )
+    parser.add_argument(
+        "--delta",
+        type=str,
+        help="adaptive: the delta of its (epsilon, delta) guarantee (default 1e-9)",
+    )
+    parser.add_argument(
+        "--workload",
+        type=Path,
+        help="adaptive: JSON file [[column, ...], ...] of the marginals to preserve "
+        "(default: every 3-way marginal)",
+    )
     parser.add_argument("--out", type=Path, help="output table (.csv or .parquet)")
     parser.add_argument("--overwrite", action="store_true", help="replace existing outputs")
-    parser.add_argument("--rows", type=int, help="synthetic rows (default: as many as the data)")
+    parser.add_argument(
+        "--rows",
+        type=int,
+        help="synthetic rows (default: as many as the data; adaptive: its noisy total)",
+    )
     parser.add_argument("--target", help="class column for classcond (default: the last)")
     parser.add_argument("--k", type=int, help="parents per attribute (privbayes 2, dp2pub 3)")
     parser.add_argument("--columns", nargs="+", help="crosstab columns (default: all)")
@@ -93,6 +108,43 @@ def _read_domains(path: Path | None) -> dict[str, list[Any]] | None:
     return content
 
 
+def _read_workload(path: Path | None) -> list[list[str]] | None:
+    """The ``--workload`` file: a JSON list of marginals, each a non-empty list of names."""
+    if path is None:
+        return None
+    if not path.is_file():
+        raise DataError(f"workload file {str(path)!r} does not exist")
+    try:
+        content = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:
+        raise DataError(f"workload file {str(path)!r} is not valid JSON: {err}") from None
+    if (
+        not isinstance(content, list)
+        or not content
+        or not all(
+            isinstance(m, list) and m and all(isinstance(c, str) for c in m) for m in content
+        )
+    ):
+        raise DataError(
+            f"workload file {str(path)!r} must hold a non-empty list of marginals, each a "
+            'non-empty list of column names, e.g. [["age", "sex"], ["income"]]'
+        )
+    return content
+
+
+def _read_delta(value: str | None) -> float:
+    """``--delta`` as a float in (0, 1); 1e-9 when omitted."""
+    if value is None:
+        return 1e-9
+    try:
+        delta = float(value)
+    except ValueError:
+        delta = float("nan")
+    if not 0 < delta < 1:
+        raise SynthError(f"--delta ({value!r}) must be a number in (0, 1)")
+    return delta
+
+
 def _outputs(out: Path) -> tuple[Path, Path, Path]:
     stem = out.name[: -len(out.suffix)] if out.suffix else out.name
     return out, out.with_name(f"{stem}.ledger.json"), out.with_name(f"{stem}.report.html")
@@ -112,8 +164,18 @@ def _check_out(out: Path, overwrite: bool) -> None:
 
 def _fit(method: str, args: argparse.Namespace, data: pd.DataFrame, domains: Any):
     """(output table, ledger, synthetic records or None for the crosstab)."""
-    from synth import ClassConditional, DP2Pub, NoisyCrosstab, PrivBayes
+    from synth import Adaptive, ClassConditional, DP2Pub, NoisyCrosstab, PrivBayes
 
+    if method == "adaptive":
+        adaptive = Adaptive(
+            args.epsilon,
+            delta=args.delta,
+            workload=args.workload,
+            domains=domains,
+            seed=args.seed,
+        ).fit(data)
+        synthetic = adaptive.sample(args.rows)  # default: the model's noisy total, not len(data)
+        return synthetic, adaptive.ledger, synthetic
     rows = len(data) if args.rows is None else args.rows
     if method == "classcond":
         model = ClassConditional(args.epsilon, target=args.target, domains=domains, seed=args.seed)
@@ -146,7 +208,14 @@ def run_synth(args: argparse.Namespace) -> int:
     _check_out(out, args.overwrite)
     if args.rows is not None and args.rows < 0:
         raise SynthError(f"--rows ({args.rows}) must be >= 0")
+    if method != "adaptive":
+        for option, value in (("--delta", args.delta), ("--workload", args.workload)):
+            if value is not None:
+                raise SynthError(f"{option} ({str(value)!r}) applies to the adaptive method only")
+    else:
+        args.delta = _read_delta(args.delta)
     domains = _read_domains(args.domains)
+    args.workload = _read_workload(args.workload)
     data = read_data(args.data)
     try:
         table, ledger, synthetic = _fit(method, args, data, domains)
@@ -218,6 +287,7 @@ def _report_html(
         f"<h1>topdown synth {html.escape(method)}</h1>",
         f"<p>data: {html.escape(str(args.data))} ({len(data)} rows); budget: "
         f"{html.escape(str(total))}; {len(ledger)} measurements.</p>",
+        _approx_dp(args, ledger),
         "<p><b>Not private:</b> the figures below compare with the confidential data.</p>",
     ]
     for d in ledger.disclosures:
@@ -252,6 +322,17 @@ def _report_html(
     parts.append("<h2>Ledger</h2>" + ledger.to_frame().to_html(index=False))
     parts.append("</body></html>")
     return "\n".join(parts)
+
+
+def _approx_dp(args: argparse.Namespace, ledger: Ledger) -> str:
+    """The (epsilon, delta) view of a zCDP total at ``--delta`` (empty for other methods)."""
+    delta = getattr(args, "delta", None)
+    if not isinstance(delta, float):
+        return ""
+    return (
+        f"<p>(epsilon, delta) view: epsilon {ledger.epsilon_delta(delta):.6g} at delta "
+        f"{delta:g} (Canonne, Kamath, Steinke conversion of the zCDP total).</p>"
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -48,3 +48,8 @@ def test_dp2pub_example():
     table = _load("synth_dp2pub_acs").main(epsilon=8.0, rows=3000)
     assert set(table.columns) == {"DP2-Pub", "GRR+PRAM floor"}
     assert table.loc[1, "DP2-Pub"] < 0.3
+
+
+def test_adaptive_example():
+    result = _load("synth_adult_adaptive").main(rows=3000, epsilon=2.0, iters=30)
+    assert result["tvd2"] < 0.1 and result["tstr_auc"] > 0.75
