@@ -6,7 +6,7 @@ One invocation prints two tables. The samplers: samples per second for the discr
 * ``numpy-inexact``: numpy's float ``Generator.laplace`` / ``Generator.normal`` (PCG64), the
   yardstick of the ratio column (not floating-point safe: Mironov 2012);
 * ``compiled/secure``: :mod:`mechanisms.samplers` (the numba kernels) with the default secure
-  ChaCha20 source; ``compiled/seeded``: the same with a seeded source;
+  ChaCha12 source; ``compiled/seeded``: the same with a seeded source;
 * ``numpy-oracle/secure``: the vectorised numpy samplers the kernels replaced
   (:mod:`mechanisms._oracle`);
 * ``opendp``: OpenDP's exact integer ``make_laplace`` / ``make_gaussian`` on an i64 vector
@@ -16,10 +16,11 @@ One invocation prints two tables. The samplers: samples per second for the discr
 The ratio column divides a row's CPU rate by numpy-inexact's CPU rate for the same sampler and
 scale, measured in the same run (CPU rather than wall time: the machine may be shared). For the
 compiled rows, ``words/sample`` is how many raw 64-bit words of the source a sample took, and
-``source limit`` the rate at which ChaCha20 alone delivers that many words.
+``source limit`` the rate at which the default ChaCha12 alone delivers that many words.
 
 The sources: raw 64-bit words per second (``BitGenerator.random_raw``, bulk) of ChaCha20 (the
-default), ChaCha12, ChaCha8, AES-CTR and PCG64 (numpy's default, not secure).
+default before issue 27), ChaCha12 (the default), ChaCha8, AES-CTR and PCG64 (numpy's default,
+not secure).
 Run: ``python benchmarks/bench_samplers.py [--draws N] [--quick]``.
 """
 
@@ -68,7 +69,7 @@ def _rate(draw: Callable[[int], object], draws: int, repeats: int = 3) -> Rate:
 
 
 def _words_per_sample(draw: Callable[[int, np.random.Generator], object], draws: int) -> float:
-    """Raw 64-bit words a fresh ChaCha20 stream gave for ``draws`` samples, per sample."""
+    """Raw 64-bit words a fresh default (ChaCha12) stream gave for ``draws`` samples, per sample."""
     rng = make_rng()
     draw(draws, rng)
     outputs_32 = int(rng.bit_generator.state["state"]["ctr"][0])  # ChaCha counts 32-bit outputs
@@ -98,8 +99,8 @@ def _opendp_samplers() -> dict[str, Callable[[int], Callable[[int], object]]] | 
 
 
 SOURCES: dict[str, Callable[[], object]] = {
-    "ChaCha20 (default)": lambda: randomgen.ChaCha(key=2**200 + 1, counter=0, rounds=20),
-    "ChaCha12": lambda: randomgen.ChaCha(key=2**200 + 1, counter=0, rounds=12),
+    "ChaCha20": lambda: randomgen.ChaCha(key=2**200 + 1, counter=0, rounds=20),
+    "ChaCha12 (default)": lambda: randomgen.ChaCha(key=2**200 + 1, counter=0, rounds=12),
     "ChaCha8": lambda: randomgen.ChaCha(key=2**200 + 1, counter=0, rounds=8),
     "AES-CTR": lambda: randomgen.AESCounter(key=2**100 + 1),
     "PCG64 (not secure)": lambda: np.random.PCG64(2026),
@@ -163,7 +164,7 @@ def run(draws: int, small_draws: int, repeats: int) -> list[Row]:
 def format_table(rows: list[Row], sources: dict[str, Rate]) -> str:
     """Markdown tables: the samplers (ratio to numpy-inexact, CPU) and the raw sources."""
     yardstick = {(r[0], r[1]): r[4][1] for r in rows if r[2] == "numpy-inexact"}
-    chacha = sources["ChaCha20 (default)"][1]
+    chacha = sources["ChaCha12 (default)"][1]
     lines = [
         "| sampler | scale | implementation | draws | samples/s (wall) | samples/s (CPU) "
         "| ratio to numpy-inexact (CPU) | words/sample | source limit (samples/s) |",
