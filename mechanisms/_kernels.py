@@ -13,10 +13,21 @@ low bit first, through a small state array ``st``:
 * ``st[2]`` the index of the next 32-bit half-word, ``st[3]`` a filler state, ``st[4]`` a flag,
 * ``st[5:10]`` the checkpoint.
 
-Uniform integers on [0, m) take ``bit_length(m - 1)`` bits and are rejected when >= m. A
-Bernoulli(r/d) compares fresh bits with the binary expansion of r/d, computed by doubling
-(exact for d < 2**62), and stops at the first difference: 2 bits on average whatever d is.
-So a discrete Laplace sample costs about 10-30 bits, not one 64-bit word per uniform.
+How bits become decisions (all exact, all integer):
+
+* a uniform integer on [0, m): ``bit_length(m - 1)`` bits, rejected when >= m; or, for
+  m <= 2**12 far from a power of two, Lemire's multiply-and-shift on 16 bits;
+* Bernoulli(r/d): 8 fresh bits u against r/d's first 8 binary digits D, compared without
+  dividing ((u + 1) d <= 2**8 r iff u < D); on a tie (probability 2**-8) bit by bit against
+  the remainder's digits, by doubling;
+* Algorithm 1's K (the first k at which Bernoulli(gamma/k) fails) as min(G, J): G the first
+  failing Bernoulli(gamma) coin, J the first failing Bernoulli(1/j) coin, independent. J has
+  P(J > j) = 1/j!, a rational, so it is read off one uniform W (8 bits, ties decided by the
+  following bits) by comparing with 1/2!, ..., 1/5!; then at most J - 1 Bernoulli(gamma)
+  coins are drawn.
+
+Measured: a discrete Laplace sample takes about 20-66 bits at scales 1-1000, a discrete
+Gaussian about 85-115 (``benchmarks/bench_samplers.py`` prints words per sample).
 
 Running out of words: a kernel records a checkpoint (a copy of the state) before each candidate.
 Past the end of the block the bits come from a filler generator and ``st[4]`` is set; the
@@ -27,7 +38,7 @@ so the output is a function of the stream alone, not of the block sizes.
 Candidates whose intermediate integers would pass int64 (a Laplace value beyond 2**63, or a
 Gaussian acceptance exponent whose square would overflow) are returned as ``BIG`` with their
 (U, V) before the sign bit is drawn; the caller finishes them with Python ints on the same bit
-stream (:func:`mechanisms._words.finish_big`) and calls the kernel again.
+stream (:class:`mechanisms._words.WordStream`) and calls the kernel again.
 """
 
 from __future__ import annotations
@@ -85,10 +96,10 @@ def _inlined(function: _F) -> _F:
 
 # ---------------------------------------------------------------- bits
 # Speed notes (measured): in-place operators on array items (st[0] >>= 1) compile about 50x
-# slower than a load and a store; reading a global numpy array costs about 30 ns; a 64-bit
-# division about 40 ns on the development machine, and LLVM hoists a division out of a rarely
-# taken branch. So the kernels never divide in a loop and use no tables: a block of digits is
-# compared by multiplying instead.
+# slower than a load and a store; reading a global numpy array from an inlined helper cost
+# about 30 ns; a 64-bit division about 40 ns on the development machine, and LLVM hoists a
+# division out of a rarely taken branch. So the kernels never divide in a loop and use no
+# tables: a block of digits is compared by multiplying instead.
 
 
 @_compiled

@@ -3,8 +3,9 @@
 :mod:`mechanisms._kernels` reads random bits from a block of the generator's raw 64-bit words
 (``BitGenerator.random_raw``, bulk). :class:`WordStream` owns that block and the kernels' bit
 state, calls a kernel until it is done, appends words when it asks for more, and finishes with
-Python ints the rare candidates whose integers would pass int64 (``BIG``), reading the same
-bits in the same order as the kernels (half-words low first, bits low first). The noise is thus
+Python ints the rare candidates whose integers would pass int64 (``BIG``), reading the bits
+where the kernel stopped and in the kernels' order (half-words low first, bits low first), with
+CKS20's Algorithm 1 in its plain sequential form (exact for integers of any size). The noise is thus
 a function of the generator's word stream alone: of the seed or key, not of block sizes,
 executors or worker counts.
 
@@ -82,7 +83,7 @@ class WordStream:
         return bit
 
     def bernoulli(self, r: int, d: int) -> bool:
-        """Bernoulli(r/d), any size of r >= 0 and d >= 1, as the kernels' ``_bernoulli``."""
+        """Bernoulli(r/d), any size of r >= 0 and d >= 1, as the kernels' ``_bernoulli_bits``."""
         if r >= d:
             return True
         x = r
@@ -97,7 +98,11 @@ class WordStream:
         return False
 
     def bern_exp(self, num: int, den: int) -> bool:
-        """Bernoulli(exp(-num/den)) with Python ints (CKS20 Algorithm 1), as ``_bern_exp``."""
+        """Bernoulli(exp(-num/den)) with Python ints (CKS20 Algorithm 1, sequential K loops).
+
+        The fractional part first, then one Bernoulli(exp(-1)) per unit of the whole part,
+        stopping at the first failure (so a huge whole part costs a few coins, not a loop).
+        """
         whole, rem = divmod(num, den)
         if self.bernoulli(rem, den):
             k = 2

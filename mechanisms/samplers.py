@@ -8,7 +8,7 @@ integers, so no floating-point rounding can change an output (Mironov 2012).
 
 Speed comes from compiled kernels (:mod:`mechanisms._kernels`, numba) that run the algorithms
 one sample at a time on the generator's raw 64-bit words, drawn in bulk and read as a bit
-stream (:mod:`mechanisms._words`): a discrete Laplace sample takes about 10-30 random bits.
+stream (:mod:`mechanisms._words`): a discrete Laplace sample takes about 20-66 random bits.
 The same Generator state gives the same samples on every machine and in every process.
 
 Overflow: the kernels take parameters whose denominators and intermediate products stay below
