@@ -24,8 +24,6 @@ from mechanisms._kernels import BIG, DONE, NEED_WORDS, STATE_SIZE
 
 __all__ = ["WordStream", "bit_length_below"]
 
-_FILLER_SEED = 0x2545F4914F6CDD1D
-
 # the kernel call for one block: (words, state, out, start) -> (status, index, U, V)
 Kernel = Callable[[np.ndarray, np.ndarray, np.ndarray, int], tuple[int, int, int, int]]
 # finishes a BIG candidate from (U, V) with Python ints: the sample, or None if rejected
@@ -43,8 +41,7 @@ class WordStream:
     def __init__(self, rng: np.random.Generator, first_words: int) -> None:
         self.rng = rng
         self.words = self._draw(max(int(first_words), 1))
-        self.state = np.zeros(2 * STATE_SIZE, dtype=np.int64)
-        self.state[3] = _FILLER_SEED
+        self.state = np.zeros(STATE_SIZE, dtype=np.int64)  # c, h, i as in the kernels
         self.dropped = 0  # words already read and dropped by extend()
 
     def _draw(self, count: int) -> np.ndarray:
@@ -58,8 +55,6 @@ class WordStream:
         self.words = np.concatenate([self.words[first:], self._draw(max(int(count), 1))])
         st[2] -= 2 * first
         self.dropped += first
-        st[3] = _FILLER_SEED
-        st[4] = 0
 
     # ------------------------------------------------------------ Python-int reader
 
