@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 
 from topdown import Attribute, Schema, attributes_from_dictionary
-from topdown.io import read_data
+from topdown.measurement.read import read_data
 
 AGE_BINS = (0, 18, 25, 35, 45, 55, 65, 75, 100)
 

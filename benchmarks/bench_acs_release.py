@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.acs import load_acs  # noqa: E402
 from topdown import Strategy, release  # noqa: E402
-from topdown.progress import Progress  # noqa: E402
+from topdown.support.progress import Progress  # noqa: E402
 
 STRATEGIES = {
     "detailed": None,

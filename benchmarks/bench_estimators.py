@@ -11,7 +11,7 @@ noisy measurements go to every estimator:
 - ``gls``: the whole-tree BLUE itself (consistent, unbiased, not integer, may be negative);
 - ``blue``: the BLUE's estimates and variances fed to the same passes (non-negative integers);
 - ``blue_held``: the same, the root's total held at the rounded BLUE total
-  (``topdown.root_total``, what ``release(estimator="blue")`` does without invariants);
+  (``topdown.estimation.root_total``, what ``release(estimator="blue")`` does without invariants);
 - ``blue_dt``, ``blue_held_dt`` (``--estimators``): ``blue``, ``blue_held`` fed only the BLUE
   detailed cells and totals, not the measured marginals' answers (``blue_inputs(...,
   marginals=False)``): levels so fed take the level-batched passes; pair them with ``blue``,
@@ -57,15 +57,15 @@ from benchmarks.synthetic import synthetic  # noqa: E402
 from mechanisms.ledger import Ledger  # noqa: E402
 from mechanisms.rng import new_release_key  # noqa: E402
 from topdown import Strategy  # noqa: E402
-from topdown.blue import blue, blue_inputs  # noqa: E402
-from topdown.estimate import estimate  # noqa: E402
-from topdown.estimator_inputs import as_inputs  # noqa: E402
-from topdown.estimators import fold_only_children  # noqa: E402
-from topdown.measure import measure  # noqa: E402
-from topdown.passes import EstimateOptions, SolverChoice  # noqa: E402
-from topdown.root_total import decide, with_root_total  # noqa: E402
+from topdown.blue.estimate import blue, blue_inputs  # noqa: E402
+from topdown.estimation.estimate import estimate  # noqa: E402
+from topdown.estimation.estimators import fold_only_children  # noqa: E402
+from topdown.estimation.passes import EstimateOptions, SolverChoice  # noqa: E402
+from topdown.estimation.root_total import decide, with_root_total  # noqa: E402
+from topdown.measurement.estimator_inputs import as_inputs  # noqa: E402
+from topdown.measurement.measure import measure  # noqa: E402
+from topdown.measurement.tree import build_tree  # noqa: E402
 from topdown.strategy import Query  # noqa: E402
-from topdown.tree import build_tree  # noqa: E402
 
 STRATEGIES: dict[str, list[tuple[str, str]]] = {
     "detailed": [("detailed", "1")],

@@ -32,7 +32,7 @@ round's speed-up and their median: on a shared machine one pair can be far off.
 checkout's engine on the same data (before/after comparisons).
 
 ``--stream-by none COUNTY`` runs each size unstreamed and streamed by county
-(``topdown.stream``: peak memory follows the largest county); ``--state-dir DIR`` streams a
+(``topdown.streaming.run``: peak memory follows the largest county); ``--state-dir DIR`` streams a
 state written by ``python benchmarks/pl94.py --write DIR`` (Parquet by county) instead of
 generating one in memory, e.g. the California-sized state:
 
@@ -85,9 +85,9 @@ def run_one(persons: int, executor: str, args: argparse.Namespace, stream: str =
     if stream != "none":
         return run_streamed(persons, executor, stream, args)
     from topdown import release
-    from topdown.metrics import compute_metrics
-    from topdown.progress import Progress
-    from topdown.tree import build_tree
+    from topdown.measurement.tree import build_tree
+    from topdown.outputs.metrics import compute_metrics
+    from topdown.support.progress import Progress
 
     pl94 = _load_pl94()
     state = pl94.make_state(persons, args.seed)
@@ -184,16 +184,16 @@ def _partitions(n: int, parts: int) -> list[slice]:
 
 
 def run_streamed(persons: int, executor: str, stream_by: str, args: argparse.Namespace):
-    """One streamed release (``topdown.stream``) in this process: a generated state, or the
+    """One streamed release (``topdown.streaming.run``) in this process: a generated state, or the
     Parquet state of ``--state-dir``; the output folder is removed afterwards unless
     ``--keep``."""
     import shutil
 
     import pandas as pd
 
-    from topdown.partitions import partitions
-    from topdown.progress import Progress
-    from topdown.stream import release_streamed
+    from topdown.streaming.partitions import partitions
+    from topdown.streaming.run import release_streamed
+    from topdown.support.progress import Progress
 
     pl94 = _load_pl94()
     schema = pl94.pl94_schema(args.tract_groups)
@@ -312,13 +312,13 @@ def _stream_accuracy(rel, parts) -> dict[str, float]:
 def _accuracy(rel, truth_counts, compute_metrics, nodes_per_slice: int = 2000) -> dict[str, float]:
     """Mean absolute error of the released and noisy total and detailed cells, by level.
 
-    ``topdown.metrics.compute_metrics`` on slices of at most ``nodes_per_slice`` nodes (its
+    ``topdown.outputs.metrics.compute_metrics`` on slices of at most ``nodes_per_slice`` nodes (its
     float temporaries for a whole block level of a large state would take several GB), the
     slices' errors combined weighted by their number of answers.
     """
     import dataclasses
 
-    from topdown.measure import Measurements
+    from topdown.measurement.measure import Measurements
 
     sums: dict[str, list[float]] = {}
     for level, (released, truth) in enumerate(zip(rel.counts, truth_counts, strict=True)):
@@ -343,9 +343,9 @@ def _measure_only(state, schema, strategy, executor, args, own0, kids0, wall0) -
 
     from mechanisms.ledger import Ledger
     from mechanisms.rng import new_release_key
-    from topdown.executors import make_executor
-    from topdown.measure import measure
-    from topdown.tree import build_tree
+    from topdown.execution.executors import make_executor
+    from topdown.measurement.measure import measure
+    from topdown.measurement.tree import build_tree
 
     tree, truth = build_tree(state.records, schema, geography=state.geography)
     own_t, kids_t = _cpu()

@@ -17,9 +17,9 @@ Per family, on the parent's non-zero cells, it solves with CVXPY (Clarabel)
     minimize   sum_c sum_j w_c g_cj (x_cj - y_cj)^2 + v_c (sum_j x_cj - t_c)^2
     subject to sum_c x_cj = p_j,  x >= 0,
 
-then makes the answer exactly consistent (clip, rescale per parent cell) and rounds it with
-the production rounding (``topdown.batched.batched_round``). A benchmark tool, not library
-code: CVXPY per family is far too slow at scale.
+then makes the answer exactly consistent (clip, rescale per parent cell) and rounds it with the
+production rounding (``topdown.estimation.batched.families.batched_round``). A benchmark tool, not
+library code: CVXPY per family is far too slow at scale.
 """
 
 from __future__ import annotations
@@ -27,9 +27,9 @@ from __future__ import annotations
 import cvxpy as cp
 import numpy as np
 
-from topdown.batched import batched_round
-from topdown.estimator_inputs import EstimatorInputs, precision
-from topdown.tree import Tree
+from topdown.estimation.batched.families import batched_round
+from topdown.measurement.estimator_inputs import EstimatorInputs, precision
+from topdown.measurement.tree import Tree
 
 
 def size_weights(y: np.ndarray, se: np.ndarray, kappa: float, power: float) -> np.ndarray:

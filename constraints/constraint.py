@@ -10,8 +10,8 @@ Every constraint the engine sees answers three questions about one node's histog
 - ``is_invariant``: whether its value is computed from confidential data (a contextual
   constraint, published exactly, outside the DP guarantee, recorded in the ledger).
 
-``LinearRows`` is the one representation of linear rows: ``compile_rows`` and ``joint_rows``
-build it, ``topdown.node_constraints`` hands it to the estimation tasks (``FamilyTask.rows``),
+``LinearRows`` is the one representation of linear rows: ``compile_rows`` and ``joint_rows`` build
+it, ``topdown.estimation.node_constraints`` hands it to the estimation tasks (``FamilyTask.rows``),
 the passes stack it with their own rows and the release checks it with ``violation``.
 """
 

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from solvers.backends.highs import HighsBackend
+from solvers.backends.highs import HighsBackend, new_highs
 from solvers.problem import Problem
 
 __all__ = ["read_problem", "write_problem"]
@@ -32,9 +32,7 @@ _SUFFIXES = (".mps",)
 
 
 def _highs() -> Any:
-    import highspy
-
-    h = highspy.Highs()
+    h = new_highs()
     h.setOptionValue("output_flag", False)
     return h
 

@@ -34,10 +34,10 @@ import pandas as pd
 from mechanisms.ledger import Ledger
 from synth._domains import SynthError
 from synth.metrics import marginal_tvds, tvd_per_attribute
-from topdown._optional import require
 from topdown.errors import DataError, TopDownError
-from topdown.io import read_data
-from topdown.microdata import write_table
+from topdown.measurement.read import read_data
+from topdown.outputs.microdata import write_table
+from topdown.support.optional import require
 
 __all__ = ["add_synth_parser", "run_synth", "main", "METHODS", "write_outputs"]
 

@@ -74,7 +74,8 @@ def exponential_disparity(
             :func:`group_epsilons`).
         monotonic: use the factor epsilon / Delta (counts are monotonic under add/remove);
             default False, the general epsilon / (2 Delta).
-        draws, seed: for permute-and-flip above 8 values (Monte Carlo with the exact sampler).
+        draws: Monte Carlo draws for permute-and-flip above 8 values (exact sampler).
+        seed: the seed of those draws.
 
     Returns:
         One row per (group, value): ``n_group``, ``epsilon_group``, ``count``, ``true_rate``,

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from topdown import Strategy, release
-from topdown.progress import Progress
+from topdown.support.progress import Progress
 
 PUMA = 2
 

@@ -11,8 +11,8 @@ from test_batched_round import needing
 
 import solvers
 from solvers.builders import children_l2_problem
-from topdown.batched import batched_l2, detailed_only
-from topdown.family import FamilyTask, solve_family
+from topdown.estimation.batched.families import batched_l2, detailed_only
+from topdown.estimation.family import FamilyTask, solve_family
 from topdown.strategy import Query
 
 

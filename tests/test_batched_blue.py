@@ -10,7 +10,7 @@ from test_batched_round import needing
 
 import solvers
 from solvers.builders import children_l2_problem
-from topdown.batched_total import batched_l2_total
+from topdown.estimation.batched.total import batched_l2_total
 
 
 def _solve(y, t, p, w, v, parent, **kw):
@@ -188,7 +188,7 @@ def test_blue_release_takes_the_batched_path_and_matches_the_per_family_path(tmp
         assert batched.stats[level].solved_in("l2") == {"dual_newton": families}
         assert batched.stats[level].solved_in("rounding") == {"closed_form": families}
         assert "dual_newton" not in per_family.stats[level].solved_in("l2")
-    # the root: the closed form (topdown.root) against the general solvers (the capture),
+    # the root: the closed form (topdown.estimation.root) against the general solvers (the capture),
     # the same total and within a unit per cell (a held root total leaves ties to break)
     assert batched.stats[0].solved_in("l2") == {"closed_form": 1}
     assert batched.counts[0].sum() == per_family.counts[0].sum()

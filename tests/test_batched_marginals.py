@@ -1,4 +1,4 @@
-"""The marginal Newton iteration (``topdown.batched_marginals``): the L2 pass of families fitted
+"""The marginal Newton iteration (``topdown.estimation.batched.marginals``): the L2 pass of families fitted
 to their detailed cells and marginal queries (a production-shaped strategy), against hand-worked
 answers and the per-family QP."""
 
@@ -10,8 +10,8 @@ import scipy.sparse as sp
 
 import solvers
 from solvers.builders import children_l2_problem
-from topdown.batched import ChunkShape, level_chunks
-from topdown.batched_marginals import LevelMarginal, marginal_newton_chunk
+from topdown.estimation.batched.families import ChunkShape, level_chunks
+from topdown.estimation.batched.marginals import LevelMarginal, marginal_newton_chunk
 
 # a 2 x 3 x 4 domain (24 cells, C order) and the group of each cell under some marginals
 SHAPE = (2, 3, 4)

@@ -12,10 +12,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import topdown.estimate as estimate_module
-from topdown.batched import batched_l2, batched_round
-from topdown.family import FamilyTask, solve_family
-from topdown.passes import EstimateOptions, SolverChoice
+import topdown.estimation.estimate as estimate_module
+from topdown.estimation.batched.families import batched_l2, batched_round
+from topdown.estimation.family import FamilyTask, solve_family
+from topdown.estimation.passes import EstimateOptions, SolverChoice
 
 HIGHS = EstimateOptions(solver=SolverChoice(rounding="highs", strict=True))
 
@@ -203,7 +203,7 @@ def test_release_rounds_batched_levels_without_family_tasks(monkeypatch):
         lambda inputs, *a, **kw: built.append(inputs.level) or real(inputs, *a, **kw),
     )
     batched = release(df, schema, strategy, seed=11, estimator="topdown")
-    assert built == []  # the root's passes are closed forms too (topdown.root)
+    assert built == []  # the root's passes are closed forms too (topdown.estimation.root)
     assert batched.stats[0].solved_in("rounding") == {"closed_form": 1}
     assert batched.check_correctness().ok
     per_family = release(
@@ -224,7 +224,7 @@ def test_families_left_by_the_batch_are_solved_per_family(monkeypatch):
     """If the batched rounding leaves families (it would for an inconsistent L2 answer), they
     get per-family tasks that start from the chunk's L2 answers, and the release is still
     correct and counts them."""
-    import topdown.chunk_tasks as chunk_module
+    import topdown.estimation.batched.chunk_tasks as chunk_module
     from topdown import release
 
     df, schema, strategy = _state()

@@ -1,4 +1,4 @@
-"""The whole-tree BLUE (topdown.blue) against a dense generalised-least-squares reference, its
+"""The whole-tree BLUE (topdown.blue.estimate) against a dense generalised-least-squares reference, its
 variances against the reference's exact covariance and a seeded simulation, and the 90%
 interval's coverage."""
 
@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 
 from constraints.domain import Domain
-from topdown import row_blocks
-from topdown.blue import Blue, blue, blue_inputs
-from topdown.estimator_inputs import EstimatorInputs, QueryEstimate
+from topdown.blue.estimate import Blue, blue, blue_inputs
+from topdown.measurement.estimator_inputs import EstimatorInputs, QueryEstimate
+from topdown.measurement.tree import Level, Tree
 from topdown.strategy import Query
-from topdown.tree import Level, Tree
+from topdown.support import row_blocks
 
 DOMAIN = Domain({"A": [0, 1], "B": [0, 1, 2], "C": [0, 1, 2, 3]})
 MARGINALS = ["detailed", "total", "A", "B", "A x B", "B x C", "C"]
@@ -271,7 +271,7 @@ def test_weighted_projection_of_the_blue_is_the_gls_given_the_parent(seed: int) 
     subtree weights (what ``blue_inputs`` feeds) is the BLUE given the parent exactly (the
     parent level re-measured with variance 0), wherever nothing is clipped. Per-node variances
     make siblings' subtree and final variances disagree, so the final ones would fail."""
-    from topdown.batched import batched_l2
+    from topdown.estimation.batched.families import batched_l2
 
     rng = np.random.default_rng(seed)
     tree = random_tree(rng, (2, 2), only_child=False)

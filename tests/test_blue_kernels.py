@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from topdown import blue_recursions, row_blocks
-from topdown.blue_recursions import (
+from topdown.blue import recursions as blue_recursions
+from topdown.blue.recursions import (
     _averages,
     _group_part,
     _minus,
@@ -21,6 +21,7 @@ from topdown.blue_recursions import (
     child_sums,
     shifted,
 )
+from topdown.support import row_blocks
 
 SHAPE = (5, 2, 3, 4)  # 5 nodes, three attributes
 BLOCKS = [1, 3, 100]  # rows per block

@@ -1,4 +1,4 @@
-"""The lean BLUE (topdown.blue): the leaf level kept as its subtree estimates and made final on
+"""The lean BLUE (topdown.blue.estimate): the leaf level kept as its subtree estimates and made final on
 demand, the passes fed the raw leaf measurements where that is exact, and the release's counts
 unchanged by it."""
 
@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 from test_blue import DOMAIN, random_tree
 
-from topdown.blue import blue, blue_inputs
-from topdown.estimate import estimate
-from topdown.estimator_inputs import EstimatorInputs, QueryEstimate
+from topdown.blue.estimate import blue, blue_inputs
+from topdown.estimation.estimate import estimate
+from topdown.measurement.estimator_inputs import EstimatorInputs, QueryEstimate
+from topdown.measurement.tree import Tree
 from topdown.strategy import Query
-from topdown.tree import Tree
 
 STRATEGIES = {
     "detailed only": ["detailed"],

@@ -11,8 +11,8 @@ import pytest
 import solvers
 from solvers.export import read_problem
 from topdown import Attribute, Query, Schema, Strategy, release
-from topdown.capture import INDEX, INDEX_COLUMNS, prepare, structure_class
 from topdown.errors import OptionsError
+from topdown.estimation.capture import INDEX, INDEX_COLUMNS, prepare, structure_class
 from topdown.strategy import LevelStrategy
 
 pytest.importorskip("highspy")

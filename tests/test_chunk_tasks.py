@@ -1,5 +1,5 @@
-"""The level-batched passes in chunks (``topdown.batched.level_chunks``,
-``topdown.chunk_tasks``): how a level is cut, that a family's answer does not depend on the
+"""The level-batched passes in chunks (``topdown.estimation.batched.families.level_chunks``,
+``topdown.estimation.batched.chunk_tasks``): how a level is cut, that a family's answer does not depend on the
 chunk it is solved in (bit for bit), and that the release does not depend on the executor."""
 
 from __future__ import annotations
@@ -7,11 +7,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import topdown.batched as batched_module
-from topdown.batched import ChunkShape, level_chunks
-from topdown.batched_marginals import LevelMarginal
-from topdown.chunk_tasks import ChunkTask, chunk_task, solve_chunk
-from topdown.executors import make_executor
+import topdown.estimation.batched.families as batched_module
+from topdown.estimation.batched.chunk_tasks import ChunkTask, chunk_task, solve_chunk
+from topdown.estimation.batched.families import ChunkShape, level_chunks
+from topdown.estimation.batched.marginals import LevelMarginal
+from topdown.execution.executors import make_executor
 
 
 def _level(rng, n_parents=60, cells=40, max_k=7):
@@ -99,7 +99,7 @@ def test_level_chunks_cover_each_family_once_by_public_structure():
 )
 def test_a_family_alone_equals_the_family_inside_a_chunk(seed, mode):
     """The closed form, the dual Newton iteration (``batched_l2_total``'s), the marginal Newton
-    iteration (``topdown.batched_marginals``: the chunk pads cells and each marginal's groups)
+    iteration (``topdown.estimation.batched.marginals``: the chunk pads cells and each marginal's groups)
     and the rounding with its transport repair (per-family 2^-30 cost grid) give each family
     the same answer, bit for bit, solved alone (its own width) or inside a chunk of other
     families padded to the widest one. Near-ties (integer answers) are included."""
@@ -152,7 +152,7 @@ def test_release_takes_chunks_on_the_executor_and_is_the_same_on_any_pool(monkey
 
     monkeypatch.setattr(batched_module, "CHUNK_VALUES", 200)
     ran: list[int] = []
-    import topdown.level_batch as level_batch_module
+    import topdown.estimation.batched.level as level_batch_module
 
     real = level_batch_module.level_chunks
     monkeypatch.setattr(

@@ -106,7 +106,7 @@ def test_a_loaded_release_recomputes_the_published_error_estimates(released: Pat
     """``load_release`` recomputes the BLUE from the published measurements with the root
     total invariant as an exact total, as the release did: the same error table (the root
     total's stderr is 0 in both)."""
-    from topdown.error_estimates import node_error_table
+    from topdown.blue.error_estimates import node_error_table
 
     rel, _ = release_folder.load_release(released)
     assert rel.blue is not None

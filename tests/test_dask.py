@@ -16,13 +16,13 @@ pytest.importorskip("distributed", reason="the 'dask' extra is not installed")
 pytest.importorskip("pyarrow", reason="the 'parquet' extra is not installed")
 
 from benchmarks.pl94 import detailed_strategy, make_state, pl94_schema, state_total_invariant
-from topdown import measure as measure_module
-from topdown import process_memory
-from topdown.dask_input import SparseCounts, is_dataset
 from topdown.engine import release
 from topdown.errors import DataError, DomainError, HierarchyError
-from topdown.executors import DaskExecutor, ExecutorError, RemoteArray, make_executor
-from topdown.progress import Progress
+from topdown.execution import process_memory
+from topdown.execution.executors import DaskExecutor, ExecutorError, RemoteArray, make_executor
+from topdown.measurement import measure as measure_module
+from topdown.measurement.dask_input import SparseCounts, is_dataset
+from topdown.support.progress import Progress
 
 QUIET = Progress(enabled=False)
 

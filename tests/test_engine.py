@@ -14,8 +14,8 @@ from constraints.contextual_constraints import SumEqualRealTotal
 from constraints.logical_expressions.atomic import GreaterThan, TrueExpression
 from topdown import Attribute, Query, Schema, Strategy, TopDown, release
 from topdown.errors import DataError, DomainError, HierarchyError, StrategyError
-from topdown.int_types import child_count_type, smallest_int_type
 from topdown.strategy import LevelStrategy
+from topdown.support.int_types import child_count_type, smallest_int_type
 
 
 def seed_data(n: int = 600, seed: int = 0) -> pd.DataFrame:
@@ -164,7 +164,7 @@ def test_level_constraint_applies_to_that_level_only():
 def test_multipass_keeps_the_first_pass_totals():
     """Pass 1 fits the totals alone; pass 2 fits everything while holding them. Hand-made
     family: 2 children x 3 cells, noisy cells that disagree with the noisy totals."""
-    from topdown.family import FamilyTask, solve_family
+    from topdown.estimation.family import FamilyTask, solve_family
 
     detailed = (
         sp.identity(3, format="csr"),
@@ -371,6 +371,16 @@ def test_declared_geography_keeps_empty_units_and_avoids_the_disclosure():
     ]  # N4 has no record
     assert [d.name for d in rel.ledger.disclosures] == ["seeded noise"]  # no units disclosure
     assert rel.check_correctness().ok
+    # the metrics take the data the release was made from, on the release's six units (N4's
+    # truth is zero): the leaf totals' error is worked out here from the counts
+    table = rel.metrics(df).table.set_index(["level", "query", "estimator"])
+    true_totals = df.STATE.value_counts().reindex(rel.tree.levels[2].labels, fill_value=0)
+    released = rel.counts[2].sum(axis=1)
+    leaf = table.loc[(2, "total", "release")]
+    assert leaf["nodes"] == 6
+    assert leaf["mae"] == pytest.approx(np.abs(released - true_totals.to_numpy()).mean())
+    with pytest.raises(HierarchyError, match=r"units the geography does not list: \['S3'\]"):
+        rel.metrics(df.assign(STATE=df.STATE.replace({"S2": "S3"})))
     with pytest.raises(
         HierarchyError, match=r"record\(s\) in units the geography does not list: \['S2'\]"
     ):
@@ -389,8 +399,8 @@ def test_detailed_only_families_take_the_closed_form_and_agree_with_a_qp_solver(
     weights each child's L2 value is its integer noisy count minus a shift common to the
     cell, so all children share one fractional part and the L1-optimal rounding has ties."""
     import solvers
-    from topdown.estimate import EstimateOptions, SolverChoice
-    from topdown.family import FamilyTask, solve_family
+    from topdown.estimation.estimate import EstimateOptions, SolverChoice
+    from topdown.estimation.family import FamilyTask, solve_family
 
     df = seed_data(800, seed=12)
     schema = Schema(

@@ -1,4 +1,4 @@
-"""The estimator option (``topdown.estimators``) through every interface, the only-child rule,
+"""The estimator option (``topdown.estimation.estimators``) through every interface, the only-child rule,
 the per-child weights, the default, and the published error estimates."""
 
 from __future__ import annotations
@@ -13,22 +13,22 @@ from cli_helpers import SEX_AGE, embedded_subset
 
 from constraints.domain import Domain
 from topdown import Attribute, Schema, Strategy, TopDown, release
-from topdown.blue import blue
-from topdown.error_estimates import Z90, error_summary, node_error_table
+from topdown.blue.error_estimates import Z90, error_summary, node_error_table
+from topdown.blue.estimate import blue
 from topdown.errors import StrategyError
-from topdown.estimate import estimate
-from topdown.estimator_inputs import EstimatorInputs, QueryEstimate
-from topdown.estimators import (
+from topdown.estimation.estimate import estimate
+from topdown.estimation.estimators import (
     DEFAULT_ESTIMATOR,
     ESTIMATORS,
     family_weights,
     fold_only_children,
 )
+from topdown.measurement.estimator_inputs import EstimatorInputs, QueryEstimate
+from topdown.measurement.tree import Level, Tree
 from topdown.product.cli import main
 from topdown.product.config import DEFAULT_CONFIG, ConfigError, load_config, parse_config
-from topdown.progress import Progress
 from topdown.strategy import Query
-from topdown.tree import Level, Tree
+from topdown.support.progress import Progress
 
 DOMAIN = Domain({"A": [0, 1, 2]})
 QUIET = Progress(enabled=False)
@@ -239,7 +239,7 @@ def test_the_default_is_the_documented_one(tmp_path: Path) -> None:
     unset = parse_config(raw, "x.toml", base=tmp_path)
     assert unset.estimator is None and unset.effective_estimator == "blue"
     assert unset.resolved()["estimation"] == {"method": "blue"}
-    # a streamed run too (topdown.stream runs the whole-tree BLUE in two sweeps); a chosen
+    # a streamed run too (topdown.streaming.run runs the whole-tree BLUE in two sweeps); a chosen
     # "topdown" is kept
     assert unset.with_overrides(stream_by="STATE").effective_estimator == "blue"
     chosen = unset.with_overrides(estimator="topdown", stream_by="STATE")
@@ -315,7 +315,7 @@ def test_error_tables_state_the_interval_and_the_distance_to_the_blue() -> None:
 def test_error_summary_by_blocks_of_two_nodes_is_the_same(monkeypatch) -> None:
     """error_summary reads the BLUE a block of nodes at a time: blocks of two nodes give the
     whole level's figures."""
-    from topdown import error_estimates
+    from topdown.blue import error_estimates
 
     df, schema = small_acs()
     rel = release(df, schema, STRATEGY, seed=4, estimator="blue", progress=QUIET)
@@ -330,7 +330,7 @@ def test_invariant_totals_enter_the_blue_exactly() -> None:
     and in the root's table, the states' totals still carry an error; an invariant on part of
     the cells is left to the passes."""
     from constraints import ConstraintSet, Equal, SumEqual, SumEqualRealTotal, TrueExpression
-    from topdown.estimators import exact_totals
+    from topdown.estimation.estimators import exact_totals
 
     df, schema = small_acs()
     cs = ConstraintSet(n_levels=3).add(SumEqualRealTotal(TrueExpression()), level=0)

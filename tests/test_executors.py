@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from tests.cli_helpers import data_config, embedded_subset
-from topdown.executors import BATCHES_PER_WORKER, ExecutorError, batches, make_executor
+from topdown.execution.executors import BATCHES_PER_WORKER, ExecutorError, batches, make_executor
 from topdown.product.config import ConfigError, load_config
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from topdown.int_types import (
+from topdown.support.int_types import (
     child_count_type,
     holding,
     int_type_for,

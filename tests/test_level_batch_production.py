@@ -1,6 +1,6 @@
 """A production-shaped release (detailed query, ``VOTING_AGE x HISPANIC x RACE``, ``HHGQ``,
 total; the state total held) takes the level-batched marginal Newton iteration below the state
-(``topdown.level_batch``), and its counts are the per-family path's up to rounding ties."""
+(``topdown.estimation.batched.level``), and its counts are the per-family path's up to rounding ties."""
 
 from __future__ import annotations
 
@@ -10,14 +10,14 @@ import warnings
 import numpy as np
 import pytest
 
-import topdown.batched as batched_module
-import topdown.chunk_tasks as chunk_tasks
-import topdown.level_batch as level_batch
+import topdown.estimation.batched.chunk_tasks as chunk_tasks
+import topdown.estimation.batched.families as batched_module
+import topdown.estimation.batched.level as level_batch
 from benchmarks.pl94 import make_state, pl94_schema, production_strategy, state_total_invariant
 from tests.test_batched_round import needing
 from topdown import release
-from topdown.batched_marginals import MARGINAL_NEWTON
-from topdown.chunk_tasks import solve_chunk
+from topdown.estimation.batched.chunk_tasks import solve_chunk
+from topdown.estimation.batched.marginals import MARGINAL_NEWTON
 
 
 @pytest.fixture(scope="module")

@@ -11,8 +11,8 @@ import pytest
 
 pytest.importorskip("distributed", reason="the 'dask' extra is not installed")
 
-from topdown import local_cluster, process_memory
-from topdown.executors import DaskExecutor
+from topdown.execution import local_cluster, process_memory
+from topdown.execution.executors import DaskExecutor
 
 pytestmark = pytest.mark.skipif(
     "forkserver" not in multiprocessing.get_all_start_methods(),

@@ -16,16 +16,16 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-import topdown.measure as measure_module
+import topdown.measurement.measure as measure_module
 from mechanisms.ledger import Ledger
 from mechanisms.rng import child_rng, new_release_key
 from mechanisms.samplers import discrete_gaussian_pmf, sample_discrete_gaussian
 from topdown import Attribute, Schema, Strategy
-from topdown.executors import Executor, ProcessExecutor
-from topdown.int_types import smallest_int_type
-from topdown.measure import chunk_nodes, measure
+from topdown.execution.executors import Executor, ProcessExecutor
+from topdown.measurement.measure import chunk_nodes, measure
+from topdown.measurement.tree import build_tree
 from topdown.strategy import LevelStrategy, Query
-from topdown.tree import build_tree
+from topdown.support.int_types import smallest_int_type
 
 ALPHA = 1e-6
 SCHEMA = Schema(

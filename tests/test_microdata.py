@@ -8,8 +8,8 @@ import pytest
 
 from topdown import Attribute, Schema
 from topdown.errors import ReleaseError
-from topdown.microdata import expand_microdata
-from topdown.tree import build_tree
+from topdown.measurement.tree import build_tree
+from topdown.outputs.microdata import expand_microdata
 
 SCHEMA = Schema((Attribute("SEX", values=(1, 2)),), ("STATE",))
 

@@ -14,7 +14,7 @@ from benchmarks.pl94 import (
     pl94_schema,
     production_strategy,
 )
-from topdown.tree import build_tree
+from topdown.measurement.tree import build_tree
 
 
 @pytest.fixture(scope="module")

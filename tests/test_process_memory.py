@@ -8,14 +8,16 @@ import pandas as pd
 import pytest
 from cli_helpers import data_config, embedded_subset
 
-from topdown import engine, microdata, process_memory
-from topdown.executors import ProcessExecutor
-from topdown.process_memory import ENV, hugepage_advice_off
+from topdown import engine
+from topdown.execution import process_memory
+from topdown.execution.executors import ProcessExecutor
+from topdown.execution.process_memory import ENV, hugepage_advice_off
+from topdown.outputs import microdata
 from topdown.product import release_folder
 from topdown.product.cli import main
-from topdown.progress import Progress
 from topdown.schema import Attribute, Schema
 from topdown.strategy import Strategy
+from topdown.support.progress import Progress
 
 switch = process_memory._setter()
 pytestmark = pytest.mark.skipif(

@@ -1,4 +1,4 @@
-"""The root's passes in closed form (``topdown.root``) against the general solvers."""
+"""The root's passes in closed form (``topdown.estimation.root``) against the general solvers."""
 
 from __future__ import annotations
 
@@ -8,11 +8,11 @@ import scipy.sparse as sp
 
 import solvers
 from solvers.builders import children_l2_problem, rounding_problem, rounding_solution
-from topdown.root import root_l2, root_round
+from topdown.estimation.root import root_l2, root_round
 
 
 def _general_l2(y, w, t, v, lo=-np.inf, hi=np.inf):
-    """The root's L2 problem as ``topdown.family`` builds it (detailed and total queries, the
+    """The root's L2 problem as ``topdown.estimation.family`` builds it (detailed and total queries, the
     total bounds as an extra row), solved by HiGHS's QP."""
     n = y.size
     ms = [(sp.identity(n, format="csr"), y[None, :], np.full((1, n), w))]
@@ -72,7 +72,7 @@ def test_root_l2_equals_the_general_solver(seed):
 @pytest.mark.parametrize("seed", range(30))
 @pytest.mark.parametrize("controlled", [True, False])
 def test_root_round_equals_the_general_rounding(seed, controlled):
-    """The root's rounding reaches HiGHS's objective on the problem ``topdown.family`` builds
+    """The root's rounding reaches HiGHS's objective on the problem ``topdown.estimation.family`` builds
     (one-unit window, the controlled total row and the total bounds), within a unit per cell,
     and holds the window."""
     rng = np.random.default_rng(seed)

@@ -1,4 +1,4 @@
-"""The root's total held at the rounded BLUE total (topdown.root_total): a hand-worked case,
+"""The root's total held at the rounded BLUE total (topdown.estimation.root_total): a hand-worked case,
 the rule's refusals (today's behaviour kept where a held total could contradict something),
 the release and its folder (recorded as estimation, not as an invariant; ``topdown check``
 passes), and a seeded statistical test that the held total removes the clipping bias."""
@@ -23,15 +23,15 @@ from constraints.logical_expressions.atomic import Equal, TrueExpression
 from mechanisms.ledger import Ledger
 from mechanisms.rng import new_release_key
 from topdown import Attribute, Schema, Strategy, release
-from topdown.blue import blue, blue_inputs
-from topdown.estimate import estimate
-from topdown.estimator_inputs import EstimatorInputs, QueryEstimate
-from topdown.measure import measure
+from topdown.blue.estimate import blue, blue_inputs
+from topdown.estimation.estimate import estimate
+from topdown.estimation.root_total import HELD_NAME, decide, with_root_total
+from topdown.measurement.estimator_inputs import EstimatorInputs, QueryEstimate
+from topdown.measurement.measure import measure
+from topdown.measurement.tree import Level, Tree, build_tree
 from topdown.product.cli import main
 from topdown.product.release_folder import refresh_manifest, table_name, verify_release_folder
-from topdown.root_total import HELD_NAME, decide, with_root_total
 from topdown.strategy import Query
-from topdown.tree import Level, Tree, build_tree
 
 DOMAIN = Domain({"A": [0, 1]})
 TREE = Tree(
@@ -157,8 +157,8 @@ def test_release_holds_the_total_as_estimation_not_as_invariant() -> None:
     pinned = release(_records(), SCHEMA, strategy, seed=3, constraints=cs)
     assert pinned.root_total is not None and not pinned.root_total.held
     assert int(pinned.counts[0].sum()) == len(_records())
-    topdown = release(_records(), SCHEMA, strategy, seed=3, estimator="topdown")
-    assert topdown.root_total is not None and not topdown.root_total.held
+    plain = release(_records(), SCHEMA, strategy, seed=3, estimator="topdown")
+    assert plain.root_total is not None and not plain.root_total.held
 
 
 def test_release_folder_records_it_and_check_recomputes_it(tmp_path: Path) -> None:

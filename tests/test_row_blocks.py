@@ -1,12 +1,12 @@
-"""Row blocks (topdown.row_blocks): every row in exactly one block, in order, each block about
+"""Row blocks (topdown.support.row_blocks): every row in exactly one block, in order, each block about
 ``BLOCK_BYTES`` and at least one row."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from topdown import row_blocks
-from topdown.row_blocks import for_row_blocks
+from topdown.support import row_blocks
+from topdown.support.row_blocks import for_row_blocks
 
 
 def test_blocks_cover_every_row_once_in_order(monkeypatch):

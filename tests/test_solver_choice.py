@@ -13,7 +13,7 @@ import pytest
 from solvers import UnknownSolverError, UnsupportedProblemError
 from topdown import Attribute, Query, Schema, Strategy, release
 from topdown.errors import OptionsError
-from topdown.estimate import LevelStats, SolverChoice, SolveStats
+from topdown.estimation.estimate import LevelStats, SolverChoice, SolveStats
 from topdown.product.config import ConfigError, load_config
 from topdown.strategy import LevelStrategy
 

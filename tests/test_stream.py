@@ -1,4 +1,4 @@
-"""Streamed releases (topdown.stream): correct, the unstreamed ledger, reproducible on any
+"""Streamed releases (topdown.streaming.run): correct, the unstreamed ledger, reproducible on any
 executor and input form, and clear errors."""
 
 from __future__ import annotations
@@ -15,10 +15,13 @@ from constraints.contextual_constraints import SumEqualRealTotal
 from constraints.logical_expressions.atomic import TrueExpression
 from topdown import Attribute, Schema, Strategy, release
 from topdown.errors import DataError, HierarchyError, ReleaseError, StrategyError
-from topdown.partitions import partitions
-from topdown.progress import Progress
 from topdown.strategy import LevelStrategy, Query
-from topdown.stream import release_streamed
+from topdown.streaming.partitions import partitions
+from topdown.streaming.run import release_streamed
+from topdown.support.progress import Progress
+
+#: a streamed release writes its parts as Parquet
+pytestmark = pytest.mark.extra("parquet")
 
 QUIET = Progress(enabled=False)
 

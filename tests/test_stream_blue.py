@@ -14,18 +14,21 @@ import pandas as pd
 import pytest
 from test_stream import QUIET, SCHEMA, _geography, _records, _state_total, _strategy
 
-from topdown import stream_tasks
-from topdown.blue import NodeSummary, blue
-from topdown.blue_streamed import blue_above, blue_below, subtree_summary
-from topdown.estimators import exact_totals
-from topdown.measure import Measurements, QueryMeasurement
-from topdown.partitions import Partition
-from topdown.root_total import decide
+from topdown.blue.estimate import NodeSummary, blue
+from topdown.blue.streamed import blue_above, blue_below, subtree_summary
+from topdown.estimation.estimators import exact_totals
+from topdown.estimation.root_total import decide
+from topdown.measurement.measure import Measurements, QueryMeasurement
+from topdown.measurement.tree import Tree
 from topdown.strategy import LevelStrategy, Query, Strategy
-from topdown.stream import release_streamed
-from topdown.streamed_measurements import read_part
-from topdown.streamed_release import StreamedRelease, streamed_plan
-from topdown.tree import Tree
+from topdown.streaming import tasks as stream_tasks
+from topdown.streaming.measurements import read_part
+from topdown.streaming.partitions import Partition
+from topdown.streaming.result import StreamedRelease, streamed_plan
+from topdown.streaming.run import release_streamed
+
+#: a streamed release writes its parts as Parquet
+pytestmark = pytest.mark.extra("parquet")
 
 
 def _detailed_only() -> Strategy:
@@ -214,17 +217,17 @@ def test_records_are_read_only_in_the_measurement_sweep(tmp_path, monkeypatch):
 def test_default_estimator_is_blue_and_topdown_still_streams(tmp_path):
     default = _run(tmp_path, "default", _strategy())
     assert default.estimator == "blue" and default.root_total is not None
-    topdown = _run(tmp_path, "topdown", _strategy(), estimator="topdown")
-    assert topdown.estimator == "topdown" and topdown.root_total is None
-    assert topdown.check_correctness().ok
-    ledger = json.loads((topdown.folder / "ledger.json").read_text())
+    plain = _run(tmp_path, "topdown", _strategy(), estimator="topdown")
+    assert plain.estimator == "topdown" and plain.root_total is None
+    assert plain.check_correctness().ok
+    ledger = json.loads((plain.folder / "ledger.json").read_text())
     assert ledger["summary"]["estimation"] == {
         "estimator": "topdown",
         "note": "post-processing of the noisy measurements and their public variances only: "
         "no privacy cost",
     }
     # the measurements are the same streams under either estimator: only the estimates differ
-    for level in range(topdown.tree.n_levels):
+    for level in range(plain.tree.n_levels):
         pd.testing.assert_frame_equal(
-            topdown.measurement_table(level), default.measurement_table(level)
+            plain.measurement_table(level), default.measurement_table(level)
         )

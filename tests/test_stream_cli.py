@@ -12,6 +12,9 @@ from cli_helpers import data_config, embedded_subset
 from topdown.product.cli import main
 from topdown.product.release_folder import refresh_manifest
 
+#: a streamed release writes its parts as Parquet
+pytestmark = pytest.mark.extra("parquet")
+
 
 @pytest.fixture(scope="module")
 def project(tmp_path_factory: pytest.TempPathFactory) -> Path:

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 from test_stream import QUIET, SCHEMA, _geography, _records, _state_total, _strategy
 
-from topdown.stream import release_streamed
+from topdown.streaming.run import release_streamed
 
 pytest.importorskip("distributed", reason="the 'dask' extra is not installed")
 

@@ -21,7 +21,10 @@ from mechanisms.discrete import DiscreteGaussianMechanism
 from topdown.product.cli import main
 from topdown.product.release_folder import refresh_manifest
 from topdown.strategy import LevelStrategy, Query, Strategy
-from topdown.stream import release_streamed
+from topdown.streaming.run import release_streamed
+
+#: a streamed release writes its parts as Parquet
+pytestmark = pytest.mark.extra("parquet")
 
 PNG = b"\x89PNG\r\n\x1a\n"
 

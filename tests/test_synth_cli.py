@@ -63,6 +63,7 @@ def test_classcond_writes_table_ledger_report(data_file, tmp_path, capsys):
     assert not [p for p in tmp_path.iterdir() if ".partial-" in p.name]
 
 
+@pytest.mark.extra("parquet")
 def test_parquet_crosstab_and_inferred_domains(data_file, tmp_path):
     data, _ = data_file
     out = tmp_path / "table.parquet"

@@ -25,26 +25,34 @@ from constraints.constraint import Constraint
 from constraints.contextual_constraints import ContextualConstraint
 from mechanisms.ledger import Ledger, NoiseSource
 from mechanisms.rng import new_release_key
-from topdown import budget_bounds
-from topdown.dask_input import load_input
 from topdown.errors import DataError, StrategyError
-from topdown.estimate import EstimateOptions, SolverChoice, estimate
-from topdown.estimators import DEFAULT_ESTIMATOR, check_estimator, prepare_inputs
-from topdown.executors import make_executor
-from topdown.io import read_data
-from topdown.measure import measure
-from topdown.microdata import write_table
-from topdown.process_memory import hugepage_advice_off
-from topdown.progress import Progress
+from topdown.estimation.estimate import EstimateOptions, SolverChoice, estimate
+from topdown.estimation.estimators import DEFAULT_ESTIMATOR, check_estimator, prepare_inputs
+from topdown.estimation.root_total import decide, with_root_total
+from topdown.execution.executors import make_executor
+from topdown.execution.process_memory import hugepage_advice_off
+from topdown.measurement import budget_bounds
+from topdown.measurement.dask_input import load_input
+from topdown.measurement.measure import measure
+from topdown.measurement.read import read_data
+from topdown.outputs.microdata import write_table
 from topdown.release import CorrectnessReport, Release
-from topdown.root_total import decide, with_root_total
 from topdown.schema import Attribute, Schema
 from topdown.strategy import MECHANISMS, Strategy
-from topdown.timing import PhaseClock
+from topdown.support.progress import Progress
+from topdown.support.timing import PhaseClock
 
 __all__ = ["release", "TopDown", "make_schema"]
 
 log = logging.getLogger(__name__)
+
+#: the modules whose functions a release runs as tasks: a parallel executor's workers import
+#: them as they start, while this process builds the tree
+TASK_MODULES = (
+    "topdown.measurement.measure",
+    "topdown.estimation.family",
+    "topdown.estimation.batched.chunk_tasks",
+)
 
 
 @hugepage_advice_off()
@@ -72,8 +80,8 @@ def release(
 
     Args:
         data: confidential records (read by the measurement step only): a DataFrame, a CSV or
-            Parquet file, or a partitioned Parquet dataset (a folder), which the ``dask``
-            executor reads on its workers (``topdown.dask_input``: no record reaches this
+            Parquet file, or a partitioned Parquet dataset (a folder), which the ``dask`` executor
+            reads on its workers (``topdown.measurement.dask_input``: no record reaches this
             process).
         schema: declared query attributes and hierarchy columns.
         strategy: per-level budgets, queries and shares, mechanism, neighbouring.
@@ -90,14 +98,14 @@ def release(
             cluster of ``workers``).
         failsafe: relax consistency (reported) instead of raising on an infeasible family.
         capture: a new or empty folder to write every problem the estimation solves into (MPS
-            files and ``index.csv``, see ``topdown.capture``), for solver benchmarks.
+            files and ``index.csv``, see ``topdown.estimation.capture``), for solver benchmarks.
         progress: progress reporting; default a bar on a terminal, log lines elsewhere.
         domain_inferred: the schema's domain was read from the data (recorded as a disclosure).
         geography: the published units (one row per leaf, every hierarchy column, empty units
             included). Without it the units are read from the data, which discloses that each
             has at least one record: recorded in the ledger.
         estimator: ``"blue"`` (a whole-tree BLUE first, its estimates fed to the passes) or
-            ``"topdown"`` (the Census Bureau's 2020 method); see ``topdown.estimators``.
+            ``"topdown"`` (the Census Bureau's 2020 method); see ``topdown.estimation.estimators``.
     """
     check_estimator(estimator)
     progress = progress or Progress()
@@ -128,7 +136,7 @@ def release(
         capture=capture,
     )
     first_pass = {i: ls.first_pass for i, ls in enumerate(strategy.levels)}
-    with make_executor(executor, workers=workers, address=address) as ex:
+    with make_executor(executor, workers=workers, address=address, preload=TASK_MODULES) as ex:
         with clock("tree"):  # a Parquet dataset on a Dask cluster is counted there
             tree, truth = load_input(
                 data, schema, executor=ex, keep_records=needs_records, geography=geography
@@ -157,8 +165,8 @@ def release(
             inputs, blue_estimate, blue_seconds = prepare_inputs(
                 estimator, tree, schema.domain, measurements, invariants
             )
-            # post-processing: the root's total held at the rounded BLUE total where that is
-            # safe (topdown.root_total); a bound of the passes, not an invariant of the data
+            # post-processing: the root's total held at the rounded BLUE total where that is safe
+            # (topdown.estimation.root_total); a bound of the passes, not an invariant of the data
             root_total = decide(
                 estimator, tree, schema.domain, blue_estimate, constraints, invariants
             )
@@ -243,7 +251,10 @@ class TopDown:
         out_path: where ``run`` writes the microdata (CSV or Parquet by suffix); optional.
         domain: declared domains (dict column -> values or Attribute, list of Attributes, or a
             Schema). None infers from the data, warns, and records the disclosure.
-        seed, solver, executor, failsafe: as in ``release``.
+        seed: as in ``release``.
+        solver: as in ``release``.
+        executor: as in ``release``.
+        failsafe: as in ``release``.
         strategy: a Strategy; otherwise built from ``set_privacy_parameters``.
         neighbouring: ``add_remove`` (default) or ``replace_one``.
         sep: CSV separator (sniffed when None).

@@ -19,17 +19,17 @@ import pandas as pd
 from constraints.attach import ConstraintSet
 from mechanisms.accounting import ZCDP, PureDP
 from mechanisms.ledger import Ledger, NoiseSource
-from topdown.blue import Blue
+from topdown.blue.estimate import Blue
 from topdown.errors import ReleaseError
-from topdown.estimate import LevelStats
-from topdown.measure import Measurements
-from topdown.metrics import Metrics, compute_metrics
-from topdown.microdata import expand_microdata
-from topdown.node_constraints import NodeConstraints
-from topdown.root_total import RootTotal
+from topdown.estimation.estimate import LevelStats
+from topdown.estimation.node_constraints import NodeConstraints
+from topdown.estimation.root_total import RootTotal
+from topdown.measurement.measure import Measurements
+from topdown.measurement.tree import Tree, build_tree, geography_frame
+from topdown.outputs.metrics import Metrics, compute_metrics
+from topdown.outputs.microdata import expand_microdata
 from topdown.schema import Schema
 from topdown.strategy import Strategy
-from topdown.tree import Tree, build_tree
 
 __all__ = ["Release", "CorrectnessReport"]
 
@@ -64,8 +64,8 @@ class Release:
     ``release()``, recorded in the ledger too (given here, it is recorded there; left out, it is
     read from there), and the one value every writer labels the release with.
 
-    ``counts[l]`` (nodes x cells) is in the narrowest signed integer type that holds the
-    level (``topdown.int_types``: int16 for a block level, a quarter of int64's memory); widen
+    ``counts[l]`` (nodes x cells) is in the narrowest signed integer type that holds the level
+    (``topdown.support.int_types``: int16 for a block level, a quarter of int64's memory); widen
     before integer arithmetic other than ``sum``. The tables written out carry int64 counts.
     """
 
@@ -82,8 +82,9 @@ class Release:
     estimator: str = "topdown"
     blue: Blue | None = None
     blue_seconds: float = 0.0
-    #: whether the passes held the root's total at the rounded BLUE total (``estimator="blue"``
-    #: without invariants; a bound of the estimation, not an invariant): ``topdown.root_total``
+    # : whether the passes held the root's total at the rounded BLUE total (``estimator="blue"`` :
+    # without invariants; a bound of the estimation, not an invariant):
+    # ``topdown.estimation.root_total``
     root_total: RootTotal | None = None
     timings: dict[str, float] = field(default_factory=dict)  # seconds by phase (benchmarks)
 
@@ -228,9 +229,12 @@ class Release:
     def metrics(self, true_data: pd.DataFrame) -> Metrics:
         """Errors of the release and of the raw noisy measurements against the truth.
 
-        Reads confidential data: for evaluation, not for publication.
+        Reads confidential data: for evaluation, not for publication. ``true_data`` is placed
+        on the release's own units (its tree, as a declared geography), so a release made with
+        ``geography=`` (units without records included) is compared with the data it was made
+        from; a record in a unit the release does not have is refused, naming the unit.
         """
-        tree, truth = build_tree(true_data, self.schema)
+        tree, truth = build_tree(true_data, self.schema, geography=geography_frame(self.tree))
         for mine, theirs in zip(self.tree.levels, tree.levels, strict=True):
             if not np.array_equal(mine.labels.astype(str), theirs.labels.astype(str)):
                 raise ReleaseError(

@@ -29,10 +29,10 @@ from pathlib import Path
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from topdown.capture import INDEX
 from topdown.engine import release
-from topdown.progress import Progress
+from topdown.estimation.capture import INDEX
 from topdown.strategy import LevelStrategy
+from topdown.support.progress import Progress
 
 logger = logging.getLogger("benchmarks.solvers.make_problem_set")
 

@@ -40,7 +40,7 @@ import pandas as pd
 import solvers
 from solvers.backends.base import decline_reason, kind_refusal
 from solvers.export import read_problem
-from topdown.capture import INDEX, structure_class
+from topdown.estimation.capture import INDEX, structure_class
 
 logger = logging.getLogger("benchmarks.solvers.replay")
 

@@ -14,10 +14,12 @@ operators. The full ``domain.size`` vector is materialised once, at the top.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from typing import Any, ClassVar
 
 import numpy as np
 
 from constraints.domain import Domain
+from constraints.errors import ConstraintError
 
 __all__ = ["Expression"]
 
@@ -30,6 +32,11 @@ class Expression(ABC):
     """
 
     __slots__ = ()
+
+    #: the compounds that ``&``, ``|`` and ``~`` build, by operator: ``compound`` registers
+    #: ``And``, ``Or`` and ``Not`` as it is imported (the package imports it), so the base class
+    #: never imports the module built on it
+    _compounds: ClassVar[dict[str, type[Any]]] = {}
 
     @abstractmethod
     def _broadcast_mask(self, domain: Domain) -> np.ndarray:
@@ -60,23 +67,20 @@ class Expression(ABC):
 
     # -- operators ---------------------------------------------------------------------------
     def __and__(self, other: Expression) -> Expression:
-        from constraints.logical_expressions.compound import And
-
-        _check_operand(other, "&")
-        left = self.operands if isinstance(self, And) else (self,)
-        return And(*left, other)
+        return self._flattened("&", other)
 
     def __or__(self, other: Expression) -> Expression:
-        from constraints.logical_expressions.compound import Or
-
-        _check_operand(other, "|")
-        left = self.operands if isinstance(self, Or) else (self,)
-        return Or(*left, other)
+        return self._flattened("|", other)
 
     def __invert__(self) -> Expression:
-        from constraints.logical_expressions.compound import Not
+        return self._compounds["~"](self)
 
-        return Not(self)
+    def _flattened(self, op: str, other: object) -> Expression:
+        """``self op other`` as one compound: ``a & b & c`` is ``And(a, b, c)``."""
+        _check_operand(other, op)
+        compound = self._compounds[op]
+        left = getattr(self, "operands", ()) if isinstance(self, compound) else (self,)
+        return compound(*left, other)
 
     def __bool__(self) -> bool:
         # ``a and b`` / ``if expr`` would silently use Python truthiness; steer to & and |.
@@ -88,8 +92,6 @@ class Expression(ABC):
 
 def _check_operand(other: object, op: str) -> None:
     if not isinstance(other, Expression):
-        from constraints.errors import ConstraintError
-
         raise ConstraintError(
             f"operand of {op} ({other!r}) must be a logical expression such as Equal('SEX', 1)"
         )

@@ -141,3 +141,6 @@ class Implies(Expression):
 
     def __repr__(self) -> str:
         return f"Implies({self.antecedent!r}, {self.consequent!r})"
+
+
+Expression._compounds.update({"&": And, "|": Or, "~": Not})

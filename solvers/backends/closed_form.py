@@ -167,9 +167,9 @@ def _analyse(
 def buckets(group: np.ndarray, n_groups: int) -> list[tuple[np.ndarray, np.ndarray]]:
     """Per distinct group size s: (group ids (G,), member indices (G, s) in index order).
 
-    ``group[i]`` is member ``i``'s group (-1 for none). The one bucketing of the package and
-    of ``topdown.batched`` (variables by row here, children by parent there): each bucket is
-    one 2-D array, so equal-size groups are solved in one vectorised call.
+    ``group[i]`` is member ``i``'s group (-1 for none). The one bucketing of the package and of
+    ``topdown.estimation.batched.families`` (variables by row here, children by parent there): each
+    bucket is one 2-D array, so equal-size groups are solved in one vectorised call.
     """
     members = np.flatnonzero(group >= 0)
     order = members[np.argsort(group[members], kind="stable")]

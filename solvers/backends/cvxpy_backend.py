@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from solvers.backends.base import Backend, failed_result, solved_result
+from solvers.backends.highs import new_highs
 from solvers.problem import Problem
 from solvers.status import SolveResult, SolveStatus
 
@@ -176,6 +177,8 @@ class CvxpyBackend(Backend):
         model = cp.Problem(cp.Minimize(objective), constraints)
         settings = _default_options(self.solver, tolerance, float(time_limit))
         settings.update(options)
+        if self.solver == "HIGHS":
+            new_highs()  # the process's first Highs, the one that prints a banner, made silent
         try:
             with warnings.catch_warnings():
                 # The status is mapped below; CVXPY's "may be inaccurate" warning adds nothing.

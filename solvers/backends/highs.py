@@ -9,6 +9,9 @@ TopDown children problem; the registry's ``auto`` order prefers interior-point Q
 from __future__ import annotations
 
 import logging
+import os
+import sys
+import threading
 import time
 from typing import Any
 
@@ -19,11 +22,13 @@ from solvers.backends.base import Backend, failed_result, solved_result
 from solvers.problem import Problem
 from solvers.status import SolveResult, SolveStatus
 
-__all__ = ["HighsBackend"]
+__all__ = ["HighsBackend", "new_highs"]
 
 logger = logging.getLogger(__name__)
 
 _MATRIX_COLWISE = 1
+_banner_lock = threading.Lock()
+_banner_done = False
 _HESSIAN_TRIANGULAR = 1
 _MINIMIZE = 1
 
@@ -54,6 +59,37 @@ def _status_map(hp: Any) -> dict[Any, SolveStatus]:
     }
 
 
+def new_highs() -> Any:
+    """A ``highspy.Highs`` instance, HiGHS's banner silenced unless this logger is at DEBUG.
+
+    HiGHS prints a copyright banner to the process's standard output the first time a ``Highs``
+    is built in a process, before any option can turn its output off; a release's stdout is
+    the release path alone (``-q``). The first construction (the only one that prints) runs
+    with file descriptor 1 pointed at the null device. Every HiGHS user in the project (this
+    backend, CVXPY's HIGHS, the MPS export) makes its first instance here.
+    """
+    global _banner_done
+    import highspy
+
+    with _banner_lock:
+        if _banner_done or logger.isEnabledFor(logging.DEBUG):
+            _banner_done = True
+            return highspy.Highs()
+        sys.stdout.flush()
+        saved = os.dup(1)
+        try:
+            with open(os.devnull, "w") as null:
+                os.dup2(null.fileno(), 1)
+                try:
+                    h = highspy.Highs()
+                finally:
+                    os.dup2(saved, 1)
+        finally:
+            os.close(saved)
+        _banner_done = True
+        return h
+
+
 class HighsBackend(Backend):
     """HiGHS via highspy: deterministic (one thread, fixed seed), silent, time-limited."""
 
@@ -76,7 +112,7 @@ class HighsBackend(Backend):
 
         start = time.perf_counter()
         tol = 1e-8 if tolerance is None else float(tolerance)
-        h = highspy.Highs()
+        h = new_highs()
         settings: dict[str, Any] = {
             "output_flag": False,
             "threads": 1,

@@ -20,12 +20,12 @@ is an optimum of the rounding LP, so it equals HiGHS's objective (tests/test_sol
 Per step the work is ``O(k^3)`` for the shortest path plus the pairs whose cheapest cell moved;
 the number of steps is the number of units the child rows move, typically a few per child.
 
-:func:`transport_repair` runs these steps on many independent families at once (one augmenting
-path per family per round, arrays (families, k, cells) padded with ``inf``): the level-batched
-rounding of ``topdown.batched`` calls it for a chunk of families, :func:`transport_round` for one
-family. It starts from any per-cell optimum (no cycle of moves lowers such a start's cost,
-which is all the successive shortest paths need), so a caller may share ties round the
-children and leave fewer units to move.
+:func:`transport_repair` runs these steps on many independent families at once (one augmenting path
+per family per round, arrays (families, k, cells) padded with ``inf``): the level-batched rounding
+of ``topdown.estimation.batched.families`` calls it for a chunk of families, :func:`transport_round`
+for one family. It starts from any per-cell optimum (no cycle of moves lowers such a start's cost,
+which is all the successive shortest paths need), so a caller may share ties round the children and
+leave fewer units to move.
 """
 
 from __future__ import annotations
@@ -58,7 +58,8 @@ def transport_round(C: np.ndarray, b: np.ndarray, L: np.ndarray, U: np.ndarray) 
     Args:
         C: costs, shape (k, n); ``+inf`` where a child has no variable in a cell.
         b: required column sums (n,), integers.
-        L, U: row-sum bounds (k,), integers or infinite.
+        L: row-sum lower bounds (k,), integers or infinite.
+        U: row-sum upper bounds (k,), integers or infinite.
 
     Returns:
         z (k, n), boolean.
@@ -99,7 +100,8 @@ def transport_repair(
             column's zeros (for instance the ``b`` cheapest, or the cheapest for costs shifted
             by a per-child constant). Any such start is optimal for its own row sums, so no
             cycle of moves can lower its cost, which the successive shortest paths need.
-        L, U: row-sum bounds (P, k).
+        L: row-sum lower bounds (P, k).
+        U: row-sum upper bounds (P, k).
 
     Returns:
         (z, ok): the repaired matrices, and per family whether its row sums meet the bounds

@@ -44,11 +44,11 @@ import pandas as pd
 
 from constraints.errors import ConstraintError, DomainError
 from synth.cli import add_synth_parser, run_synth
-from topdown.dask_input import is_dataset
 from topdown.errors import DataError, ReleaseError, TopDownError
-from topdown.io import read_data
+from topdown.measurement.dask_input import is_dataset
+from topdown.measurement.read import read_data
+from topdown.measurement.tree import ROOT_LABEL
 from topdown.product.config import DEFAULT_CONFIG, ConfigError, RunConfig, load_config
-from topdown.tree import ROOT_LABEL
 
 __all__ = ["main", "load_data", "EXIT_OK", "EXIT_FAILURE", "EXIT_USAGE"]
 
@@ -349,7 +349,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     with claim_output(out, args.overwrite, inputs=cfg.input_paths()) as claim:
         on_cluster = cfg.executor == "dask" and is_dataset(cfg.data.path)
         data: pd.DataFrame | Path
-        if on_cluster:  # a Parquet dataset read on the workers (topdown.dask_input)
+        if on_cluster:  # a Parquet dataset read on the workers (topdown.measurement.dask_input)
             if cfg.data.derive:
                 raise ConfigError(
                     cfg.file,
@@ -396,14 +396,14 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _run_streamed(args: argparse.Namespace, cfg: RunConfig, out: Path, start: float) -> int:
-    """``topdown run`` streamed by ``cfg.stream_by`` (``topdown.stream``): the subtrees'
+    """``topdown run`` streamed by ``cfg.stream_by`` (``topdown.streaming.run``): the subtrees'
     tables and microdata are written one by one into a hidden folder, checked, then moved into
     place (``topdown.product.stream_folder``)."""
     import shutil
 
     from topdown.product.release_folder import claim_output, set_modes
     from topdown.product.stream_folder import write_streamed_extras
-    from topdown.stream import release_streamed
+    from topdown.streaming.run import release_streamed
 
     if cfg.truth:
         raise ConfigError(cfg.file, "metrics.truth", "is not available with stream_by (yet)")
@@ -466,7 +466,7 @@ def _require_correct(rel: Any) -> None:
 
 def _engine_options(cfg: RunConfig, args: argparse.Namespace) -> dict[str, Any]:
     """The engine arguments a config sets, the same for a release and a streamed release."""
-    from topdown.progress import Progress
+    from topdown.support.progress import Progress
 
     return {
         "constraints": cfg.constraints,

@@ -12,7 +12,7 @@ Layout (see ``topdown/data/default.toml`` for a commented example)::
     [solver]     name (one backend, or a table per pass: l2, rounding), strict, options,
                  failsafe, capture (a folder: every problem solved, as MPS)
     [executor]   name, workers, address, stream_by (a hierarchy column: stream the release by
-                 its subtrees, see topdown.stream; data.path may then be a folder of Parquet
+                 its subtrees, see topdown.streaming.run; data.path may then be a folder of Parquet
                  partitions, one per unit)
     [output]     format (csv | parquet)
     [metrics]    truth = true (the input data) | false | "path"
@@ -35,11 +35,11 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from constraints import ConstraintSet
-from topdown import budget_bounds
 from topdown.errors import TopDownError
-from topdown.estimators import DEFAULT_ESTIMATOR, ESTIMATORS
-from topdown.executors import EXECUTORS
-from topdown.passes import PASSES, SolverChoice
+from topdown.estimation.estimators import DEFAULT_ESTIMATOR, ESTIMATORS
+from topdown.estimation.passes import PASSES, SolverChoice
+from topdown.execution.executors import EXECUTORS
+from topdown.measurement import budget_bounds
 from topdown.product.config_constraints import parse_constraints
 from topdown.schema import Attribute, Schema, attributes_from_dictionary
 from topdown.strategy import MECHANISMS, NEIGHBOURING, LevelStrategy, Query, Strategy, parse_budget
@@ -129,7 +129,7 @@ class RunConfig:
     @property
     def effective_estimator(self) -> str:
         """The estimator the run uses: the one chosen, else the engine's default (streamed or
-        not: ``topdown.stream`` runs the whole-tree BLUE in two sweeps over the subtrees)."""
+        not: ``topdown.streaming.run`` runs the whole-tree BLUE in two sweeps over the subtrees)."""
         return self.estimator if self.estimator is not None else DEFAULT_ESTIMATOR
 
     def with_overrides(

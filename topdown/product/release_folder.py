@@ -50,21 +50,21 @@ import pandas as pd
 
 from constraints.contextual_constraints import InvariantConstraint
 from mechanisms.ledger import SEEDED_DISCLOSURE, Ledger
-from topdown.blue import blue
-from topdown.error_estimates import error_summary, node_error_table
+from topdown.blue.error_estimates import error_summary, node_error_table
+from topdown.blue.estimate import blue
 from topdown.errors import ReleaseError, TopDownError
-from topdown.estimate import LevelStats
-from topdown.estimators import exact_totals
-from topdown.ledger_file import DELTA, ledger_document, ledger_summary
-from topdown.measure import Measurements, QueryMeasurement
-from topdown.microdata import write_table
-from topdown.process_memory import hugepage_advice_off
+from topdown.estimation.estimate import LevelStats
+from topdown.estimation.estimators import exact_totals
+from topdown.estimation.root_total import decide
+from topdown.execution.process_memory import hugepage_advice_off
+from topdown.measurement.measure import Measurements, QueryMeasurement
+from topdown.measurement.tree import ROOT_LABEL, Level, Tree
+from topdown.outputs.ledger import DELTA, ledger_document, ledger_summary
+from topdown.outputs.microdata import write_table
 from topdown.product.config import RunConfig, load_config, parse_config
 from topdown.product.output_claim import OutputClaim, OutputExistsError, check_output, claim_output
 from topdown.release import Release
-from topdown.root_total import decide
 from topdown.strategy import Query
-from topdown.tree import ROOT_LABEL, Level, Tree
 
 __all__ = [
     "OutputExistsError",
@@ -86,7 +86,7 @@ def table_name(level: int, column: str | None) -> str:
     return f"tables/level_{level}_{column or ROOT_LABEL}.csv"
 
 
-@hugepage_advice_off()  # its tables and files are large arrays too (topdown.process_memory)
+@hugepage_advice_off()  # its tables and files are large arrays too (process_memory)
 def write_release_folder(
     rel: Release,
     cfg: RunConfig,
@@ -105,8 +105,8 @@ def write_release_folder(
         cfg: its configuration (written resolved, as ``config.json``).
         out: the folder to create.
         overwrite: replace an existing folder.
-        metrics: a ``topdown.metrics.Metrics`` (written when given, and recorded in the ledger
-            as a disclosure: they are computed from the confidential data).
+        metrics: a ``topdown.outputs.metrics.Metrics`` (written when given, and recorded in
+            the ledger as a disclosure: they are computed from the confidential data).
         timings: seconds per phase, kept in the manifest.
         report: builds ``report.html`` inside the folder it is given.
         claim: the claim on ``out`` taken at the start of the run (default: claimed here).

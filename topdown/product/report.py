@@ -8,7 +8,7 @@ when the truth was given, the metrics), so ``topdown report`` can rebuild it at 
   node totals and detailed cells,
 - bias by node size (mean signed error of node totals, grouped by true size),
 - error estimates (estimator "blue"): the BLUE's standard errors and 90% intervals by level, and
-  the measured distance of the final counts from the BLUE (``topdown.error_estimates``),
+  the measured distance of the final counts from the BLUE (``topdown.blue.error_estimates``),
 - solver time by level (L2 pass and rounding pass),
 - the ledger summary: total budget, its (epsilon, delta) equivalent, invariants, disclosures.
 """
@@ -28,7 +28,7 @@ from typing import Any
 import matplotlib
 
 from mechanisms.ledger import NoiseSource
-from topdown.error_estimates import error_section
+from topdown.blue.error_estimates import error_section
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -278,7 +278,7 @@ def _not_private_html(ledger: dict[str, Any]) -> str:
 
 def _estimation_text(estimation: dict[str, Any]) -> str:
     """The estimator, and whether the root's total was held at the rounded BLUE total
-    (``topdown.root_total``: post-processing, not an invariant)."""
+    (``topdown.estimation.root_total``: post-processing, not an invariant)."""
     text = f"{estimation.get('estimator', '')} (post-processing, no privacy cost)"
     held = estimation.get("root_total")
     if isinstance(held, dict) and held.get("held"):

@@ -9,7 +9,7 @@ Contents (``manifest.json`` lists every file with its size and SHA-256)::
     measurements/level_<k>_<column>/<part>.parquet  the noisy measurements, parted the same way:
                                                     one row per node and query (node, query,
                                                     variance, the noisy answers as a list;
-                                                    ``topdown.streamed_measurements``)
+                                                    ``topdown.streaming.measurements``)
     microdata/<subtree>.parquet | .csv              synthetic records of each subtree's leaves
     ledger.json                                     privacy ledger with its summary, as unstreamed
     invariants.json                                 values published exactly, per node
@@ -24,7 +24,7 @@ Contents (``manifest.json`` lists every file with its size and SHA-256)::
                                                     the stream column, versions, timings
 
 Everything is written into the run's hidden folder and moved into place when complete (the
-subtrees' parts by ``topdown.stream``, the rest here). Checks and the report need no
+subtrees' parts by ``topdown.streaming.run``, the rest here). Checks and the report need no
 confidential data and hold at most one subtree's part in memory. No accuracy metrics: a streamed
 run keeps no truth.
 """
@@ -44,7 +44,8 @@ import pandas as pd
 
 from mechanisms.ledger import Ledger
 from topdown.errors import ReleaseError
-from topdown.measure import Measurements
+from topdown.measurement.measure import Measurements
+from topdown.measurement.tree import Level, Tree
 from topdown.product.config import RunConfig
 from topdown.product.release_folder import (
     Loaded,
@@ -57,8 +58,7 @@ from topdown.product.release_folder import (
     write_invariants,
 )
 from topdown.product.stream_report import build_streamed_report
-from topdown.streamed_release import StreamedRelease, dense_counts, table_dir
-from topdown.tree import Level, Tree
+from topdown.streaming.result import StreamedRelease, dense_counts, table_dir
 
 __all__ = ["FORMAT", "is_streamed_folder", "write_streamed_extras", "verify_streamed_folder"]
 
@@ -95,7 +95,7 @@ def write_streamed_extras(
     (folder / "config.json").write_text(json.dumps(config, indent=1))
     hierarchy_frame(rel.tree).to_parquet(folder / "hierarchy.parquet", index=False)
     pd.DataFrame([s.to_dict() for s in rel.stats]).to_csv(folder / "solver_stats.csv", index=False)
-    # ledger.json: written complete (with its summary) by topdown.stream
+    # ledger.json: written complete (with its summary) by topdown.streaming.run
     write_invariants(folder, rel.tree, rel.invariants)
     _subtree_frame(rel).to_csv(folder / "subtrees.csv", index=False)
     timings = dict(timings, **{k: v for k, v in rel.timings.items() if k not in timings})

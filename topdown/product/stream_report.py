@@ -33,7 +33,7 @@ from topdown.product.report import (
     table_html,
     write_page,
 )
-from topdown.streamed_measurements import level_folder
+from topdown.streaming.measurements import level_folder
 
 __all__ = ["build_streamed_report"]
 

@@ -1,0 +1,50 @@
+"""Quiet means quiet: no solver banner reaches standard output, at any verbosity.
+
+HiGHS prints a copyright banner on the first ``Highs`` a process builds, before any option can
+turn it off. A release's stdout under ``-q`` is the release path alone, which scripts read.
+Each check runs in a new process: the banner is printed once per process, so an earlier test
+that built a ``Highs`` here would hide it.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("highspy")
+
+ROOT = Path(__file__).resolve().parents[1]
+
+#: both routes to HiGHS solve a one-variable LP in a new process: nothing may reach stdout
+SOLVE_TWICE = """
+import numpy as np
+from solvers import solve
+from solvers.problem import Problem
+p = Problem(c=np.array([1.0]), lb=np.array([2.0]), ub=np.array([5.0]), name="quiet")
+for solver in ("highs", "cvxpy:HIGHS"):
+    assert abs(solve(p, solver).x[0] - 2.0) < 1e-9
+"""
+
+
+def _run(args: list[str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, *args], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
+
+
+def test_highs_prints_nothing_through_either_backend() -> None:
+    out = _run(["-c", SOLVE_TWICE])
+    assert out.returncode == 0, out.stderr
+    assert out.stdout == ""
+
+
+def test_a_quiet_release_prints_its_path_alone(tmp_path: Path) -> None:
+    target = tmp_path / "release"
+    out = _run(
+        ["-m", "topdown", "-q", "run", "--seed", "3", "--solver", "highs", "--out", str(target)]
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout == f"{target}\n"

@@ -1,0 +1,403 @@
+"""The whole-tree best linear unbiased estimate (BLUE) of every node, and its variance.
+
+TopDown fits each family from its parent's published counts and its children's own
+measurements, so a parent never learns from what was measured below it. The BLUE uses every
+measurement of the tree: generalised least squares with weights 1/variance, children summing
+exactly to their parent, no sign constraint. It reads only the noisy measurements (and their
+public variances): it is post-processing.
+
+How it is computed without a dense (nodes x cells)^2 system: the cell space splits into
+orthogonal subspaces on which every marginal query acts as a scalar, grouped by equal
+precisions (``topdown.blue.plan``); each group is one tree problem solved cell by cell by Hay
+et al. (2010)'s upward and downward recursions, generalised to unequal variances and to nodes
+without information (``topdown.blue.recursions``): O(groups x nodes x cells) time. This module
+holds the estimate (``Blue``), the solve over the groups (``blue``, ``solve``) and the inputs
+the passes are fed from it (``blue_inputs``).
+
+The variance of every answer follows from the same split: within a group the estimate's
+covariance is a scalar (per node) times the group's projector, so a marginal's answers all have
+the same variance at a node, given by ``Blue.variance(level, query)``.
+
+In pieces, for a streamed release: ``topdown.blue.streamed`` (the same ``solve``, with a
+subtree's summary below or its top's final estimate above, ``NodeSummary``).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from constraints.domain import Domain
+from topdown.blue.plan import BluePlan, coefficient, kept_axes
+from topdown.blue.recursions import (
+    LeafShift,
+    Means,
+    add_reduced,
+    downward,
+    pis_of,
+    shifted,
+    sum_matrices,
+    upward,
+    z_of,
+)
+from topdown.measurement.estimator_inputs import EstimatorInputs, QueryEstimate, as_inputs
+from topdown.measurement.measure import Measurements
+from topdown.measurement.tree import Tree
+from topdown.strategy import Query
+
+__all__ = [
+    "Blue",
+    "blue",
+    "blue_inputs",
+    "NodeSummary",
+    "solve",
+    "checked_inputs",
+]
+
+log = logging.getLogger(__name__)
+
+#: A BLUE variance below this comes from exact answers (invariants, whose variance 0
+#: ``precision`` computes as a tiny one): reported as 0. Noise variances are never near it (a
+#: variance of 1e-100 would take a budget of about rho = 1e100).
+EXACT_VARIANCE = 1e-100
+
+
+@dataclass(frozen=True)
+class Blue:
+    """The BLUE of every node's cells and the variances needed for any marginal's answers.
+
+    The leaf level, the bulk of a tree, is kept as its subtree estimates when that is exact
+    (one subspace group, every leaf informed: a detailed-only strategy, whose leaves' subtree
+    estimates are their raw measurements, held without a copy); its final BLUE is then computed
+    on demand (``cells_at``), a block of nodes at a time if asked. So the whole tree's BLUE is
+    never held as dense floats.
+
+    Attributes:
+        domain: the query domain.
+        fitted: per level (nodes, cells): the final BLUE (consistent, may be negative), except
+            the leaf level when ``leaf_shift`` is set: its subtree estimates.
+        groups: the attribute subsets solved together (same precisions everywhere).
+        scale: per level, float (groups, nodes): each group's per-coordinate variance (inf
+            where the measurements do not identify it).
+        subtree_scale: the same for each node's estimate from its own subtree's measurements
+            only (the upward recursion): siblings' subtree estimates are independent.
+        leaf_shift: set when ``fitted[-1]`` holds the leaves' subtree estimates.
+    """
+
+    domain: Domain
+    fitted: tuple[np.ndarray, ...]
+    groups: tuple[tuple[frozenset[int], ...], ...]
+    scale: tuple[np.ndarray, ...]
+    subtree_scale: tuple[np.ndarray, ...]
+    leaf_shift: LeafShift | None = None
+
+    @property
+    def n_levels(self) -> int:
+        return len(self.fitted)
+
+    def holds_subtree(self, level: int) -> bool:
+        """True when ``fitted[level]`` holds the subtree estimates, not the final BLUE."""
+        return self.leaf_shift is not None and level == self.n_levels - 1
+
+    def cells_at(self, level: int, nodes: slice | None = None) -> np.ndarray:
+        """The final BLUE of the cells of ``level``'s nodes (all, or the slice ``nodes``):
+        float (nodes, cells), a new array when the level is computed on demand."""
+        rows = slice(None) if nodes is None else nodes
+        base = self.fitted[level][rows]
+        shift = self.leaf_shift
+        if shift is None or not self.holds_subtree(level):
+            return np.asarray(base, dtype=float)
+        return shifted(base, shift.gap, shift.parent[rows], shift.ratio[rows])
+
+    def totals_at(self, level: int) -> np.ndarray:
+        """The final BLUE of every node total of ``level`` (nodes,), without its cells."""
+        total = self.fitted[level].sum(axis=1, dtype=float)
+        shift = self.leaf_shift
+        if shift is None or not self.holds_subtree(level):
+            return total
+        return total + shift.ratio * shift.gap.sum(axis=1)[shift.parent]
+
+    @property
+    def cells(self) -> tuple[np.ndarray, ...]:
+        """Every level's final BLUE (float (nodes, cells) each). Builds the leaf level: for
+        small trees and tests; large ones read ``cells_at`` level by level."""
+        return tuple(self.cells_at(level) for level in range(self.n_levels))
+
+    def variance(self, level: int, query: Query | str, *, subtree: bool = False) -> np.ndarray:
+        """Variance of each answer of ``query`` at every node of ``level`` (nodes,); with
+        ``subtree``, that of the node's estimate from its own subtree only."""
+        kept = kept_axes(Query.parse(query), self.domain)
+        scale = (self.subtree_scale if subtree else self.scale)[level]
+        out = np.zeros(scale.shape[1])
+        for g, subsets in enumerate(self.groups):
+            c = sum(coefficient(s, kept, self.domain.shape) for s in subsets)
+            if c > 0:
+                out = out + c * scale[g]
+        return np.where(out < EXACT_VARIANCE, 0.0, out)  # an answer an invariant publishes
+
+    def answer(self, level: int, query: Query | str) -> QueryEstimate:
+        """The BLUE of ``query``'s answers at every node of ``level``, with their variance."""
+        q = Query.parse(query)
+        return QueryEstimate(
+            level,
+            q,
+            np.asarray(q.answer(self.cells_at(level), self.domain), dtype=float),
+            self.variance(level, q),
+        )
+
+    def stderr(self, level: int) -> np.ndarray:
+        """Standard error of each cell at every node of ``level`` (nodes,)."""
+        return np.sqrt(self.variance(level, Query(None)))
+
+
+def blue(
+    tree: Tree,
+    domain: Domain,
+    measurements: Measurements | EstimatorInputs,
+    *,
+    exact_totals: Mapping[int, Mapping[int, float]] | None = None,
+) -> Blue:
+    """The whole-tree BLUE from the noisy measurements (see the module docstring).
+
+    Memory: one subspace group (a detailed-only strategy) reads each level's measurements in
+    place (a level with one query and no uninformed node is its own ``z``) and stores the leaf
+    level as its subtree estimates, i.e. the raw measurements (``Blue.leaf_shift``): the only
+    dense floats are those of the levels above the leaves. Several groups hold each level's
+    final BLUE; a group whose subsets involve few attributes (the node totals' group: one
+    value per node) is solved on those attributes' cells only.
+
+    Args:
+        tree: the public structure.
+        domain: the query domain.
+        measurements: the noisy measurements (or float inputs with per-node variances).
+        exact_totals: level -> node index -> a total published exactly (an invariant). Each
+            enters as a measurement of variance 0, an exact constraint: the BLUE keeps it,
+            spreads it over the node's cells and its neighbours, and reports its variance as 0.
+    """
+    inputs = checked_inputs(tree, measurements, exact_totals)
+    plan = BluePlan.of(domain, [[m.query for m in lv] for lv in inputs.levels])
+    estimate, _ = solve(tree, domain, inputs, plan)
+    return estimate
+
+
+@dataclass(frozen=True)
+class NodeSummary:
+    """Per group, estimates and variances of some nodes, on the group's cells (``reduced``).
+
+    A subtree's summary (``subtree_summary``): its top node's estimate from its descendants'
+    measurements alone (the children's summed subtree estimates) and that estimate's variance.
+    The top's final BLUE (``blue_above``): its estimate, final variance and whole-tree subtree
+    variance (``subtree``). Everything is derived from noisy measurements: public.
+
+    Attributes:
+        est: per group, float (nodes, cells of the group).
+        var: per group, float (nodes,).
+        subtree: per group, float (nodes,), or empty when not needed.
+    """
+
+    est: tuple[np.ndarray, ...]
+    var: tuple[np.ndarray, ...]
+    subtree: tuple[np.ndarray, ...] = ()
+
+    @classmethod
+    def stack(cls, parts: Sequence[NodeSummary]) -> NodeSummary:
+        """The summaries of several nodes as one (in the order given)."""
+        n = len(parts[0].est)
+        return cls(
+            tuple(np.concatenate([p.est[g] for p in parts]) for g in range(n)),
+            tuple(np.concatenate([p.var[g] for p in parts]) for g in range(n)),
+        )
+
+    def row(self, node: int) -> NodeSummary:
+        """One node's summary, a copy (``blue_below`` works in its arrays: a view would write
+        into this summary's)."""
+        pick = slice(node, node + 1)
+        return NodeSummary(
+            tuple(e[pick].copy() for e in self.est),
+            tuple(v[pick].copy() for v in self.var),
+            tuple(s[pick].copy() for s in self.subtree),
+        )
+
+
+def checked_inputs(
+    tree: Tree,
+    measurements: Measurements | EstimatorInputs,
+    exact_totals: Mapping[int, Mapping[int, float]] | None,
+) -> EstimatorInputs:
+    """The measurements as inputs, one entry per level of ``tree`` (checked), with the exact
+    totals added as measurements of variance 0."""
+    inputs = as_inputs(measurements)
+    if len(inputs.levels) != tree.n_levels:
+        raise ValueError(
+            f"measurements ({len(inputs.levels)} levels) must have one entry per tree level "
+            f"({tree.n_levels})"
+        )
+    return _with_exact_totals(inputs, tree, exact_totals or {})
+
+
+def solve(
+    tree: Tree,
+    domain: Domain,
+    inputs: EstimatorInputs,
+    plan: BluePlan,
+    *,
+    below: NodeSummary | None = None,
+    top: NodeSummary | None = None,
+) -> tuple[Blue, NodeSummary]:
+    """The recursions of every group over ``tree``: its last level's children summarised by
+    ``below`` (else they are leaves), its top's final estimate given by ``top`` (else it is
+    the root). Returns the BLUE and, with ``below``, the last level's final estimates."""
+    shape = plan.shape
+    sums = sum_matrices(tree)
+    parents = [lv.parent for lv in tree.levels]
+    last = tree.n_levels - 1
+    fitted: list[np.ndarray] = []
+    scale = [np.zeros((len(plan), lv.size)) for lv in tree.levels]
+    subtree = [np.zeros((len(plan), lv.size)) for lv in tree.levels]
+    leaf_shift: LeafShift | None = None
+    ends: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+    means: Means = {}  # the answers' averages, shared by every group's z
+    for g in range(len(plan)):
+        reduced = plan.reduced(g)
+        pis = pis_of(tree, domain, inputs, plan, g)
+        child = None if below is None else (below.est[g], below.var[g])
+        up = upward(z_of(domain, inputs, plan, g, pis, means), pis, sums, child)
+        if top is not None:  # the top's whole-tree subtree variance, not its children's only
+            up.var[0] = top.subtree[g]
+        lean = (
+            below is None and len(plan) == 1 and bool(np.isfinite(up.var[last]).all()) and last > 0
+        )
+        given = None if top is None else (top.est[g], top.var[g])
+        u, f, shift = downward(up, parents, sums, lean, given)
+        if shift is not None:
+            leaf_shift = shift
+        if below is not None:
+            ends.append((np.array(u[last], dtype=float), f[last], np.array(up.var[last])))
+        for level in range(last + 1):
+            scale[level][g] = f[level]
+            subtree[level][g] = up.var[level]
+            if g == 0:
+                fitted.append(u[level])
+            else:
+                add_reduced(fitted[level], u[level], reduced, shape)
+            u[level] = np.empty(0)  # this level's share is in ``fitted``: free it
+    log.debug("BLUE: %d subspace group(s) over %d level(s)", len(plan), tree.n_levels)
+    estimate = Blue(
+        domain, tuple(fitted), tuple(plan.members), tuple(scale), tuple(subtree), leaf_shift
+    )
+    return estimate, NodeSummary(
+        tuple(e for e, _, _ in ends), tuple(v for _, v, _ in ends), tuple(s for _, _, s in ends)
+    )
+
+
+def _with_exact_totals(
+    inputs: EstimatorInputs, tree: Tree, exact_totals: Mapping[int, Mapping[int, float]]
+) -> EstimatorInputs:
+    """One more total query on each level with exact totals: variance 0 at their nodes,
+    infinite (no information) at the others."""
+    levels = []
+    for level, lv in enumerate(inputs.levels):
+        known = exact_totals.get(level, {})
+        if not known:
+            levels.append(lv)
+            continue
+        nodes = tree.levels[level].size
+        index = np.fromiter(known.keys(), dtype=np.int64, count=len(known))
+        if index.min() < 0 or index.max() >= nodes:
+            raise ValueError(
+                f"exact_totals[{level}] names node {int(index.max())}; level {level} has "
+                f"{nodes} node(s)"
+            )
+        values = np.zeros((nodes, 1))
+        variance = np.full(nodes, np.inf)
+        values[index, 0] = np.fromiter(known.values(), dtype=float, count=len(known))
+        variance[index] = 0.0
+        levels.append(lv + (QueryEstimate(level, Query(()), values, variance),))
+    return EstimatorInputs(tuple(levels))
+
+
+def blue_inputs(
+    measurements: Measurements | EstimatorInputs,
+    estimate: Blue,
+    exact_totals: Mapping[int, Mapping[int, float]] | None = None,
+    marginals: bool | Collection[int] = True,
+) -> EstimatorInputs:
+    """The passes' inputs under ``estimator="blue"``: per level the BLUE of the detailed
+    cells, of the node totals and (``marginals``: True, or the levels where) of every other
+    query the level measured.
+
+    The weights are the variances of each node's estimate from its own subtree (the upward
+    recursion's), not of its final BLUE. The passes fix the parent's published counts and
+    treat siblings as independent; siblings' subtree estimates are independent, their final
+    BLUEs are not (they share the parent's gap). With these weights the L2 pass on the BLUE
+    is the GLS of the children given the published parent: where nothing is clipped it moves
+    each child by its share ``V_c / sum V`` of the gap between the published parent and the
+    BLUE parent, the BLUE's own downward step (final variances would split it by
+    ``f_c / sum f``). At the root the two variances coincide.
+
+    Feeding the BLUE values or the subtree estimates gives the same answer, clipped or not,
+    when the BLUE has one subspace group (a detailed-only strategy): a child's final BLUE is
+    its subtree estimate plus ``V_c`` times a per-parent vector ``g``, so every query's answer
+    moves by ``V_c Q g`` and its fed variance is ``c_Q V_c``; the passes' objective changes by
+    ``-2 sum_c (Q g)' Q x_c / c_Q`` plus a constant, fixed by the parent's sum constraint on
+    the ``x_c``. So the leaf level, whose final BLUE is never built (``Blue.leaf_shift``), is
+    fed its subtree estimates: the raw measurements, integers as measured. With several
+    groups the shift is ``sum_g V_c^g P_g g_g`` and the fed cell variance mixes the groups'
+    ``V_c^g``, so no such identity holds: every level gets its final BLUE.
+
+    The totals go in although, for a strategy without a measured total, they are a linear
+    function of the cells (the Mahalanobis weight of such a total is 0): non-negativity is
+    not linear. Clipping a small child's near-zero cells moves mass to it from its larger
+    siblings, a bias of the child's total that grows with the noise; the BLUE total, unbiased,
+    pulls it back. Measured (benchmarks/bench_estimators.py, ACS, detailed only, 5 seeds), a
+    total weight of 0, 1/4, 1 and 4 times its inverse variance gave state total MAE 0.95,
+    0.86, 0.76 and 0.69 of TopDown's at rho 0.5 (0.90, 0.81, 0.79, 0.87 at rho 2). On
+    homogeneous sparse families (``benchmarks/synthetic.py``: ten tracts of about 60 people
+    per county) clipping has no such bias to correct, and the same weights gave tract totals
+    1.00, 1.02, 1.09 and 1.36 times TopDown's: the weight 1 (the total as one more
+    measurement, weighted by its own variance) is the compromise kept.
+
+    The marginals go in at every level by default, although the BLUE cells already pool their
+    measurements and a level fed only cells and totals could take the level-batched passes
+    (faster than a QP per family). Without them the passes' metric within a node is one weight
+    for every cell plus the total's: it no longer holds the well-measured marginals tighter
+    than the rest when it spreads the gap to the published parent or the mass that clipping
+    moves. The cost, measured (benchmarks/bench_estimators.py, discrete Gaussian, 20 seeds,
+    ``marginals=False`` minus ``True`` paired on the same measurements, the root's total held
+    in both): ACS "detailed 2/3 + two marginals 1/6", PUMA level, cell MAE +0.024 +- 0.002 on
+    0.336 (rho 0.5) and +0.012 +- 0.001 on 0.130 (rho 2), marginal MAE +0.25 +- 0.01 on 1.15
+    and +0.115 +- 0.009 on 0.65, total MAE +0.29 +- 0.04 on 3.3 and +0.15 +- 0.05 on 1.5; a
+    PL94-shaped state of 20,000 persons with the production queries (detailed 1/2, voting age
+    x Hispanic x race 3/10, HHGQ 1/10, total 1/10), root cell MAE 0.062 to 0.110 and 0.018 to
+    0.039, block total MAE +0.53 +- 0.01 on 1.95 and +0.31 +- 0.01 on 0.91. Leaving them out
+    only at the levels of many nodes (block groups and blocks) kept most of the block-level
+    cost (total +0.52, +0.30). So every level gets them; ``marginals=False`` (or the levels
+    that get them) is the benchmark's experiment.
+
+    The totals of ``exact_totals`` (invariants) weigh 0 in the passes, which hold each
+    invariant as a constraint (their BLUE variance, 0, would drown every other input). Other
+    answers of variance 0 (a measurement whose variance underflowed: a huge budget) keep it and
+    weigh 1 against about 0 for the rest, as raw measurements do.
+    """
+    out = []
+    for level, lv in enumerate(as_inputs(measurements).levels):
+        keep = marginals if isinstance(marginals, bool) else level in marginals
+        names = ["detailed", "total"] + [
+            m.query.name for m in lv if keep and m.query.name not in ("detailed", "total")
+        ]
+        cells = (
+            estimate.fitted[level] if estimate.holds_subtree(level) else estimate.cells_at(level)
+        )
+        fed = []
+        for name in names:
+            query = Query.parse(name)
+            values = query.answer(cells, estimate.domain)  # the cells themselves: no copy
+            variance = estimate.variance(level, query, subtree=True)
+            held = list((exact_totals or {}).get(level, {})) if name == "total" else []
+            variance[held] = np.inf
+            fed.append(QueryEstimate(level, query, values, variance))
+        out.append(tuple(fed))
+    return EstimatorInputs(tuple(out))

@@ -1,0 +1,155 @@
+"""The level-batched passes on the executor: one task per chunk of families.
+
+A level whose families share one structure (``topdown.estimation.batched.level.batch_level``
+decides) is cut into chunks by ``topdown.estimation.batched.families.level_chunks`` (public
+structure and published parent counts only, never the executor or its number of workers). Each
+``ChunkTask`` carries only its families' inputs on their support cells: the children's detailed
+answers (and node totals, or marginal answers on the families' non-empty groups), their weights, the
+parents' counts and the cells' indices; a block group's family is a few dozen cells of the 2,016, so
+a task is small to pickle. The worker runs the L2 pass (the closed form of
+``topdown.estimation.batched.families``, the dual Newton iteration of
+``topdown.estimation.batched.total`` or the marginal Newton iteration of
+``topdown.estimation.batched.marginals``) and the rounding pass
+(``topdown.estimation.batched.families.round_chunk``) and sends back integer counts on the support;
+the parent process only cuts and assembles.
+
+Each family's answer is the same alone as inside any chunk (see
+``topdown.estimation.batched.families``), and the chunks do not depend on the executor, so the
+release is the same on serial, processes and Dask with any number of workers. Families a chunk
+cannot settle (a Newton iteration that does not converge, a rounding the batch cannot make) are
+reported by parent, for the per-family path.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from topdown.estimation.batched.families import ChunkShape, project_chunk, round_chunk
+from topdown.estimation.batched.marginals import LevelMarginal, Marginal, marginal_newton_chunk
+from topdown.estimation.batched.total import newton_chunk
+from topdown.support.int_types import narrowed
+
+__all__ = ["ChunkTask", "ChunkResult", "chunk_task", "solve_chunk"]
+
+
+@dataclass(frozen=True)
+class ChunkTask:
+    """Q families of k children on their support cells (width W, padded at the end).
+
+    Attributes:
+        level: the children's level (for messages).
+        cells: (Q, W) each family's support cells (the rounding's tie spread reads them).
+        parent_values: (Q, W) the parents' published counts, 0 in the padding.
+        noisy: (Q, k, W) the children's detailed inputs on the support (any real dtype).
+        weights: (Q, k) their detailed weights, finite and > 0.
+        totals: (Q, k) their node-total inputs, or None: the detailed query alone (closed
+            form) or with ``marginals``; with totals the dual Newton iteration fits both.
+        total_weights: (Q, k) the totals' weights (>= 0), with ``totals``.
+        marginals: the marginal queries on the chunk (``topdown.estimation.batched.marginals``);
+            with them (and no totals) the marginal Newton iteration fits the detailed query and
+            these.
+        rounding: also run the rounding pass (else the L2 answers come back).
+        controlled: the rounding holds each child's total within a unit of its L2 total.
+    """
+
+    level: int
+    cells: np.ndarray
+    parent_values: np.ndarray
+    noisy: np.ndarray
+    weights: np.ndarray
+    totals: np.ndarray | None = None
+    total_weights: np.ndarray | None = None
+    marginals: tuple[Marginal, ...] = ()
+    rounding: bool = True
+    controlled: bool = True
+
+    def __post_init__(self) -> None:
+        if self.marginals and self.totals is not None:
+            raise ValueError("a chunk task takes totals or marginals, not both")
+        if (self.totals is None) != (self.total_weights is None):
+            raise ValueError(
+                f"totals ({'given' if self.totals is not None else None}) and total_weights "
+                f"({'given' if self.total_weights is not None else None}) go together"
+            )
+
+
+@dataclass(frozen=True)
+class ChunkResult:
+    """What a chunk solved.
+
+    Attributes:
+        counts: (Q, k, W) integer counts (zero rows for families not rounded), or None when
+            the task did not round.
+        settled: (Q,) the L2 pass found the family's answer.
+        rounded: (Q,) the rounding pass did too.
+        l2: (Q, k, W) the L2 answers when some settled family was not rounded (the per-family
+            rounding then starts from them), else None.
+        l2_seconds, round_seconds: time spent in each pass.
+    """
+
+    counts: np.ndarray | None
+    settled: np.ndarray
+    rounded: np.ndarray
+    l2: np.ndarray | None
+    l2_seconds: float
+    round_seconds: float
+
+
+def chunk_task(
+    level: int,
+    chunk: ChunkShape,
+    parent_counts: np.ndarray,
+    noisy: np.ndarray,
+    weights: np.ndarray,
+    totals: np.ndarray | None = None,
+    total_weights: np.ndarray | None = None,
+    *,
+    marginals: tuple[LevelMarginal, ...] = (),
+    rounding: bool = True,
+    controlled: bool = True,
+) -> ChunkTask:
+    """The task of one chunk, from the level's arrays (children x cells, per child)."""
+    kids = chunk.children
+    return ChunkTask(
+        level=level,
+        cells=chunk.cells,
+        parent_values=chunk.gather_parents(parent_counts),
+        noisy=chunk.gather(noisy),
+        weights=weights[kids],
+        totals=None if totals is None else totals[kids],
+        total_weights=None if total_weights is None else total_weights[kids],
+        marginals=tuple(m.of_chunk(chunk) for m in marginals),
+        rounding=rounding,
+        controlled=controlled,
+    )
+
+
+def solve_chunk(task: ChunkTask) -> ChunkResult:
+    """The L2 pass and (``task.rounding``) the rounding pass of a chunk's families."""
+    start = time.perf_counter()
+    p = task.parent_values.astype(float)
+    if task.marginals:
+        x, settled = marginal_newton_chunk(task.noisy, p, task.weights, task.marginals)
+    elif task.totals is None or task.total_weights is None:  # both or neither (__post_init__)
+        x = project_chunk(task.noisy.astype(float), task.weights, p)
+        settled = np.ones(p.shape[0], dtype=bool)
+    else:
+        x, settled = newton_chunk(task.noisy, task.totals, p, task.weights, task.total_weights)
+    l2_seconds = time.perf_counter() - start
+    if not task.rounding:
+        return ChunkResult(None, settled, np.zeros_like(settled), x, l2_seconds, 0.0)
+    start = time.perf_counter()
+    # a family the iteration did not settle goes to the per-family path whatever its rounding
+    # here; its x may hold NaN, which must not reach the integer casts of the rounding
+    x_round = x if settled.all() else np.where(settled[:, None, None], x, np.nan_to_num(x))
+    counts, bad = round_chunk(x_round, task.parent_values, task.cells, task.controlled)
+    rounded = settled & ~bad
+    counts[~rounded] = 0
+    l2 = x if np.any(settled & ~rounded) else None
+    # sent back in the narrowest type (int8 or int16 at the block level: a quarter of the bytes)
+    return ChunkResult(
+        narrowed(counts), settled, rounded, l2, l2_seconds, time.perf_counter() - start
+    )

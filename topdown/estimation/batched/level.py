@@ -1,0 +1,356 @@
+"""The level-batched passes of a level: when they apply, and the level's chunks on the executor.
+
+``topdown.estimation.estimate`` asks ``batch_level`` first for every level. A level qualifies when
+its families share one separable structure: nothing attached to any node of the level, no multipass
+first pass, and its queries a detailed histogram (positive finite weights) plus partitions of the
+cells (marginals, the node total). It is then cut into chunks of families
+(``topdown.estimation.batched.families.level_chunks``) solved on the executor
+(``topdown.estimation.batched.chunk_tasks``) by
+
+- the closed form (``batched.families``): the detailed query alone;
+- the dual Newton iteration (``batched.total``): the detailed query and the total;
+- the marginal Newton iteration (``batched.marginals``): the detailed query and any
+  marginals (a production-shaped strategy),
+
+and the rounding pass in the same tasks. Families a chunk cannot settle go back to the per-family
+path. The root is solved in closed form here (``topdown.estimation.root``) when it can be.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import scipy.sparse as sp
+
+from topdown.estimation.batched.chunk_tasks import chunk_task, solve_chunk
+from topdown.estimation.batched.families import detailed_only, level_chunks
+from topdown.estimation.batched.marginals import MARGINAL_NEWTON, LevelMarginal
+from topdown.estimation.batched.total import DUAL_NEWTON
+from topdown.estimation.node_constraints import NodeConstraints
+from topdown.estimation.passes import EstimateOptions, SolveStats
+from topdown.estimation.root import root_l2, root_round
+from topdown.estimation.root_marginals import ROOT_NEWTON, RootMarginal, root_marginal_l2
+from topdown.execution.executors import Executor
+from topdown.measurement.estimator_inputs import EstimatorInputs, QueryEstimate, precision
+from topdown.measurement.tree import Tree
+from topdown.support.int_types import child_count_type, holding
+
+__all__ = ["Batch", "LevelInputs", "batch_level"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class LevelInputs:
+    """What every family of one level shares: its measurements, constraints and options."""
+
+    level: int
+    labels: np.ndarray
+    measurements: tuple[QueryEstimate, ...]
+    matrices: tuple[sp.csr_matrix | None, ...]  # None for the detailed query
+    first_pass: tuple[int, ...]
+    book: NodeConstraints
+    options: EstimateOptions
+
+    @classmethod
+    def of(
+        cls,
+        level: int,
+        tree: Tree,
+        measurements: EstimatorInputs,
+        first_pass: dict[int, tuple[str, ...]],
+        book: NodeConstraints,
+        options: EstimateOptions,
+    ) -> LevelInputs:
+        qms = measurements.at(level)
+        return cls(
+            level=level,
+            labels=tree.levels[level].labels,
+            measurements=qms,
+            # the detailed query is the identity on each family's support (see _measurements)
+            matrices=tuple(
+                None if m.query.attributes is None else m.query.matrix(book.domain) for m in qms
+            ),
+            first_pass=tuple(
+                i for i, m in enumerate(qms) if m.query.name in first_pass.get(level, ())
+            ),
+            book=book,
+            options=options,
+        )
+
+
+@dataclass(frozen=True)
+class Batch:
+    """What the level-batched passes solved (``topdown.estimation.batched.chunk_tasks``).
+
+    Attributes:
+        counts: the level's integer counts, or None (the level is not batched); the rows of
+            the families in ``left`` are zero until their tasks fill them.
+        left: the parents whose families still need a task (None: every parent).
+        l2: parent -> its family's L2 answer (children x support cells) for the families in
+            ``left`` the batch did solve the L2 pass of (the rest solve their own).
+        stats: what the batched passes solved, and how long they took.
+    """
+
+    counts: np.ndarray | None = None
+    left: np.ndarray | None = None
+    l2: dict[int, np.ndarray] = field(default_factory=dict)
+    stats: SolveStats = SolveStats()
+
+
+@dataclass(frozen=True)
+class _Fit:
+    """The arrays a batched L2 pass fits on a level: the detailed answers and weights, and
+    (dual Newton) the node totals and their weights, or (marginal Newton) the marginals."""
+
+    solver: str
+    noisy: np.ndarray
+    weights: np.ndarray
+    totals: np.ndarray | None = None
+    total_weights: np.ndarray | None = None
+    marginals: tuple[LevelMarginal, ...] = ()
+
+
+def batch_level(
+    inputs: LevelInputs,
+    parent_of: np.ndarray,
+    parent_counts: np.ndarray | None,
+    families: Sequence[np.ndarray],
+    executor: Executor,
+    progress: Callable | None,
+) -> Batch:
+    """The level's families by the level-batched passes, in chunks on the executor, when
+    their problems are those of every family: nothing binds any node of the level, the L2 pass
+    may use the closed form (or a Newton iteration, under ``auto``: ``_batched_fit``), and no
+    capture was asked for (a capture records each family's problem). The rounding pass runs in the
+    same tasks when it may use the closed form; families the chunks leave (a Newton
+    iteration that did not settle, a rounding the batch could not make) go to the
+    per-family path. Returns an empty batch when the level is not batched."""
+    book, options = inputs.book, inputs.options
+    if options.solver.l2 not in ("auto", "closed_form") or options.capture is not None:
+        return Batch()
+    if parent_counts is None:
+        return _root(inputs)
+    if not _unconstrained(book, inputs.level):
+        return Batch()
+    fit = _batched_fit(inputs)
+    if fit is None:
+        return Batch()
+    rounding = options.solver.rounding in ("auto", "closed_form")
+    plan = level_chunks(parent_of, parent_counts)
+    tasks = (
+        chunk_task(
+            inputs.level,
+            chunk,
+            parent_counts,
+            fit.noisy,
+            fit.weights,
+            fit.totals,
+            fit.total_weights,
+            marginals=fit.marginals,
+            rounding=rounding,
+            controlled=options.controlled_rounding,
+        )
+        for chunk in plan.chunks
+    )
+    counts = np.zeros(
+        (parent_of.size, parent_counts.shape[1]), dtype=child_count_type(parent_counts)
+    )
+    plan.copy_only_children(counts, parent_counts)
+    left: list[int] = []
+    l2: dict[int, np.ndarray] = {}
+    settled = rounded = unsettled = 0
+    stats = SolveStats()
+    # each batch of chunks is written as soon as it is back, while the workers run the next
+    # (and a batch's tasks are built only when a worker is about to be free): writing a
+    # level's counts is the first touch of most of its array's pages, and at the block level
+    # of the 3-million-person state the page faults took 2 s here (``ChunkShape.scatter``),
+    # which after a barrier (all results, then all writes) the workers spent waiting
+    desc = f"estimate level {inputs.level} (batched)"
+    for i, res in executor.stream_batches(solve_chunk, tasks, len(plan.chunks), progress, desc):
+        chunk = plan.chunks[i]
+        if res.counts is not None:
+            counts = holding(counts, res.counts)
+            chunk.scatter(counts, res.counts, res.rounded)
+        for q in np.flatnonzero(~res.rounded):
+            p = int(chunk.parents[q])
+            left.append(p)
+            if res.settled[q] and res.l2 is not None:
+                l2[p] = res.l2[q, :, : chunk.sizes[q]]
+        settled += int(res.settled.sum())
+        rounded += int(res.rounded.sum())
+        unsettled += int((~res.settled).sum())
+        stats += SolveStats(l2_time=res.l2_seconds, round_time=res.round_seconds)
+    stats += SolveStats(
+        families=len(families) - len(left),
+        problems=settled + rounded,
+        solved=_solved_entry("l2", settled, fit.solver)
+        + (_solved_entry("rounding", rounded) if rounding else ()),
+    )
+    if unsettled:
+        log.warning(
+            "level %d: the batched L2 pass did not settle %d famil%s; they go to the "
+            "per-family path",
+            inputs.level,
+            unsettled,
+            "y" if unsettled == 1 else "ies",
+        )
+    if rounding and len(left) > unsettled:
+        log.warning(
+            "level %d: the batched rounding left %d famil%s to the per-family path",
+            inputs.level,
+            len(left) - unsettled,
+            "y" if len(left) - unsettled == 1 else "ies",
+        )
+    return Batch(counts=counts, left=np.sort(np.array(left, dtype=np.int64)), l2=l2, stats=stats)
+
+
+def _root(inputs: LevelInputs) -> Batch:
+    """The root's two passes without a general solver when they are the level-batched fits:
+    the detailed cells, and the total, in closed form (``topdown.estimation.root``); the
+    detailed cells and marginals (the total among them or not) by the root's Newton iteration
+    (``topdown.estimation.root_marginals``, under ``auto``). The rounding in closed form in both,
+    and nothing attached to the root but bounds on its total (an invariant total). Empty
+    otherwise, or when a pass has no one-unit answer or the iteration does not settle (the
+    general path then solves, reports or widens)."""
+    if inputs.options.solver.rounding not in ("auto", "closed_form"):
+        return Batch()
+    fit = _batched_fit(inputs)
+    bounds = _total_bounds(inputs.book, inputs.book.of(0, 0, inputs.labels[0]))
+    if fit is None or bounds is None:
+        return Batch()
+    start = time.perf_counter()
+    y, w = np.asarray(fit.noisy[0], dtype=float), float(fit.weights[0])
+    if fit.marginals:
+        solver = ROOT_NEWTON
+        marginals = [
+            RootMarginal(m.groups, np.asarray(m.answers[0], dtype=float), float(m.weights[0]))
+            for m in fit.marginals
+            if m.weights[0] > 0  # a weight of 0: the marginal does not count
+        ]
+        x = root_marginal_l2(y, w, marginals, *bounds)
+    else:
+        solver = "closed_form"
+        x = root_l2(
+            y,
+            w,
+            0.0 if fit.totals is None else float(fit.totals[0]),
+            0.0 if fit.total_weights is None else float(fit.total_weights[0]),
+            *bounds,
+        )
+    middle = time.perf_counter()
+    counts = (
+        None if x is None else root_round(x, *bounds, controlled=inputs.options.controlled_rounding)
+    )
+    if counts is None:
+        return Batch()
+    stats = SolveStats(
+        families=1,
+        problems=2,
+        l2_time=middle - start,
+        round_time=time.perf_counter() - middle,
+        solved=(("l2", solver, 1), ("rounding", "closed_form", 1)),
+    )
+    return Batch(counts=counts[None, :], left=np.zeros(0, dtype=np.int64), stats=stats)
+
+
+def _unconstrained(book: NodeConstraints, level: int) -> bool:
+    """No node of ``level`` has a constraint of its own: nothing attached to the level or to
+    any of its nodes, no invariant bound there (constraints elsewhere in the tree, such as a
+    held root total, leave the level's families separable)."""
+    if book.invariants.get(level):
+        return False
+    attached = book.constraints
+    if attached is None or len(attached) == 0:
+        return True
+    per_node = [c for cs in attached.node_specific(level).values() for c in cs]
+    return all(c.is_invariant for c in (*attached.for_level(level), *per_node))
+
+
+def _total_bounds(book: NodeConstraints, constraints: tuple) -> tuple[float, float] | None:
+    """Bounds on a node's total when its constraints are only that (rows of ones over every
+    cell, no structural zero): (lo, hi), infinite without any; None for anything else."""
+    if not constraints:
+        return -np.inf, np.inf
+    if book.zeros(constraints) is not None:
+        return None
+    rows = book.rows(constraints)
+    if not (np.all(rows.A.getnnz(axis=1) == book.domain.size) and np.all(rows.A.data == 1.0)):
+        return None
+    return float(rows.lb.max()), float(rows.ub.min())
+
+
+def _batched_fit(inputs: LevelInputs) -> _Fit | None:
+    """What a batched L2 pass fits on the level, when the level's queries allow one: the
+    detailed histogram alone (the closed form); the detailed histogram and the node totals
+    (the dual Newton iteration of ``topdown.estimation.batched.total``); the detailed histogram and
+    other marginals, the total among them or not (the marginal Newton iteration of
+    ``topdown.estimation.batched.marginals``). The iterations run under the auto L2 solver only (the
+    closed_form backend declines problems with other rows). None (the per-family path) for
+    a first pass, no detailed query or more than one, exact or missing detailed answers, or
+    an exact answer of another query (it outweighs the rest: the per-family path weighs it).
+
+    The per-family weights are these inverse variances scaled per family
+    (``topdown.estimation.estimators.family_weights``); a common factor does not move the minimiser.
+    An
+    infinite variance weighs 0 (``precision``)."""
+    queries = [m.query for m in inputs.measurements]
+    if detailed_only(queries, inputs.first_pass):
+        cells = inputs.measurements[0]
+        variance = _per_node(cells.variance, cells.noisy.shape[0])
+        if not np.all(np.isfinite(variance) & (variance > 0)):
+            return None  # exact or missing answers: the per-family path weighs them
+        return _Fit("closed_form", cells.noisy, precision(variance))
+    detailed = [i for i, q in enumerate(queries) if q.attributes is None]
+    if inputs.options.solver.l2 != "auto" or inputs.first_pass or len(detailed) != 1:
+        return None
+    cells = inputs.measurements[detailed[0]]
+    v_cells = _per_node(cells.variance, cells.noisy.shape[0])
+    others = [
+        (m, M) for m, M in zip(inputs.measurements, inputs.matrices, strict=True) if M is not None
+    ]
+    variances = [_per_node(m.variance, m.noisy.shape[0]) for m, _ in others]
+    if not np.all(np.isfinite(v_cells) & (v_cells > 0)) or not all(
+        np.all(v > 0) for v in variances
+    ):
+        return None
+    if len(others) == 1 and others[0][0].query.attributes == ():
+        return _Fit(
+            DUAL_NEWTON,
+            cells.noisy,
+            precision(v_cells),
+            np.asarray(others[0][0].noisy, dtype=float).reshape(-1),
+            precision(variances[0]),
+        )
+    marginals = tuple(
+        LevelMarginal(_groups(M), m.noisy, precision(v))
+        for (m, M), v in zip(others, variances, strict=True)
+    )
+    return _Fit(MARGINAL_NEWTON, cells.noisy, precision(v_cells), marginals=marginals)
+
+
+def _groups(matrix: sp.csr_matrix) -> np.ndarray:
+    """Each cell's answer in a marginal query's 0/1 matrix (a partition: one 1 per column)."""
+    csc = sp.csc_matrix(matrix)
+    if not np.array_equal(np.diff(csc.indptr), np.ones(csc.shape[1], dtype=np.int64)):
+        raise ValueError("a marginal query's matrix must have exactly one 1 per cell")
+    return csc.indices.astype(np.int64)
+
+
+def _per_node(variance: np.ndarray | float, nodes: int) -> np.ndarray:
+    """A query's noise variance per node (a measurement's is one number for its level)."""
+    return np.broadcast_to(np.asarray(variance, dtype=float), (nodes,))
+
+
+def _solved_entry(
+    pass_name: str, problems: int, solver: str = "closed_form"
+) -> tuple[tuple[str, str, int], ...]:
+    """The ``solved`` entry of a batched pass: ``solver`` (the closed form, the dual Newton
+    iteration of ``topdown.estimation.batched.total`` or the marginal Newton iteration of
+    ``topdown.estimation.batched.marginals``) solved ``problems`` families' problems (no entry
+    when there were none, as when a level only copies its parents)."""
+    return ((pass_name, solver, problems),) if problems else ()
