@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import sys
 from pathlib import Path
 
@@ -42,20 +41,3 @@ def _compiled_samplers():
     from mechanisms._warmup import warm_up
 
     warm_up()
-
-
-_PACKAGES = ("topdown", "constraints", "solvers", "mechanisms", "synth")
-
-
-@pytest.fixture(autouse=True)
-def _project_loggers_enabled():
-    """Turn the packages' loggers back on before each test.
-
-    import-linter (``tests/test_layers.py``) configures logging with
-    ``disable_existing_loggers``: every logger that exists by then (with the session warm-up
-    above, all of ``mechanisms``'s) stays disabled, and later tests that read the log with
-    ``caplog`` (seeded-source warnings, big-integer paths, disclosures) see nothing.
-    """
-    for name, logger in list(logging.Logger.manager.loggerDict.items()):
-        if isinstance(logger, logging.Logger) and name.split(".")[0] in _PACKAGES:
-            logger.disabled = False
