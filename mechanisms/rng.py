@@ -3,7 +3,7 @@
 Every privacy-relevant random draw in the project comes from a ``numpy.random.Generator``
 built here. Three entry points:
 
-* :func:`make_rng` gives one stream: ChaCha20 keyed with 256 bits from the operating system
+* :func:`make_rng` gives one stream: ChaCha12 keyed with 256 bits from the operating system
   (the default, for production) or keyed from an integer seed (tests and experiments only).
 * :func:`new_release_key` gives the 32-byte secret from which all streams of a release derive.
 * :func:`child_rng` derives an independent stream from a release key and a path such as
@@ -11,12 +11,27 @@ built here. Three entry points:
   the published numbers do not depend on the order in which nodes are processed, on the number
   of worker processes, or on which machine of a cluster ran the task.
 
-Why ChaCha20 rather than AES-CTR (randomgen's ``AESCounter``): both are cryptographically
-secure counter-mode generators. Measured on the development machine (AES-NI present),
-AES-CTR draws 64-bit words about 3x faster (5 ns vs 15 ns), but both constructors cost the
-same (~25-30 us), the samplers spend most of their time in numpy masking rather than in the
-bit generator, and ChaCha20 takes a 256-bit key (AES-CTR in randomgen takes 128 bits), is
-constant-time without hardware support and is the same on every platform. ChaCha20 it is.
+Why ChaCha with 12 rounds. The exact samplers read the generator's raw 64-bit words
+(:mod:`mechanisms._kernels`), about 0.3-1.6 words per sample, so the source's speed is a
+visible part of a sample's cost. Measured side by side (``benchmarks/bench_samplers.py``, raw
+words per CPU-second on the 2-core development VM): ChaCha20 about 50M, ChaCha12 about 80M,
+ChaCha8 about 140M, AES-CTR about 340M (AES-NI). The choice, by security first:
+
+* ChaCha12 keeps everything ChaCha20 gave: a 256-bit key (the HMAC-SHA256 output of
+  :func:`child_rng`, unchanged), constant time without hardware support, the same stream on
+  every platform. The best published attacks on ChaCha reach 7 rounds (Aumasson, Fischer,
+  Khazaei, Meier, Rechberger, "New Features of Latin Dances", FSE 2008, and the later
+  refinements of the same differential-linear approach, all near 2**220 work or more);
+  none reaches 8. Twelve rounds leave a margin of five rounds over the best attack. It is the
+  generator behind Rust's ``rand::rngs::StdRng`` for the same reasons, and Aumasson's "Too
+  Much Crypto" (2019) argues that 8 rounds would be enough.
+* AES-CTR is faster still with AES-NI, but randomgen's ``AESCounter`` takes a 128-bit key
+  (half the HMAC output would be dropped), and without AES-NI its table-based software path is
+  neither fast nor constant-time: the speed and the side-channel story would depend on the
+  machine that runs the release.
+
+So ChaCha12. A seeded stream's words differ from ChaCha20's: seeded releases changed once with
+the compiled samplers (README changelog).
 """
 
 from __future__ import annotations
@@ -36,7 +51,7 @@ __all__ = ["make_rng", "new_release_key", "child_rng"]
 
 logger = logging.getLogger(__name__)
 
-_ROUNDS = 20
+_ROUNDS = 12  # see the module docstring
 _SEED_DOMAIN = b"topdown-dp/make_rng/v1\x00"
 _KEY_DOMAIN = b"topdown-dp/new_release_key/v1\x00"
 _warned_seeded = False
@@ -44,7 +59,7 @@ _warn_lock = threading.Lock()
 
 
 def _generator_from_key(key: bytes) -> np.random.Generator:
-    """Wrap a 32-byte key in a ChaCha20 bit generator (counter 0) and a numpy Generator."""
+    """Wrap a 32-byte key in a ChaCha12 bit generator (counter 0) and a numpy Generator."""
     bit_gen = randomgen.ChaCha(key=int.from_bytes(key, "little"), counter=0, rounds=_ROUNDS)
     return np.random.Generator(bit_gen)
 
@@ -77,7 +92,7 @@ def _warn_seeded_once() -> None:
 
 
 def make_rng(seed: int | None = None) -> np.random.Generator:
-    """Return a ChaCha20-backed numpy Generator.
+    """Return a ChaCha12-backed numpy Generator.
 
     Args:
         seed: ``None`` (default) keys the stream with 256 bits from ``secrets`` (the OS
@@ -135,7 +150,7 @@ def _encode_path(path: tuple[object, ...]) -> bytes:
 def child_rng(key: bytes, *path: str | int) -> np.random.Generator:
     """Return the stream for one piece of work, e.g. ``child_rng(key, "measure", 3, "06037")``.
 
-    The ChaCha20 key of the stream is HMAC-SHA256(``key``, canonical encoding of ``path``),
+    The ChaCha12 key of the stream is HMAC-SHA256(``key``, canonical encoding of ``path``),
     so streams for different paths are computationally independent, and the stream for a path
     is the same whichever process asks for it and in whatever order. Cost: about 30 us per
     call (HMAC ~3 us; most of the rest is randomgen's ChaCha constructor).

@@ -1,33 +1,37 @@
-"""Exact, vectorised samplers: Bernoulli(exp(-gamma)), discrete Laplace, discrete Gaussian.
+"""Exact samplers: Bernoulli(exp(-gamma)), discrete Laplace, discrete Gaussian.
 
 The algorithms are those of Canonne, Kamath and Steinke, "The Discrete Gaussian for
-Differential Privacy" (NeurIPS 2020), hereafter CKS20. Parameters are converted to Fractions
-exactly (:func:`mechanisms.exact.as_fraction`); randomness is consumed as unbiased uniform
-integers (``Generator.integers``), and every decision is a comparison of integers, so no
-floating-point rounding can change an output (Mironov 2012).
+Differential Privacy" (NeurIPS 2020), hereafter CKS20: Algorithm 1 (Bernoulli(exp(-gamma))),
+Algorithm 2 (discrete Laplace), Algorithm 3 (discrete Gaussian). Parameters are converted to
+Fractions exactly (:func:`mechanisms.exact.as_fraction`) and every decision is a comparison of
+integers, so no floating-point rounding can change an output (Mironov 2012).
 
-Speed comes from running the algorithms on whole numpy int64 arrays: a batch of candidates is
-drawn, rejection masks drop the refused ones, the loop repeats until ``size`` samples are
-filled. The inner loops of CKS20 Algorithm 1 run in lockstep over the lanes still active.
+Speed comes from compiled kernels (:mod:`mechanisms._kernels`, numba) that run the algorithms
+one sample at a time on the generator's raw 64-bit words, drawn in bulk and read as a bit
+stream (:mod:`mechanisms._words`): a discrete Laplace sample takes about 20-66 random bits.
+The same Generator state gives the same samples on every machine and in every process.
 
-Overflow: the vectorised path keeps every denominator and intermediate product below 2**62
-and checks it explicitly. Parameters beyond that (or the rare lane whose intermediate value
-would not fit) go through the Python-int reference code in :mod:`mechanisms._bigint`. An
-output that does not fit in int64 (only possible for scales around 10**17 and above) makes
-the result an object array of Python ints, with a logged warning, instead of a wrapped value.
+Overflow: the kernels take parameters whose denominators and intermediate products stay below
+2**62; a candidate whose integers would not fit is finished with Python ints on the same bit
+stream. Parameters beyond that go through the Python-int reference code in
+:mod:`mechanisms._bigint`. An output that does not fit in int64 (only possible for scales
+around 10**17 and above) makes the result an object array of Python ints, with a logged
+warning, instead of a wrapped value.
 
-The pmf helpers at the end return floats and are for tests and analysis only.
+The numpy-vectorised samplers these kernels replaced are kept in :mod:`mechanisms._oracle`, as
+a test oracle only. The pmf helpers at the end return floats and are for tests and analysis
+only.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable
 
 import numpy as np
 
-from mechanisms import _bigint
+from mechanisms import _bigint, _kernels
+from mechanisms._words import WordStream, bit_length_below
 from mechanisms.errors import MechanismError
 from mechanisms.exact import Exact, as_fraction
 from mechanisms.rng import make_rng
@@ -42,9 +46,8 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-_LIMIT = 2**62  # bound on denominators and intermediate values in the int64 path
+_LIMIT = _kernels.LIMIT  # bound on denominators and parameters of the compiled path
 _INT64_MAX = 2**63 - 1
-_SQUARE_SAFE = math.isqrt(_INT64_MAX)  # |z| <= this  =>  z * z fits in int64
 
 Size = int | tuple[int, ...]
 
@@ -84,117 +87,7 @@ def _finish(values: np.ndarray, shape: tuple[int, ...], name: str) -> np.ndarray
     return values.astype(np.int64, copy=False).reshape(shape)
 
 
-def _fill(n: int, batch: Callable[[int], np.ndarray], accept: float) -> np.ndarray:
-    """Call ``batch(m)`` (which returns the accepted samples of m candidates) until n are kept.
-
-    ``accept`` is a first guess of the acceptance rate; it is then re-estimated from what the
-    batches return, so the loop usually finishes in one or two rounds.
-    """
-    parts: list[np.ndarray] = []
-    have = 0
-    while have < n:
-        need = n - have
-        m = int(need / max(accept, 0.05) * 1.05) + 64
-        got = batch(m)
-        accept = 0.5 * accept + 0.5 * max(got.size / m, 0.01)
-        parts.append(got[:need])
-        have += parts[-1].size
-    if not parts:
-        return np.empty(0, dtype=np.int64)
-    if any(part.dtype == object for part in parts):
-        return np.concatenate([part.astype(object) for part in parts])
-    return np.concatenate(parts)
-
-
 # ---------------------------------------------------------------- Bernoulli(exp(-gamma))
-
-
-def _uniform(rng: np.random.Generator, high: int, n: int) -> np.ndarray:
-    """n unbiased uniform integers on [0, high), in the narrowest dtype that holds them.
-
-    numpy's bounded integers are unbiased for every dtype; narrow dtypes consume fewer random
-    bits per draw (measured ~2.5x faster for uint8 than int64), which matters in the inner loops.
-    """
-    if high <= 256:
-        return rng.integers(0, high, size=n, dtype=np.uint8)
-    if high <= 2**15:
-        return rng.integers(0, high, size=n, dtype=np.int16)
-    if high <= 2**31:
-        return rng.integers(0, high, size=n, dtype=np.int32)
-    return rng.integers(0, high, size=n, dtype=np.int64)
-
-
-def _bern_exp_frac(rem: np.ndarray, den: int, rng: np.random.Generator) -> np.ndarray:
-    """Bernoulli(exp(-rem_i/den)) per lane, for int64 ``0 <= rem_i <= den < 2**62``.
-
-    CKS20 Algorithm 1 for gamma in [0, 1]: K is the first k at which Bernoulli(gamma/k) fails;
-    the output is "K is odd". All active lanes share the same k, so each round is one array
-    draw: U uniform on [0, den*k) and success iff U < rem. When den*k would pass int64, the
-    event is split exactly as Bernoulli(rem/den) AND Bernoulli(1/k) (independent draws).
-    """
-    out = np.empty(rem.size, dtype=bool)
-    idx = np.arange(rem.size)
-    r = rem
-    k = 1
-    while idx.size:
-        if den * k <= _INT64_MAX:
-            ok = _uniform(rng, den * k, idx.size) < r
-        else:
-            ok = (_uniform(rng, den, idx.size) < r) & (_uniform(rng, k, idx.size) == 0)
-        out[idx[~ok]] = k % 2 == 1
-        idx = idx[ok]
-        r = r[ok]
-        k += 1
-    return out
-
-
-def _bern_exp1(n: int, rng: np.random.Generator) -> np.ndarray:
-    """n draws of Bernoulli(exp(-1)): Algorithm 1 with gamma = 1 (Bernoulli(1/k) = [U_k == 0]).
-
-    The k = 1 round always succeeds and is skipped.
-    """
-    out = np.empty(n, dtype=bool)
-    idx = np.arange(n)
-    k = 2
-    while idx.size:
-        ok = _uniform(rng, k, idx.size) == 0
-        out[idx[~ok]] = k % 2 == 1
-        idx = idx[ok]
-        k += 1
-    return out
-
-
-def _geometric_exp1(n: int, rng: np.random.Generator) -> np.ndarray:
-    """n draws of V = number of Bernoulli(exp(-1)) successes before the first failure.
-
-    P(V >= v) = exp(-v): the inner loop of CKS20 Algorithm 2, run over the lanes still going.
-    """
-    v = np.zeros(n, dtype=np.int64)
-    idx = np.arange(n)
-    while idx.size:
-        idx = idx[_bern_exp1(idx.size, rng)]
-        v[idx] += 1
-    return v
-
-
-def _bern_exp_lanes(
-    whole: np.ndarray, rem: np.ndarray, den: int, rng: np.random.Generator
-) -> np.ndarray:
-    """Bernoulli(exp(-(whole_i + rem_i/den))) per lane (CKS20 Algorithm 1, gamma > 1 case).
-
-    exp(-gamma) = exp(-1)**whole * exp(-rem/den): the fractional draw first, then one
-    Bernoulli(exp(-1)) per unit of ``whole``, only on lanes still True and still owing units.
-    """
-    out = _bern_exp_frac(rem, den, rng)
-    idx = np.flatnonzero(out & (whole > 0))
-    done = 0
-    while idx.size:
-        ok = _bern_exp1(idx.size, rng)
-        out[idx[~ok]] = False
-        done += 1
-        idx = idx[ok]
-        idx = idx[whole[idx] > done]
-    return out
 
 
 def sample_bernoulli_exp(
@@ -223,45 +116,13 @@ def sample_bernoulli_exp(
     n = math.prod(shape)
     num, den = g.numerator, g.denominator
     if den < _LIMIT and num // den < _LIMIT:
-        whole = np.full(n, num // den, dtype=np.int64)
-        rem = np.full(n, num % den, dtype=np.int64)
-        return _bern_exp_lanes(whole, rem, den, gen).reshape(shape)
+        return _bernoulli_exp_compiled(num // den, num % den, den, n, gen).reshape(shape)
     logger.debug("sample_bernoulli_exp: big-integer path for gamma=%s", g)
     flat = [_bigint.bernoulli_exp_scalar(num, den, gen) for _ in range(n)]
     return np.array(flat, dtype=bool).reshape(shape)
 
 
 # ---------------------------------------------------------------- discrete Laplace
-
-
-def _laplace_batch(t: int, s: int, m: int, rng: np.random.Generator) -> np.ndarray:
-    """Accepted samples out of m candidates of CKS20 Algorithm 2 (scale t/s, t, s < 2**62).
-
-    Returns int64, or an object array if some X = U + tV would overflow int64 (checked).
-    """
-    if t == 1:
-        u = np.zeros(m, dtype=np.int64)
-    else:
-        u = rng.integers(0, t, size=m)
-        u = u[_bern_exp_frac(u, t, rng)]
-    v = _geometric_exp1(u.size, rng)
-    if v.size and t * (int(v.max()) + 1) > _INT64_MAX:
-        logger.debug("discrete Laplace: t*V near int64, batch computed with Python ints")
-        x = u.astype(object) + v.astype(object) * t
-    else:
-        x = u + v * t
-    y = x // s if s != 1 else x
-    negative = rng.integers(0, 2, size=y.size, dtype=np.int8).astype(bool)
-    keep = ~(negative & (y == 0))
-    return np.where(negative, -y, y)[keep]
-
-
-def _laplace_flat(t: int, s: int, n: int, rng: np.random.Generator) -> np.ndarray:
-    """n discrete Laplace samples of scale t/s, flat; vectorised unless t or s is huge."""
-    if t < _LIMIT and s < _LIMIT:
-        return _fill(n, lambda m: _laplace_batch(t, s, m, rng), accept=0.6)
-    logger.debug("discrete Laplace: big-integer path for scale=%s/%s", t, s)
-    return np.array([_bigint.discrete_laplace_scalar(t, s, rng) for _ in range(n)], dtype=object)
 
 
 def sample_discrete_laplace(
@@ -287,40 +148,18 @@ def sample_discrete_laplace(
     frac = as_fraction(scale, "scale")
     shape = _shape(size)
     gen = _resolve_rng(rng)
-    flat = _laplace_flat(frac.numerator, frac.denominator, math.prod(shape), gen)
+    t, s, n = frac.numerator, frac.denominator, math.prod(shape)
+    if t < _LIMIT and s < _LIMIT:
+        flat = _laplace_compiled(t, s, n, gen)
+    else:
+        logger.debug("discrete Laplace: big-integer path for scale=%s/%s", t, s)
+        flat = np.array(
+            [_bigint.discrete_laplace_scalar(t, s, gen) for _ in range(n)], dtype=object
+        )
     return _finish(flat, shape, "sample_discrete_laplace")
 
 
 # ---------------------------------------------------------------- discrete Gaussian
-
-
-def _gaussian_batch(a: int, b: int, t: int, m: int, rng: np.random.Generator) -> np.ndarray:
-    """Accepted samples out of m candidates of CKS20 Algorithm 3, sigma2 = a/b.
-
-    Acceptance is Bernoulli(exp(-(|Y| b t - a)^2 / (2 a b t^2))): vectorised when the common
-    denominator and the lane's numerator fit; lanes that would not fit take the scalar path.
-    """
-    # the proposals' own rejections need no inner loop: the outer _fill keeps drawing batches
-    # until enough candidates survive both steps (samples are i.i.d., so a short batch is fine)
-    y = _laplace_batch(t, 1, m, rng) if t < _LIMIT else _laplace_flat(t, 1, m, rng)
-    den = 2 * a * b * t * t
-    bt = b * t
-    if y.dtype == object or den >= _LIMIT or a >= _LIMIT or bt >= _LIMIT:
-        logger.debug("discrete Gaussian: big-integer acceptance for sigma2=%s/%s", a, b)
-        kept = [_bigint.bernoulli_exp_scalar((abs(int(v)) * bt - a) ** 2, den, rng) for v in y]
-        return y[np.array(kept, dtype=bool)] if kept else y
-    absy = np.abs(y)
-    safe = absy <= (_LIMIT // bt)
-    z = np.where(safe, absy, 0) * bt - a
-    safe &= np.abs(z) <= _SQUARE_SAFE
-    zz = np.where(safe, z, 0) ** 2
-    keep = np.empty(y.size, dtype=bool)
-    fast = np.flatnonzero(safe)
-    keep[fast] = _bern_exp_lanes(zz[fast] // den, zz[fast] % den, den, rng)
-    for i in np.flatnonzero(~safe):
-        zi = abs(int(y[i])) * bt - a
-        keep[i] = _bigint.bernoulli_exp_scalar(zi * zi, den, rng)
-    return y[keep]
 
 
 def sample_discrete_gaussian(
@@ -349,8 +188,118 @@ def sample_discrete_gaussian(
     gen = _resolve_rng(rng)
     a, b = frac.numerator, frac.denominator
     t = math.isqrt(a // b) + 1
-    flat = _fill(math.prod(shape), lambda m: _gaussian_batch(a, b, t, m, gen), accept=0.5)
+    n = math.prod(shape)
+    if 2 * a * b * t * t < _LIMIT:
+        flat = _gaussian_compiled(a, b, t, n, gen)
+    else:
+        logger.debug("discrete Gaussian: big-integer path for sigma2=%s/%s", a, b)
+        flat = np.array(
+            [_bigint.discrete_gaussian_scalar(a, b, gen) for _ in range(n)], dtype=object
+        )
     return _finish(flat, shape, "sample_discrete_gaussian")
+
+
+# ---------------------------------------------------------------- compiled paths
+
+# first block of words per sample: a little under the mean use measured at scales 1-1000 (the
+# rest is drawn at the observed rate if the kernel asks for more; the output does not depend
+# on it, and words drawn but not read are wasted)
+_WORDS_BERNOULLI = 0.15
+_WORDS_LAPLACE_BASE = 0.3
+_WORDS_GAUSSIAN_BASE = 1.3
+_WORDS_PER_BIT = 0.06  # per bit of the uniform U on [0, t)
+
+
+def _lemire_threshold(t: int, kt: int) -> int:
+    """2**16 mod t when the kernels should draw U on [0, t) by multiply-and-shift, else -1.
+
+    Rejection on ``kt`` bits refuses a fraction 1 - t / 2**kt of its draws (a mispredicted
+    branch each); multiply-and-shift on 16 bits refuses below t / 2**16 but reads more bits.
+    Measured, it pays when the first refuses over a quarter, for t up to 2**12.
+    """
+    if 2 <= t <= 2**12 and 4 * t < 3 * 2**kt:
+        return 2**16 % t
+    return -1
+
+
+def _with_big(flat: np.ndarray, big: dict[int, int]) -> np.ndarray:
+    """The kernel's int64 output with the samples beyond int64 put in (object array)."""
+    if not big:
+        return flat
+    out = flat.astype(object)
+    for index, value in big.items():
+        out[index] = value
+    return out
+
+
+def _bernoulli_exp_compiled(
+    whole: int, rem: int, den: int, n: int, rng: np.random.Generator
+) -> np.ndarray:
+    """n draws of Bernoulli(exp(-(whole + rem/den))), whole and den < 2**62 (CKS20 Alg. 1)."""
+    out = np.empty(n, dtype=np.bool_)
+    if n == 0:
+        return out
+    stream = WordStream(rng, int(n * _WORDS_BERNOULLI) + 8)
+
+    def kernel(words: np.ndarray, st: np.ndarray, dest: np.ndarray, i: int) -> tuple:
+        return _kernels.bernoulli_exp_kernel(words, st, whole, rem, den, dest, i)
+
+    stream.run(kernel, out, _no_big)
+    return out
+
+
+def _no_big(stream: WordStream, u: int, v: int) -> int | None:  # pragma: no cover
+    raise RuntimeError("the Bernoulli kernel has no big-integer candidates")
+
+
+def _laplace_compiled(t: int, s: int, n: int, rng: np.random.Generator) -> np.ndarray:
+    """n discrete Laplace samples of scale t/s, t and s < 2**62 (CKS20 Algorithm 2)."""
+    out = np.empty(n, dtype=np.int64)
+    if n == 0:
+        return out
+    kt = bit_length_below(t)
+    lemire = _lemire_threshold(t, kt)
+    stream = WordStream(rng, int(n * (_WORDS_LAPLACE_BASE + _WORDS_PER_BIT * kt)) + 8)
+
+    def kernel(words: np.ndarray, st: np.ndarray, dest: np.ndarray, i: int) -> tuple:
+        return _kernels.laplace_kernel(words, st, t, kt, lemire, s, dest, i)
+
+    def finish(reader: WordStream, u: int, v: int) -> int | None:
+        logger.debug("discrete Laplace: U + tV beyond int64, finished with Python ints")
+        y = (u + t * v) // s
+        negative = reader.bit() == 1
+        if negative and y == 0:
+            return None
+        return -y if negative else y
+
+    return _with_big(out, stream.run(kernel, out, finish))
+
+
+def _gaussian_compiled(a: int, b: int, t: int, n: int, rng: np.random.Generator) -> np.ndarray:
+    """n discrete Gaussian samples, sigma2 = a/b, 2 a b t^2 < 2**62 (CKS20 Algorithm 3)."""
+    out = np.empty(n, dtype=np.int64)
+    if n == 0:
+        return out
+    kt = bit_length_below(t)
+    lemire = _lemire_threshold(t, kt)
+    den, bt = 2 * a * b * t * t, b * t
+    stream = WordStream(rng, int(n * _WORDS_GAUSSIAN_BASE) + 8)
+
+    def kernel(words: np.ndarray, st: np.ndarray, dest: np.ndarray, i: int) -> tuple:
+        return _kernels.gaussian_kernel(words, st, a, b, t, kt, lemire, dest, i)
+
+    def finish(reader: WordStream, u: int, v: int) -> int | None:
+        logger.debug("discrete Gaussian: acceptance beyond int64, finished with Python ints")
+        y = u + t * v
+        negative = reader.bit() == 1
+        if negative and y == 0:
+            return None
+        z = y * bt - a
+        if not reader.bern_exp(z * z, den):
+            return None
+        return -y if negative else y
+
+    return _with_big(out, stream.run(kernel, out, finish))
 
 
 # ---------------------------------------------------------------- pmfs (floats: analysis only)

@@ -197,7 +197,7 @@ def _shares(coefficients: Sequence[Fraction]) -> np.ndarray:
 
 def _round_down(epsilon: Fraction, denominator: int = 10**6) -> Fraction:
     """epsilon rounded down to a multiple of 1 / denominator, so the exact randomized-response
-    coins run on the samplers' vectorised path (coefficients built from entropies have huge
+    coins run on the samplers' compiled int64 path (coefficients built from entropies have huge
     denominators, which fall back to per-draw big integers). Never above ``epsilon``: a budget
     below 1 / denominator is kept exact (slower coins) rather than raised, which would spend
     more than the ledger records."""

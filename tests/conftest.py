@@ -32,3 +32,12 @@ def cluster():
         n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0"
     ) as c:
         yield c
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _compiled_samplers():
+    """Compile (or load from numba's on-disk cache) the sampler kernels once per test run,
+    so that no test's time includes the JIT."""
+    from mechanisms._warmup import warm_up
+
+    warm_up()

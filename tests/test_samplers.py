@@ -10,7 +10,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from mechanisms import _bigint, samplers
+from mechanisms import _bigint, _oracle, samplers
 from mechanisms.errors import MechanismError
 from mechanisms.rng import make_rng
 from mechanisms.samplers import (
@@ -94,8 +94,8 @@ def test_bernoulli_mean(gamma) -> None:
     assert abs(mean - p) < 6 * math.sqrt(p * (1 - p) / n)
 
 
-def test_bern_exp_frac_hand_worked() -> None:
-    """gamma = 1/3 on three lanes, rounds in lockstep: U_1 in [0,3), U_2 in [0,6), U_3 in [0,9).
+def test_oracle_bern_exp_frac_hand_worked() -> None:
+    """The numpy oracle: gamma = 1/3 on three lanes, rounds in lockstep: U_1 in [0,3), U_2 in [0,6), U_3 in [0,9).
 
     Lane 0: U_1 = 2 (not < 1)      -> K = 1, odd  -> True.
     Lane 1: U_1 = 0, U_2 = 5        -> K = 2, even -> False.
@@ -103,13 +103,13 @@ def test_bern_exp_frac_hand_worked() -> None:
     """
     rng = ScriptedRng([[2, 0, 0], [5, 0], [4]])
     rem = np.array([1, 1, 1], dtype=np.int64)
-    out = samplers._bern_exp_frac(rem, 3, rng)
+    out = _oracle._bern_exp_frac(rem, 3, rng)
     assert out.tolist() == [True, False, True]
     assert rng.calls == [(3, 3), (6, 2), (9, 1)]
 
 
-def test_bern_exp_lanes_whole_part() -> None:
-    """gamma = 2 (whole=2, rem=0): True only if two Bernoulli(exp(-1)) draws both succeed.
+def test_oracle_bern_exp_lanes_whole_part() -> None:
+    """The numpy oracle: gamma = 2 (whole=2, rem=0): True only if two Bernoulli(exp(-1)) draws both succeed.
 
     Bernoulli(exp(-1)) starts at k = 2: U in [0,2) == 0 continues, else stops with K = 2
     (even -> False). Lane 0: first unit U=1 -> False. Lane 1: units ok (K=3 twice) -> True.
@@ -125,7 +125,7 @@ def test_bern_exp_lanes_whole_part() -> None:
     )
     whole = np.array([2, 2], dtype=np.int64)
     rem = np.array([0, 0], dtype=np.int64)
-    out = samplers._bern_exp_lanes(whole, rem, 1, rng)
+    out = _oracle._bern_exp_lanes(whole, rem, 1, rng)
     assert out.tolist() == [False, True]
 
 
@@ -185,8 +185,8 @@ def test_big_path_bernoulli(caplog) -> None:
     assert out.dtype == np.bool_ and abs(out.mean() - p) < 6 * math.sqrt(p * (1 - p) / 4000)
 
 
-def test_laplace_batch_overflow_branch(caplog) -> None:
-    """t = 2**60: t * (V + 1) passes int64 for V >= 7, so those batches use Python ints."""
+def test_laplace_overflow_candidates_finished_with_python_ints(caplog) -> None:
+    """t = 2**60: U + tV may pass int64 for V >= 7; those candidates are finished in Python."""
     with caplog.at_level(logging.DEBUG, logger="mechanisms.samplers"):
         x = sample_discrete_laplace(2**60, 20_000, make_rng(10))
     assert any("Python ints" in r.getMessage() for r in caplog.records)
@@ -195,20 +195,50 @@ def test_laplace_batch_overflow_branch(caplog) -> None:
     assert abs(sum(values) / len(values)) < 6 * math.sqrt(2) * 2**60 / math.sqrt(len(values))
 
 
-def test_gaussian_unsafe_lanes_take_scalar_path(monkeypatch) -> None:
-    """Shrink the square bound so most lanes use the per-lane Python-int acceptance."""
-    calls = []
-    original = _bigint.bernoulli_exp_scalar
+def test_gaussian_overflow_acceptance_finished_with_python_ints(caplog) -> None:
+    """sigma2 = 2**-31: |Y| b t - a passes the int64 square bound for |Y| >= 2 (about one
+    candidate in ten): those acceptances run on Python ints, on the same bit stream."""
+    with caplog.at_level(logging.DEBUG, logger="mechanisms.samplers"):
+        x = sample_discrete_gaussian(Fraction(1, 2**31), 20_000, make_rng(11))
+    assert any("acceptance beyond int64" in r.getMessage() for r in caplog.records)
+    # P(|X| >= 1) is about 2 exp(-2**30): every sample is 0
+    assert x.dtype == np.int64 and not x.any()
 
-    def counting(num: int, den: int, rng: np.random.Generator) -> bool:
-        calls.append(num)
-        return original(num, den, rng)
 
-    monkeypatch.setattr(samplers, "_SQUARE_SAFE", 50)
-    monkeypatch.setattr(_bigint, "bernoulli_exp_scalar", counting)
-    x = sample_discrete_gaussian(100, 20_000, make_rng(11))
-    assert len(calls) > 1000
-    assert abs(x.var() / 100 - 1) < 0.06
+def test_python_continuation_matches_the_kernel_distribution() -> None:
+    """WordStream.bern_exp (the Python-int continuation) against exp(-gamma) on one stream."""
+    from mechanisms._words import WordStream
+
+    stream = WordStream(make_rng(13), 16)
+    for num, den in [(1, 3), (7, 2), (5, 5), (0, 1)]:
+        draws = [stream.bern_exp(num, den) for _ in range(20_000)]
+        p = math.exp(-num / den)
+        assert abs(sum(draws) / len(draws) - p) <= 6 * math.sqrt(p * (1 - p) / len(draws))
+
+
+@pytest.mark.parametrize(
+    "sampler, param, base",
+    [
+        (sample_discrete_laplace, Fraction(7, 3), "_WORDS_LAPLACE_BASE"),
+        (sample_discrete_gaussian, Fraction(5, 2), "_WORDS_GAUSSIAN_BASE"),
+        (sample_bernoulli_exp, Fraction(1, 3), "_WORDS_BERNOULLI"),
+    ],
+)
+def test_noise_does_not_depend_on_block_sizes(sampler, param, base, monkeypatch) -> None:
+    """A first block of 8 words (hundreds of refills, candidates cut mid-way and redrawn)
+    gives exactly the samples of the default block: the noise is a function of the stream."""
+    expected = sampler(param, 5000, make_rng(14))
+    monkeypatch.setattr(samplers, base, 0.0)
+    monkeypatch.setattr(samplers, "_WORDS_PER_BIT", 0.0)
+    assert np.array_equal(sampler(param, 5000, make_rng(14)), expected)
+
+
+def test_compiled_path_uses_the_raw_words_of_the_generator() -> None:
+    """The kernels read BitGenerator.random_raw words: same key, same words, same noise."""
+    a = sample_discrete_laplace(3, 1000, make_rng(15))
+    rng = make_rng(15)
+    rng.bit_generator.random_raw(1)  # one word later in the same stream
+    assert not np.array_equal(sample_discrete_laplace(3, 1000, rng), a)
 
 
 def test_scalar_reference_agrees_in_distribution() -> None:

@@ -6,6 +6,10 @@ two-sided binomial test of a tail probability P(|X| > k). A case fails if either
 below ALPHA/2 (Bonferroni), so the false-alarm rate of each case is at most ALPHA = 1e-6.
 Power: the same procedure must reject samples drawn at 0.7x and 1.3x the true scale
 (sigma2 scaled by the square, gamma scaled directly).
+
+The samplers run the compiled kernels (``mechanisms._kernels``); the last tests compare them with
+the numpy oracle they replaced (``mechanisms._oracle``) by a two-sample chi-square test, with
+the same alpha and a power check against the oracle at 1.3x the scale.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from mechanisms import _bigint
+from mechanisms import _bigint, _oracle
 from mechanisms.rng import make_rng
 from mechanisms.samplers import (
     discrete_gaussian_pmf,
@@ -168,3 +172,56 @@ def test_scalar_reference_fits() -> None:
     assert not _rejects(lap, lambda k: discrete_laplace_pmf(k, Fraction(7, 3)), 140)
     gau = np.array([_bigint.discrete_gaussian_scalar(5, 2, rng) for _ in range(100_000)])
     assert not _rejects(gau, lambda k: discrete_gaussian_pmf(k, Fraction(5, 2)), 40)
+
+
+# ---------------------------------------------------------------- compiled kernels vs the oracle
+
+
+def _two_sample_pvalue(x: np.ndarray, y: np.ndarray) -> float:
+    """Chi-square homogeneity p-value of two integer samples, bins of >= 20 expected counts.
+
+    The bins are the values whose pooled count is at least 40 (20 expected per sample), and
+    two tail bins for the rest (merged inwards while too small).
+    """
+    pooled = np.concatenate([x, y])
+    values, counts = np.unique(pooled, return_counts=True)
+    core = values[counts >= 2 * MIN_EXPECTED]
+    lo, hi = int(core.min()), int(core.max())
+    edges = np.concatenate([[-np.inf], np.arange(lo, hi + 1) - 0.5, [np.inf]])
+    table = np.array([np.histogram(x, edges)[0], np.histogram(y, edges)[0]])
+    keep = table.sum(axis=0) > 0
+    table = table[:, keep]
+    while table[:, 0].sum() < 2 * MIN_EXPECTED and table.shape[1] > 2:
+        table = np.column_stack([table[:, 0] + table[:, 1], table[:, 2:]])
+    while table[:, -1].sum() < 2 * MIN_EXPECTED and table.shape[1] > 2:
+        table = np.column_stack([table[:, :-2], table[:, -2] + table[:, -1]])
+    return float(stats.chi2_contingency(table, correction=False).pvalue)
+
+
+@pytest.mark.parametrize("scale", LAPLACE_SCALES + [Fraction(1000)], ids=str)
+def test_laplace_kernel_matches_oracle(scale: Fraction) -> None:
+    """Two-sample test, compiled kernel vs the numpy oracle (alpha 1e-6); power: the oracle
+    at 1.3x the scale must be told apart."""
+    compiled = sample_discrete_laplace(scale, N, make_rng(501))
+    oracle = _oracle.discrete_laplace(scale, N, make_rng(502))
+    assert _two_sample_pvalue(compiled, oracle) >= ALPHA
+    wider = _oracle.discrete_laplace(scale * Fraction(13, 10), N, make_rng(503))
+    assert _two_sample_pvalue(compiled, wider) < ALPHA
+
+
+@pytest.mark.parametrize("sigma2", GAUSSIAN_SIGMA2 + [Fraction(10**6)], ids=str)
+def test_gaussian_kernel_matches_oracle(sigma2: Fraction) -> None:
+    """As above for the discrete Gaussian; power: the oracle at 1.3x sigma."""
+    compiled = sample_discrete_gaussian(sigma2, N, make_rng(601))
+    oracle = _oracle.discrete_gaussian(sigma2, N, make_rng(602))
+    assert _two_sample_pvalue(compiled, oracle) >= ALPHA
+    wider = _oracle.discrete_gaussian(sigma2 * Fraction(169, 100), N, make_rng(603))
+    assert _two_sample_pvalue(compiled, wider) < ALPHA
+
+
+@pytest.mark.parametrize("gamma", GAMMAS, ids=str)
+def test_bernoulli_kernel_matches_oracle(gamma: Fraction) -> None:
+    """The Bernoulli(exp(-gamma)) kernel vs the oracle: a 2x2 homogeneity test."""
+    compiled = sample_bernoulli_exp(gamma, N, make_rng(701))
+    oracle = _oracle.bernoulli_exp(gamma, N, make_rng(702))
+    assert _two_sample_pvalue(compiled.astype(np.int64), oracle.astype(np.int64)) >= ALPHA

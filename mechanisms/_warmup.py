@@ -1,0 +1,30 @@
+"""Compile the sampler kernels ahead of the first real draw (tests, benchmarks, workers).
+
+numba compiles a kernel on its first call and keeps the machine code in an on-disk cache
+(``cache=True``: ``__pycache__`` beside :mod:`mechanisms._kernels`), so later processes only
+load it. :func:`warm_up` makes that first call on a few draws of each sampler, so the compile
+(seconds, once per installation) or the cache load (milliseconds, once per process) is not
+counted in a timed section.
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import numpy as np
+
+__all__ = ["warm_up"]
+
+
+def warm_up() -> None:
+    """Call each compiled kernel once on a throwaway PCG64 stream (no secret randomness)."""
+    from mechanisms.samplers import (
+        sample_bernoulli_exp,
+        sample_discrete_gaussian,
+        sample_discrete_laplace,
+    )
+
+    rng = np.random.Generator(np.random.PCG64(0))
+    sample_bernoulli_exp(Fraction(1, 3), 4, rng)
+    sample_discrete_laplace(Fraction(7, 3), 4, rng)
+    sample_discrete_gaussian(Fraction(5, 2), 4, rng)
