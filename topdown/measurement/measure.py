@@ -28,7 +28,7 @@ samplers return i.i.d. draws. Each output is an accepted candidate of CKS20's re
 samplers; the candidates are i.i.d., each is accepted by coins of its own, and the sampler
 keeps the first ``size`` accepted ones (a stopping rule on their number, not their values), so
 the kept values are i.i.d. from the target distribution. Within one stream, the noise of
-different nodes and answers are therefore independent draws; across streams, the ChaCha20 keys
+different nodes and answers are therefore independent draws; across streams, the ChaCha12 keys
 are HMAC-SHA256 of distinct paths under the secret release key, hence computationally
 independent. This is the same guarantee the per-node streams gave: each node's answers get
 independent noise of the calibrated distribution, which is all the parallel composition over
