@@ -4,7 +4,8 @@ Layout (see ``topdown/data/default.toml`` for a commented example)::
 
     seed = "none"                      # or an integer: reproducible, NOT for production
     [data]       path, format (csv | parquet), separator, dictionary, [data.derive]
-    [schema]     hierarchy = [...],
+    [schema]     hierarchy = [...], geography (the published units: a file or inline tables,
+                 see topdown.product.config_geography),
                  [[schema.attributes]] name, column, values | range | bins, labels
     [strategy]   mechanism, neighbouring, budgets + queries + first_pass, or [[strategy.levels]]
     [[constraints]]                    # see topdown.product.config_constraints
@@ -41,6 +42,7 @@ from topdown.estimation.passes import PASSES, SolverChoice
 from topdown.execution.executors import EXECUTORS
 from topdown.measurement import budget_bounds
 from topdown.product.config_constraints import parse_constraints
+from topdown.product.config_geography import GEOGRAPHY_KEY, GeographySpec
 from topdown.schema import Attribute, Schema, attributes_from_dictionary
 from topdown.strategy import MECHANISMS, NEIGHBOURING, LevelStrategy, Query, Strategy, parse_budget
 
@@ -125,6 +127,7 @@ class RunConfig:
     truth: bool | Path = False
     estimator: str | None = None  # None: not chosen, see ``effective_estimator``
     stream_by: str | None = None
+    geography: GeographySpec | None = None  # None: the units are read from the data
 
     @property
     def effective_estimator(self) -> str:
@@ -190,6 +193,8 @@ class RunConfig:
             paths.append(Path(self.file))
         if isinstance(self.truth, Path):
             paths.append(self.truth)
+        if self.geography is not None and self.geography.path is not None:
+            paths.append(self.geography.path)
         return paths
 
     def check_inputs(self) -> None:
@@ -202,6 +207,8 @@ class RunConfig:
         keys = [("data.path", self.data.path)]
         if isinstance(self.truth, Path):
             keys.append(("metrics.truth", self.truth))
+        if self.geography is not None and self.geography.path is not None:
+            keys.append((GEOGRAPHY_KEY, self.geography.path))
         for key, path in keys:
             if not path.exists():
                 raise ConfigError(self.file, key, f"file {str(path)!r} does not exist")
@@ -249,7 +256,8 @@ class RunConfig:
                     for k, d in self.data.derive.items()
                 },
             },
-            "schema": {"hierarchy": list(self.schema.hierarchy), "attributes": attrs},
+            "schema": {"hierarchy": list(self.schema.hierarchy), "attributes": attrs}
+            | ({"geography": self.geography.to_config()} if self.geography else {}),
             "strategy": {
                 "mechanism": self.strategy.mechanism,
                 "neighbouring": self.strategy.neighbouring,
@@ -348,7 +356,9 @@ def parse_config(raw: Mapping[str, Any], file: str, *, base: Path) -> RunConfig:
     dictionary = data.get("dictionary")
     data_spec = DataSpec(_path(data["path"], base), fmt, sep, derive)
 
-    schema = _schema(_table(raw, "schema", bad), dictionary, base, fail, bad)
+    schema_table = _table(raw, "schema", bad)
+    schema = _schema(schema_table, dictionary, base, fail, bad)
+    geography = GeographySpec.parse(schema_table.get("geography"), schema.hierarchy, base, bad)
     strategy = _strategy(_table(raw, "strategy", bad), schema, fail, bad)
     specs = raw.get("constraints", [])
     constraints = parse_constraints(specs, schema.domain, schema.n_levels, fail)
@@ -423,11 +433,12 @@ def parse_config(raw: Mapping[str, Any], file: str, *, base: Path) -> RunConfig:
         truth=truth,
         estimator=estimator,
         stream_by=stream_by,
+        geography=geography,
     )
 
 
 def _schema(spec: Mapping, dictionary: Any, base: Path, fail: _Fail, bad: _Bad) -> Schema:
-    _known(spec, {"hierarchy", "attributes"}, "schema", bad)
+    _known(spec, {"hierarchy", "attributes", "geography"}, "schema", bad)
     hierarchy = spec.get("hierarchy")
     if not isinstance(hierarchy, list) or not all(isinstance(h, str) and h for h in hierarchy):
         bad(
