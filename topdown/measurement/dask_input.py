@@ -43,6 +43,7 @@ import pandas as pd
 
 from topdown.errors import DataError
 from topdown.execution.executors import DaskExecutor, Executor, RemoteArray
+from topdown.measurement.parquet_parts import check_dataset
 from topdown.measurement.read import read_data
 from topdown.measurement.tree import (
     ConfidentialHistograms,
@@ -220,6 +221,7 @@ def dataset_tree(
     import dask.dataframe as dd
 
     columns = list(dict.fromkeys([a.source for a in schema.attributes] + list(schema.hierarchy)))
+    check_dataset(path)  # every part present, readable, one schema (named here, not on a worker)
     try:
         ddf = dd.read_parquet(str(path))
     except Exception as err:  # dask/pyarrow raise many types for a folder that is not a dataset
