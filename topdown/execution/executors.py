@@ -53,6 +53,7 @@ import numpy as np
 from topdown.errors import TopDownError
 from topdown.execution import local_cluster
 from topdown.execution.process_memory import prepare_worker
+from topdown.execution.worker_life import exit_with_parent
 from topdown.support.optional import require
 
 __all__ = [
@@ -211,7 +212,7 @@ class ProcessExecutor(Executor):
         if self.workers > 1:
             # start the workers now, before this process holds the histograms (a smaller
             # process to fork), and let them import the engine while the tree is built
-            self._pool = ProcessPoolExecutor(max_workers=self.workers, initializer=prepare_worker)
+            self._pool = ProcessPoolExecutor(max_workers=self.workers, initializer=_start_worker)
             for _ in range(self.workers):
                 self._pool.submit(_warm_up, preload)
 
@@ -446,14 +447,53 @@ def _warm_up(preload: tuple[str, ...]) -> None:
         importlib.import_module(name)
 
 
+#: The most workers a local executor starts: WORKERS_PER_CPU per CPU, never more than
+#: MAX_WORKERS (each is a process with the engine imported, ~100 MB; more only thrash).
+WORKERS_PER_CPU = 4
+MAX_WORKERS = 1024
+
+
+def worker_limit() -> int:
+    """The most workers this machine runs: ``min(MAX_WORKERS, WORKERS_PER_CPU x CPUs)``."""
+    return min(MAX_WORKERS, WORKERS_PER_CPU * (os.cpu_count() or 1))
+
+
+def shown(value: object) -> str:
+    """A value for a message, a huge integer abbreviated (``10**30`` is not printed whole)."""
+    text = repr(value)
+    if isinstance(value, int) and len(text) > 20:
+        return f"{text[:6]}...({len(text)} digits)"
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def workers_rule(workers: int) -> str:
+    """Why a positive worker count is more than this machine runs ("" when it is not)."""
+    limit = worker_limit()
+    if workers <= limit:
+        return ""
+    return (
+        f"is more than this machine runs: at most {limit} ({WORKERS_PER_CPU} per CPU, "
+        f"{os.cpu_count() or 1} CPU(s), never more than {MAX_WORKERS})"
+    )
+
+
 def _check_workers(workers: int | None) -> int:
     if workers is None:
         return os.cpu_count() or 1
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
         raise ExecutorError(
-            f"workers ({workers!r}) must be a positive integer (or None for one per CPU)"
+            f"workers ({shown(workers)}) must be a positive integer (or None for one per CPU)"
         )
+    rule = workers_rule(workers)
+    if rule:
+        raise ExecutorError(f"workers ({shown(workers)}) {rule}")
     return workers
+
+
+def _start_worker() -> None:
+    """A pool worker's start: the memory settings, and its end with its parent."""
+    prepare_worker()
+    exit_with_parent()
 
 
 def make_executor(

@@ -39,7 +39,7 @@ from constraints import ConstraintSet
 from topdown.errors import TopDownError
 from topdown.estimation.estimators import DEFAULT_ESTIMATOR, ESTIMATORS
 from topdown.estimation.passes import PASSES, SolverChoice
-from topdown.execution.executors import EXECUTORS
+from topdown.execution.executors import EXECUTORS, shown, workers_rule
 from topdown.measurement import budget_bounds
 from topdown.product.config_constraints import parse_constraints
 from topdown.product.config_geography import GEOGRAPHY_KEY, GeographySpec
@@ -175,6 +175,9 @@ class RunConfig:
                 raise ConfigError(
                     "command line", "--workers", f"must be a positive integer; got {workers!r}"
                 )
+            rule = workers_rule(workers)
+            if rule:
+                raise ConfigError("command line", "--workers", f"{shown(workers)} {rule}")
             out = replace(out, workers=workers)
         if address is not None:
             out = replace(out, address=_check_address("--address", address, "command line"))
@@ -400,8 +403,11 @@ def parse_config(raw: Mapping[str, Any], file: str, *, base: Path) -> RunConfig:
     workers = executor.get("workers", 0)
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 0:
         bad(
-            "executor.workers", f"must be a non-negative integer (0 = one per CPU); got {workers!r}"
+            "executor.workers",
+            f"must be a non-negative integer (0 = one per CPU); got {shown(workers)}",
         )
+    if workers and workers_rule(workers):
+        bad("executor.workers", f"{shown(workers)} {workers_rule(workers)}")
     output = _table(raw, "output", bad)
     _known(output, {"format"}, "output", bad)
     out_fmt = output.get("format", "csv")
