@@ -36,6 +36,7 @@ import importlib
 import itertools
 import logging
 import os
+import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import (
     FIRST_COMPLETED,
@@ -64,6 +65,8 @@ __all__ = [
     "ProcessExecutor",
     "DaskExecutor",
     "RemoteArray",
+    "SchedulerUnreachable",
+    "address_rule",
     "make_executor",
 ]
 
@@ -78,6 +81,18 @@ _END = object()
 
 class ExecutorError(TopDownError, ValueError):
     """An unknown executor, a bad executor option, or a scheduler that cannot be reached."""
+
+
+class SchedulerUnreachable(ExecutorError):
+    """No Dask scheduler answered at ``address`` (a well-formed one) within ``timeout``."""
+
+    def __init__(self, address: str, timeout: float, reason: str):
+        self.address, self.timeout, self.reason = address, timeout, reason
+        super().__init__(
+            f"address ({address!r}): no Dask scheduler answered within {timeout:g} s ({reason}); "
+            f"cannot reach the Dask scheduler at {address}: start one (dask scheduler) or omit "
+            "address for a local cluster"
+        )
 
 
 @dataclass(frozen=True)
@@ -253,19 +268,13 @@ class DaskExecutor(Executor):
         self._forkserver = False
         self._preload = preload
         if address:
-            if not isinstance(address, str) or ":" not in address:
-                raise ExecutorError(
-                    f"address ({address!r}) must be a Dask scheduler address such as "
-                    "'tcp://host:8786'"
-                )
+            rule = address_rule(address)
+            if rule:
+                raise ExecutorError(f"address ({shown(address)}) {rule}")
             try:
                 client = Client(address, timeout=timeout)
             except (OSError, TimeoutError) as err:
-                raise ExecutorError(
-                    f"address ({address!r}): no Dask scheduler answered within {timeout:g} s "
-                    f"({type(err).__name__}); start one (dask scheduler) or omit address for a "
-                    "local cluster"
-                ) from None
+                raise SchedulerUnreachable(address, timeout, type(err).__name__) from None
             self.workers = max(1, len(client.scheduler_info().get("workers", {})))
             self._client: Future[Any] = Future()
             self._client.set_result(client)
@@ -475,6 +484,48 @@ def workers_rule(workers: int) -> str:
         f"is more than this machine runs: at most {limit} ({WORKERS_PER_CPU} per CPU, "
         f"{os.cpu_count() or 1} CPU(s), never more than {MAX_WORKERS})"
     )
+
+
+#: The protocols a scheduler is reached by (``inproc://`` is within one process only).
+ADDRESS_PROTOCOLS = ("tcp", "tls", "ws", "wss", "ucx")
+_HOST = re.compile(r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9]([A-Za-z0-9_.-]*[A-Za-z0-9])?)$")
+
+
+def address_rule(address: object) -> str:
+    """Why ``address`` is not a Dask scheduler address this process can reach ("" when it is):
+    ``[PROTOCOL://]HOST:PORT``, a network protocol, a port in 1..65535, TLS configured for
+    ``tls://`` and ``wss://``."""
+    head = "must be a Dask scheduler address such as 'tcp://host:8786' ([PROTOCOL://]HOST:PORT)"
+    if not isinstance(address, str):
+        return f"{head}, a string"
+    if any(c.isspace() or not c.isprintable() for c in address):
+        return f"{head}: it holds a space or a control character"
+    protocol, sep, rest = address.partition("://")
+    if not sep:
+        protocol, rest = "tcp", address
+    if protocol not in ADDRESS_PROTOCOLS:
+        return (
+            f"{head}: the protocol {protocol + '://'!r} does not reach a scheduler in another "
+            f"process; use one of {[p + '://' for p in ADDRESS_PROTOCOLS]}"
+        )
+    host, colon, port = rest.rpartition(":")
+    if not colon or not _HOST.match(host) or not port.isdigit() or not 0 < int(port) < 65536:
+        return f"{head}: HOST:PORT is missing or malformed (the port is a number in 1..65535)"
+    if protocol in ("tls", "wss") and not _tls_configured():
+        return (
+            f"{head}: {protocol}:// needs TLS certificates, and none are configured (dask's "
+            "distributed.comm.tls.client.cert / .key / .ca-file settings)"
+        )
+    return ""
+
+
+def _tls_configured() -> bool:
+    """Whether dask's configuration names a client certificate (what ``tls://`` needs)."""
+    try:
+        import dask.config
+    except ImportError:
+        return False
+    return bool(dask.config.get("distributed.comm.tls.client.cert", None))
 
 
 def _check_workers(workers: int | None) -> int:

@@ -45,6 +45,7 @@ import pandas as pd
 from constraints.errors import ConstraintError, DomainError
 from synth.cli import add_synth_parser, run_synth
 from topdown.errors import DataError, HierarchyError, ReleaseError, TopDownError
+from topdown.execution.executors import ExecutorError, SchedulerUnreachable
 from topdown.measurement.dask_input import is_dataset
 from topdown.measurement.read import read_data
 from topdown.measurement.tree import ROOT_LABEL
@@ -461,6 +462,17 @@ def _engine_errors(cfg: RunConfig) -> Iterator[None]:
     value's error after the config file (the release and the streamed release alike)."""
     try:
         yield
+    except SchedulerUnreachable as err:
+        source = (
+            "--address"
+            if cfg.address_source == "--address"
+            else f"{cfg.address_source} in {cfg.file}"
+        )
+        raise ExecutorError(
+            f"cannot reach the Dask scheduler at {err.address} (from {source}): none answered "
+            f"within {err.timeout:g} s ({err.reason}); start one (dask scheduler) or give "
+            "another address (none: a local cluster)"
+        ) from None
     except HierarchyError as err:
         if cfg.geography is not None and "geography" in str(err):
             raise ConfigError(

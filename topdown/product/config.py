@@ -39,7 +39,7 @@ from constraints import ConstraintSet
 from topdown.errors import TopDownError
 from topdown.estimation.estimators import DEFAULT_ESTIMATOR, ESTIMATORS
 from topdown.estimation.passes import PASSES, SolverChoice
-from topdown.execution.executors import EXECUTORS, shown, workers_rule
+from topdown.execution.executors import EXECUTORS, address_rule, shown, workers_rule
 from topdown.measurement import budget_bounds
 from topdown.product.config_constraints import parse_constraints
 from topdown.product.config_geography import GEOGRAPHY_KEY, GeographySpec
@@ -128,6 +128,7 @@ class RunConfig:
     estimator: str | None = None  # None: not chosen, see ``effective_estimator``
     stream_by: str | None = None
     geography: GeographySpec | None = None  # None: the units are read from the data
+    address_source: str = "executor.address"  # where ``address`` came from, for messages
 
     @property
     def effective_estimator(self) -> str:
@@ -180,7 +181,11 @@ class RunConfig:
                 raise ConfigError("command line", "--workers", f"{shown(workers)} {rule}")
             out = replace(out, workers=workers)
         if address is not None:
-            out = replace(out, address=_check_address("--address", address, "command line"))
+            out = replace(
+                out,
+                address=_check_address("--address", address, "command line"),
+                address_source="--address",
+            )
         if capture is not None:
             out = replace(out, capture=capture)
         if estimator is not None:
@@ -693,11 +698,15 @@ def _jsonable(v: Any) -> Any:
 
 
 def _check_address(key: str, value: object, bad: Any) -> str:
-    """A Dask scheduler address (``tcp://host:8786``), or "" for none; ``bad`` is the error
-    callback of the file's parser, or the source name (``"command line"``)."""
-    if value == "" or (isinstance(value, str) and ":" in value):
+    """A Dask scheduler address (``tcp://host:8786``, ``topdown.execution.executors.address_rule``),
+    or "" for none; ``bad`` is the error callback of the file's parser, or the source name
+    (``"command line"``)."""
+    if value == "":
+        return ""
+    rule = address_rule(value)
+    if not rule:
         return str(value)
-    rule = f"must be a Dask scheduler address such as 'tcp://host:8786'; got {value!r}"
+    rule = f"{rule}; got {shown(value)}"
     if callable(bad):
         bad(key, rule)
         return ""
