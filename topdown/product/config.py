@@ -43,6 +43,7 @@ from topdown.execution.executors import EXECUTORS, address_rule, shown, workers_
 from topdown.measurement import budget_bounds
 from topdown.product.config_constraints import parse_constraints
 from topdown.product.config_geography import GEOGRAPHY_KEY, GeographySpec
+from topdown.product.config_text import text_problem
 from topdown.schema import Attribute, Schema, attributes_from_dictionary
 from topdown.strategy import MECHANISMS, NEIGHBOURING, LevelStrategy, Query, Strategy, parse_budget
 
@@ -318,6 +319,9 @@ def load_config(path: str | Path) -> RunConfig:
         )
     try:
         text = path.read_text(encoding="utf-8")
+        problem = text_problem(text)  # nesting and digits that would fail inside the parser
+        if problem:
+            raise ConfigError(name, *problem)
         raw = json.loads(text) if path.suffix.lower() == ".json" else tomllib.loads(text)
     except (tomllib.TOMLDecodeError, json.JSONDecodeError) as err:
         raise ConfigError(
@@ -325,7 +329,16 @@ def load_config(path: str | Path) -> RunConfig:
         ) from None
     except (OSError, UnicodeDecodeError) as err:
         raise ConfigError(name, "", f"cannot be read: {err}") from None
-    return parse_config(raw, name, base=path.resolve().parent)
+    except (RecursionError, ValueError) as err:  # a case text_problem did not foresee
+        if isinstance(err, ConfigError):
+            raise
+        raise ConfigError(name, "", f"cannot be parsed: {type(err).__name__}: {err}") from None
+    try:
+        return parse_config(raw, name, base=path.resolve().parent)
+    except (RecursionError, OverflowError) as err:
+        raise ConfigError(
+            name, "", f"holds a value the parser cannot take: {type(err).__name__}: {err}"
+        ) from None
 
 
 def parse_config(raw: Mapping[str, Any], file: str, *, base: Path) -> RunConfig:
@@ -602,7 +615,8 @@ def _strategy(spec: Mapping, schema: Schema, fail: _Fail, bad: _Bad) -> Strategy
             if budget_bounds.out_of_range(b, share):
                 bad(
                     bkey,
-                    f"{budget!r} gives query {q.name!r} a budget of {float(b * share):g} "
+                    f"{shown(budget)} gives query {q.name!r} a budget of "
+                    f"{budget_bounds.shown(b * share)} "
                     f"(share {share}); {budget_bounds.budget_range_rule()}",
                 )
         try:
