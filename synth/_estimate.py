@@ -178,6 +178,10 @@ def consistency_rows(attr_sets: Sequence[tuple[int, ...]], sizes: Sequence[int])
     return sp.csr_matrix(sp.vstack(blocks))
 
 
+#: The largest noisy answer the L2 pass's solver sees (see ``consistent_tables``).
+L2_SCALE = 1e5
+
+
 def consistent_tables(
     measurements: Sequence[Measurement],
     sizes: Sequence[int],
@@ -200,12 +204,19 @@ def consistent_tables(
     # scale the weights so the largest is 1: the solver's tolerances are relative to them
     w = w / w.max()
     n = y.size
+    # scale the answers so the largest is at most L2_SCALE (no change below it, where every
+    # solver copes): the constraints (x >= 0, equal shared sub-marginals) are homogeneous and
+    # the objective quadratic, so the minimiser of the scaled problem times the scale is the
+    # minimiser of the original. Without it the noise at
+    # the bottom of the epsilon range (answers of ~1e6-1e7 at epsilon 1e-6) left the interior
+    # point solvers' tolerances behind and CLARABEL reported the problem "unbounded".
+    scale = max(1.0, float(np.abs(y).max(initial=0.0)) / L2_SCALE)
     rows = consistency_rows(attr_sets, sizes)
     extra = rows if rows.shape[0] else None
     zeros = np.zeros(rows.shape[0])
     problem = solvers.children_l2_problem(
         None,
-        [(sp.identity(n, format="csr"), y.reshape(1, n), w.reshape(1, n))],
+        [(sp.identity(n, format="csr"), (y / scale).reshape(1, n), w.reshape(1, n))],
         k=1,
         n=n,
         extra_A=extra,
@@ -213,7 +224,7 @@ def consistent_tables(
         extra_ub=zeros if extra is not None else None,
         name=f"{name} / L2 pass",
     )
-    x = np.maximum(solvers.solve(problem, solver).x[:n], 0.0)
+    x = np.maximum(solvers.solve(problem, solver).x[:n], 0.0) * scale
     counts = _round(x, extra, zeros, name, solver)
     out = []
     start = 0
