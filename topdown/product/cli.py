@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import subprocess
 import sys
@@ -86,6 +87,41 @@ def _on_sigterm(signum: int, frame: FrameType | None) -> None:
 
 
 _Handler = Callable[[int, FrameType | None], Any] | int | None
+
+
+#: The output claims of the running command: an interrupt's message says whether its output
+#: is in place (complete) or nothing was written.
+_CLAIMS: list[Any] = []
+
+
+def interrupted_line(what: str) -> str:
+    """The one line an interrupt prints: the state the output is in."""
+    done = [c.out for c in _CLAIMS if getattr(c, "installed", False)]
+    if done:
+        return (
+            f"topdown: {what} after the output was complete: {str(done[-1])!r} is in place and "
+            "whole (check it with topdown check)"
+        )
+    return f"topdown: {what}; nothing was written"
+
+
+def run() -> NoReturn:
+    """The program (``topdown``, ``python -m topdown``): ``main``, then exit with its code.
+
+    An interrupt that lands after ``main`` returned (while the interpreter exits) prints the
+    same one line and exits with the documented code, 130 or 143, not a traceback.
+    """
+    code = main()
+
+    def late(signum: int, frame: FrameType | None) -> None:
+        terminated = signum == signal.SIGTERM
+        what = "terminated (SIGTERM)" if terminated else "interrupted"
+        print(interrupted_line(what), file=sys.stderr)
+        os._exit(EXIT_TERMINATED if terminated else EXIT_INTERRUPTED)
+
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, late)
+    sys.exit(code)
 
 
 def _handle_sigterm() -> _Handler:
@@ -209,13 +245,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         "synth": run_synth,
     }[args.command]
     previous = _handle_sigterm()
+    _CLAIMS.clear()
     try:
         return command(args)
     except _Terminated:
-        print("topdown: terminated (SIGTERM); nothing was written", file=sys.stderr)
+        print(interrupted_line("terminated (SIGTERM)"), file=sys.stderr)
         return EXIT_TERMINATED
     except KeyboardInterrupt:
-        print("topdown: interrupted; nothing was written", file=sys.stderr)
+        print(interrupted_line("interrupted"), file=sys.stderr)
         return EXIT_INTERRUPTED
     except Exception as err:  # the edge: one message, a code, a traceback only when asked
         code = (
@@ -350,6 +387,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if cfg.stream_by is not None:
         return _run_streamed(args, cfg, out, start, geography)
     with claim_output(out, args.overwrite, inputs=cfg.input_paths()) as claim:
+        _CLAIMS.append(claim)
         on_cluster = cfg.executor == "dask" and is_dataset(cfg.data.path)
         data: pd.DataFrame | Path
         if on_cluster:  # a Parquet dataset read on the workers (topdown.measurement.dask_input)
@@ -430,6 +468,7 @@ def _run_streamed(
         )
     timings: dict[str, float] = {}
     with claim_output(out, args.overwrite, inputs=cfg.input_paths()) as claim:
+        _CLAIMS.append(claim)
         data: pd.DataFrame | Path = cfg.data.path if folder_input else load_data(cfg)
         tmp = claim.new_partial()
         try:
