@@ -1,4 +1,4 @@
-"""An interrupt says what state the output is in (issue 30 B5, in part).
+"""An interrupt says what state the output is in, in one line (issue 30 B5).
 
 Before: an interrupt that landed after the release folder was in place said "nothing was
 written" (or, after ``main`` returned, killed the process with no message), although the
@@ -7,6 +7,11 @@ release was complete.
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -75,3 +80,33 @@ def test_the_line_after_main_returned(tmp_path: Path) -> None:
     finally:
         cli._CLAIMS.clear()
         claim.release()
+
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
+@pytest.mark.parametrize(
+    ("signum", "code", "line"),
+    [
+        (signal.SIGINT, 130, "topdown: interrupted"),
+        (signal.SIGTERM, 143, "topdown: terminated (SIGTERM)"),
+    ],
+)
+def test_an_interrupt_while_the_program_starts_is_one_line(
+    tmp_path: Path, signum: int, code: int, line: str
+) -> None:
+    """Ctrl-C while numpy, pandas and the engine are imported: one line, no traceback."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    argv = [sys.executable, "-m", "topdown", "-q", "run", "--out", str(tmp_path / "rel")]
+    proc = subprocess.Popen(
+        argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    time.sleep(0.3)  # the interpreter is up, the imports are running (they take ~1.5 s)
+    proc.send_signal(signum)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == code, err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    assert err.startswith(line) and "nothing was written" in err, err
+    assert not (tmp_path / "rel").exists()
