@@ -8,6 +8,7 @@ and fails this test, naming the import.
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 
@@ -18,7 +19,21 @@ importlinter_cli = pytest.importorskip("importlinter.cli")
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_import_contracts_are_kept(monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+@pytest.fixture
+def logging_kept():
+    """import-linter configures logging with ``dictConfig``, which disables every logger that
+    exists: later tests' ``caplog`` then saw no record (test_rng, test_samplers, ...). Put
+    the loggers and the root level back as they were."""
+    loggers = [logging.getLogger(name) for name in list(logging.root.manager.loggerDict)] + [
+        logging.root
+    ]
+    state = [(lg, lg.disabled, lg.level) for lg in loggers]
+    yield
+    for lg, disabled, level in state:
+        lg.disabled, lg.level = disabled, level
+
+
+def test_import_contracts_are_kept(monkeypatch: pytest.MonkeyPatch, capsys, logging_kept) -> None:
     monkeypatch.chdir(ROOT)
     code = importlinter_cli.lint_imports(
         config_filename=os.fspath(ROOT / "pyproject.toml"), no_cache=True, no_logo=True
