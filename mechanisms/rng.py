@@ -10,6 +10,10 @@ built here. Three entry points:
   ``("measure", level, node_label)``. Each tree node draws its noise from its own stream, so
   the published numbers do not depend on the order in which nodes are processed, on the number
   of worker processes, or on which machine of a cluster ran the task.
+* :func:`child_key` is the key of that stream and :func:`rng_from_key` the stream of a key:
+  ``rng_from_key(child_key(key, *path))`` is ``child_rng(key, *path)``. A task sent to another
+  process carries the derived key of its own stream, never the release key (from which every
+  other stream of the release would follow).
 
 Why ChaCha with 12 rounds. The exact samplers read the generator's raw 64-bit words
 (:mod:`mechanisms._kernels`), about 0.3-1.6 words per sample, so the source's speed is a
@@ -47,7 +51,7 @@ from typing import SupportsIndex
 import numpy as np
 import randomgen
 
-__all__ = ["make_rng", "new_release_key", "child_rng"]
+__all__ = ["make_rng", "new_release_key", "child_rng", "child_key", "rng_from_key"]
 
 logger = logging.getLogger(__name__)
 
@@ -147,6 +151,36 @@ def _encode_path(path: tuple[object, ...]) -> bytes:
     return b"".join(parts)
 
 
+def child_key(key: bytes, *path: str | int) -> bytes:
+    """Return the 32-byte key of the stream ``child_rng(key, *path)``: HMAC-SHA256(``key``,
+    canonical encoding of ``path``). The release key cannot be recovered from it, nor the key
+    of any other path.
+
+    Raises:
+        TypeError: if ``key`` is not bytes or a path element is neither str nor int.
+        ValueError: if ``key`` is shorter than 16 bytes.
+    """
+    if not isinstance(key, (bytes, bytearray)):
+        raise TypeError(f"key ({type(key).__name__}) must be bytes")
+    if len(key) < 16:
+        raise ValueError(f"key (length {len(key)}) must be at least 16 bytes")
+    return hmac.digest(bytes(key), _encode_path(path), "sha256")
+
+
+def rng_from_key(key: bytes) -> np.random.Generator:
+    """Return the stream of a derived key (:func:`child_key`): ChaCha20 keyed with it.
+
+    Raises:
+        TypeError: if ``key`` is not bytes.
+        ValueError: if ``key`` is not 32 bytes long.
+    """
+    if not isinstance(key, (bytes, bytearray)):
+        raise TypeError(f"key ({type(key).__name__}) must be bytes")
+    if len(key) != 32:
+        raise ValueError(f"key (length {len(key)}) must be 32 bytes (a child_key)")
+    return _generator_from_key(bytes(key))
+
+
 def child_rng(key: bytes, *path: str | int) -> np.random.Generator:
     """Return the stream for one piece of work, e.g. ``child_rng(key, "measure", 3, "06037")``.
 
@@ -163,9 +197,4 @@ def child_rng(key: bytes, *path: str | int) -> np.random.Generator:
         TypeError: if ``key`` is not bytes or a path element is neither str nor int.
         ValueError: if ``key`` is shorter than 16 bytes.
     """
-    if not isinstance(key, (bytes, bytearray)):
-        raise TypeError(f"key ({type(key).__name__}) must be bytes")
-    if len(key) < 16:
-        raise ValueError(f"key (length {len(key)}) must be at least 16 bytes")
-    derived = hmac.digest(bytes(key), _encode_path(path), "sha256")
-    return _generator_from_key(derived)
+    return _generator_from_key(child_key(key, *path))

@@ -16,6 +16,7 @@ the backend is the registry's choice as for TopDown itself.
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
@@ -78,6 +79,46 @@ def marginalize(table: np.ndarray, attrs: Sequence[int], keep: Sequence[int]) ->
     return np.transpose(reduced, [remaining.index(a) for a in keep])
 
 
+#: The most cells the tables of one generator may hold in all: every cell is a variable of the
+#: estimation (about BYTES_PER_CELL of memory there), so more would end in an allocation error
+#: or a solve of hours; a crosstab of a few wide columns reaches it quickly (5,000 x 5,000 x 2).
+MAX_TABLE_CELLS = 10_000_000
+BYTES_PER_CELL = 200
+
+
+def check_cells(
+    sizes: Sequence[int], marginals: Sequence[tuple[int, ...]], names: Sequence[str]
+) -> None:
+    """Refuse tables whose cells would not fit, before any is allocated (exact integers).
+
+    Raises:
+        SynthError: naming the largest table, its columns' sizes, its cells and the memory.
+    """
+    cells = [math.prod(int(sizes[a]) for a in attrs) for attrs in marginals]
+    total = sum(cells)
+    if total <= MAX_TABLE_CELLS:
+        return
+    big = max(range(len(cells)), key=cells.__getitem__)
+    shape = " x ".join(str(int(sizes[a])) for a in marginals[big]) or "1"
+    raise SynthError(
+        f"{names[big]}: the table has {cells[big]:,} cells ({shape} values)"
+        + (f", {total:,} with the other tables" if total != cells[big] else "")
+        + f"; at most {MAX_TABLE_CELLS:,} are measured (each is a variable of the estimation, "
+        f"about {_size(total * BYTES_PER_CELL)} of memory here); measure fewer columns, or "
+        "declare coarser domains (bins) for the wide ones"
+    )
+
+
+def _size(n_bytes: int) -> str:
+    """A byte count for a message (decimal units)."""
+    value = float(n_bytes)
+    for unit in ("bytes", "kB", "MB", "GB"):
+        if value < 1000:
+            return f"{value:.0f} bytes" if unit == "bytes" else f"{value:.1f} {unit}"
+        value /= 1000
+    return f"{value:,.1f} TB"
+
+
 def measure_marginals(
     codes: np.ndarray,
     sizes: Sequence[int],
@@ -98,6 +139,7 @@ def measure_marginals(
     Each query costs its budget; the queries compose sequentially (one ledger entry each, at
     level 0).
     """
+    check_cells(sizes, marginals, names)  # before any table is allocated
     l1, l2_squared = sensitivity(neighbouring)
     out = []
     for attrs, budget, name in zip(marginals, budgets, names, strict=True):
@@ -179,6 +221,10 @@ def consistency_rows(attr_sets: Sequence[tuple[int, ...]], sizes: Sequence[int])
     return sp.csr_matrix(sp.vstack(blocks))
 
 
+#: The largest noisy answer the L2 pass's solver sees (see ``weighted_least_squares``).
+L2_SCALE = 1e5
+
+
 def weighted_least_squares(
     measurements: Sequence[Measurement],
     sizes: Sequence[int],
@@ -195,12 +241,19 @@ def weighted_least_squares(
     # scale the weights so the largest is 1: the solver's tolerances are relative to them
     w = w / w.max()
     n = y.size
+    # scale the answers so the largest is at most L2_SCALE (no change below it, where every
+    # solver copes): the constraints (x >= 0, equal shared sub-marginals) are homogeneous and
+    # the objective quadratic, so the minimiser of the scaled problem times the scale is the
+    # minimiser of the original. Without it the noise at the bottom of the epsilon range
+    # (answers of ~1e6-1e7 at epsilon 1e-6) left the interior point solvers' tolerances behind
+    # and CLARABEL reported the problem "unbounded".
+    scale = max(1.0, float(np.abs(y).max(initial=0.0)) / L2_SCALE)
     rows = consistency_rows(attr_sets, sizes)
     extra = rows if rows.shape[0] else None
     zeros = np.zeros(rows.shape[0])
     problem = solvers.children_l2_problem(
         None,
-        [(sp.identity(n, format="csr"), y.reshape(1, n), w.reshape(1, n))],
+        [(sp.identity(n, format="csr"), (y / scale).reshape(1, n), w.reshape(1, n))],
         k=1,
         n=n,
         extra_A=extra,
@@ -208,7 +261,7 @@ def weighted_least_squares(
         extra_ub=zeros if extra is not None else None,
         name=f"{name} / L2 pass",
     )
-    return np.maximum(solvers.solve(problem, solver).x[:n], 0.0), rows
+    return np.maximum(solvers.solve(problem, solver).x[:n], 0.0) * scale, rows
 
 
 def consistent_tables(

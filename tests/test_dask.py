@@ -21,7 +21,7 @@ from topdown.errors import DataError, DomainError, HierarchyError
 from topdown.execution import process_memory
 from topdown.execution.executors import DaskExecutor, ExecutorError, RemoteArray, make_executor
 from topdown.measurement import measure as measure_module
-from topdown.measurement.dask_input import SparseCounts, is_dataset
+from topdown.measurement.dask_input import RemoteLevel, SparseCounts, dataset_tree, is_dataset
 from topdown.support.progress import Progress
 
 QUIET = Progress(enabled=False)
@@ -215,6 +215,43 @@ class _RowsTask:
 def _slow_pid(task: _RowsTask) -> int:
     time.sleep(0.2)
     return os.getpid()
+
+
+def test_invariants_of_a_dataset_on_the_cluster_send_only_their_values(
+    cluster, state, tmp_path, monkeypatch
+):
+    """Issue 30 A6: a declared invariant is evaluated on the worker holding the level; the
+    client receives its value, never the node's histogram row (before: ``level[i]`` fetched
+    the whole row of each invariant node)."""
+    folder = _dataset(state.records, tmp_path / "persons")
+    indexed = []
+    getitem = RemoteLevel.__getitem__
+
+    def recording(self, key):
+        indexed.append(key)
+        return getitem(self, key)
+
+    monkeypatch.setattr(RemoteLevel, "__getitem__", recording)
+    on_cluster = release(
+        str(folder),
+        pl94_schema(),
+        detailed_strategy(),
+        constraints=state_total_invariant(),
+        executor="dask",
+        address=cluster.scheduler_address,
+        seed=3,
+        geography=state.geography,
+        progress=QUIET,
+    )
+    assert indexed and all(isinstance(k, slice) for k in indexed)  # chunks only, no row
+    (bound,) = on_cluster.invariants[1].values()
+    assert bound[0].value == len(state.records)
+    with make_executor("dask", address=cluster.scheduler_address) as ex:
+        _, truth = dataset_tree(folder, pl94_schema(), executor=ex, geography=state.geography)
+        level = truth.counts[1]
+        assert level.evaluate_rows([0], lambda node, row: int(row.sum())) == [len(state.records)]
+        with pytest.raises(TypeError, match=r"sliced \(level\[a:b\]\), not indexed"):
+            level[0]
 
 
 def test_tasks_whose_rows_one_worker_holds_run_on_both(cluster):

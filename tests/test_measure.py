@@ -9,6 +9,7 @@ its power is checked on the bug it guards against: streams keyed without the chu
 
 from __future__ import annotations
 
+import pickle
 from fractions import Fraction
 
 import numpy as np
@@ -18,7 +19,7 @@ from scipy import stats
 
 import topdown.measurement.measure as measure_module
 from mechanisms.ledger import Ledger
-from mechanisms.rng import child_rng, new_release_key
+from mechanisms.rng import child_key, child_rng, new_release_key
 from mechanisms.samplers import discrete_gaussian_pmf, sample_discrete_gaussian
 from topdown import Attribute, Schema, Strategy
 from topdown.execution.executors import Executor, ProcessExecutor
@@ -154,6 +155,33 @@ def test_tasks_carry_only_their_chunk_rows(small_chunks):
     assert [len(t.histograms) for t in level1] == [13, 13, 13, 1]
 
 
+def test_tasks_carry_their_own_stream_keys_never_the_release_key(small_chunks):
+    """Issue 30 A6: what leaves this process for a worker is each chunk's derived stream key
+    (one per query), from which neither the release key nor another chunk's key follows; the
+    noise is the same as before (the documented streams, checked by ``_assert_keyed_chunks``)."""
+    seen = []
+
+    class Recording(Executor):
+        def stream(self, fn, tasks, total, progress=None, desc=""):
+            tasks = list(tasks)
+            seen.extend(tasks)
+            return super().stream(fn, tasks, total, progress, desc)
+
+    key = new_release_key(5)
+    m, truth, _ = _measure(40, executor=Recording(), key=key)
+    _assert_keyed_chunks(m, truth, key)
+    assert len(seen) == 5  # 1 chunk at the root, 4 on level 1
+    keys = set()
+    for t in seen:
+        assert key not in pickle.dumps(t)  # the release key is not in what is shipped
+        assert not any(isinstance(v, bytes) and v == key for v in vars(t).values())
+        assert t.keys == tuple(
+            child_key(key, "measure", t.level, q.name, 13, t.chunk) for q in t.queries
+        )
+        keys.update(t.keys)
+    assert len(keys) == 10  # a key per (level, query, chunk), each used once
+
+
 def test_ledger_has_one_record_per_level_and_query(small_chunks):
     _, _, ledger = _measure(40, mechanism="discrete_laplace")
     records = [(r.query, r.level, r.nodes) for r in ledger.entries]
@@ -201,9 +229,9 @@ def test_noise_is_calibrated_and_independent_across_nodes_and_chunks(small_chunk
     assert min(pvalues.values()) >= ALPHA / 3, pvalues
 
     # power: the bug this layout must avoid (every chunk on the same stream) is caught
-    real_child_rng = child_rng
+    real_child_key = child_key
     monkeypatch.setattr(
-        measure_module, "child_rng", lambda key, *path: real_child_rng(key, *path[:-1])
+        measure_module, "child_key", lambda key, *path: real_child_key(key, *path[:-1])
     )
     bad, truth, _ = _measure(5000)
     bad_residual = bad.at(1)[0].noisy - truth.counts[1]

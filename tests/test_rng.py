@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from mechanisms import rng as rng_module
-from mechanisms.rng import child_rng, make_rng, new_release_key
+from mechanisms.rng import child_key, child_rng, make_rng, new_release_key, rng_from_key
 
 
 def _draw(gen: np.random.Generator) -> list[int]:
@@ -96,3 +96,18 @@ def test_child_rng_bad_arguments() -> None:
         child_rng(b"abc", "a")
     with pytest.raises(TypeError, match="key"):
         child_rng("not bytes", "a")
+
+
+def test_child_key_is_the_key_of_child_rng() -> None:
+    """A task carries ``child_key(key, *path)``; its stream is ``child_rng(key, *path)``."""
+    key = new_release_key(4)
+    derived = child_key(key, "measure", 2, "detailed", 13, 5)
+    assert len(derived) == 32 and derived != key
+    assert _draw(rng_from_key(derived)) == _draw(child_rng(key, "measure", 2, "detailed", 13, 5))
+    assert derived != child_key(key, "measure", 2, "detailed", 13, 6)
+    with pytest.raises(ValueError, match=r"key \(length 16\) must be 32 bytes"):
+        rng_from_key(key[:16])
+    with pytest.raises(TypeError, match=r"key \(str\) must be bytes"):
+        rng_from_key("x" * 32)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"key \(length 3\)"):
+        child_key(b"abc", "a")

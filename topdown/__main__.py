@@ -1,8 +1,6 @@
 """``python -m topdown``: the command line (see ``topdown.product.cli``)."""
 
-import sys
-
-from topdown.product.cli import main
+from topdown.product.entry import run
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run()

@@ -145,7 +145,8 @@ def release(
             ledger.record_disclosure(
                 "units read from data",
                 f"the units of {list(schema.hierarchy)} are those with at least one record; "
-                "pass geography= (the published list of units) to avoid this",
+                "pass geography= (the published list of units; a config's [schema] geography) to "
+                "avoid this",
             )
         with clock("measure"):
             measurements, invariants = measure(

@@ -36,6 +36,7 @@ import importlib
 import itertools
 import logging
 import os
+import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import (
     FIRST_COMPLETED,
@@ -53,6 +54,7 @@ import numpy as np
 from topdown.errors import TopDownError
 from topdown.execution import local_cluster
 from topdown.execution.process_memory import prepare_worker
+from topdown.execution.worker_life import exit_with_parent
 from topdown.support.optional import require
 
 __all__ = [
@@ -63,6 +65,8 @@ __all__ = [
     "ProcessExecutor",
     "DaskExecutor",
     "RemoteArray",
+    "SchedulerUnreachable",
+    "address_rule",
     "make_executor",
 ]
 
@@ -77,6 +81,18 @@ _END = object()
 
 class ExecutorError(TopDownError, ValueError):
     """An unknown executor, a bad executor option, or a scheduler that cannot be reached."""
+
+
+class SchedulerUnreachable(ExecutorError):
+    """No Dask scheduler answered at ``address`` (a well-formed one) within ``timeout``."""
+
+    def __init__(self, address: str, timeout: float, reason: str):
+        self.address, self.timeout, self.reason = address, timeout, reason
+        super().__init__(
+            f"address ({address!r}): no Dask scheduler answered within {timeout:g} s ({reason}); "
+            f"cannot reach the Dask scheduler at {address}: start one (dask scheduler) or omit "
+            "address for a local cluster"
+        )
 
 
 @dataclass(frozen=True)
@@ -211,7 +227,7 @@ class ProcessExecutor(Executor):
         if self.workers > 1:
             # start the workers now, before this process holds the histograms (a smaller
             # process to fork), and let them import the engine while the tree is built
-            self._pool = ProcessPoolExecutor(max_workers=self.workers, initializer=prepare_worker)
+            self._pool = ProcessPoolExecutor(max_workers=self.workers, initializer=_start_worker)
             for _ in range(self.workers):
                 self._pool.submit(_warm_up, preload)
 
@@ -252,19 +268,13 @@ class DaskExecutor(Executor):
         self._forkserver = False
         self._preload = preload
         if address:
-            if not isinstance(address, str) or ":" not in address:
-                raise ExecutorError(
-                    f"address ({address!r}) must be a Dask scheduler address such as "
-                    "'tcp://host:8786'"
-                )
+            rule = address_rule(address)
+            if rule:
+                raise ExecutorError(f"address ({shown(address)}) {rule}")
             try:
                 client = Client(address, timeout=timeout)
             except (OSError, TimeoutError) as err:
-                raise ExecutorError(
-                    f"address ({address!r}): no Dask scheduler answered within {timeout:g} s "
-                    f"({type(err).__name__}); start one (dask scheduler) or omit address for a "
-                    "local cluster"
-                ) from None
+                raise SchedulerUnreachable(address, timeout, type(err).__name__) from None
             self.workers = max(1, len(client.scheduler_info().get("workers", {})))
             self._client: Future[Any] = Future()
             self._client.set_result(client)
@@ -446,14 +456,95 @@ def _warm_up(preload: tuple[str, ...]) -> None:
         importlib.import_module(name)
 
 
+#: The most workers a local executor starts: WORKERS_PER_CPU per CPU, never more than
+#: MAX_WORKERS (each is a process with the engine imported, ~100 MB; more only thrash).
+WORKERS_PER_CPU = 4
+MAX_WORKERS = 1024
+
+
+def worker_limit() -> int:
+    """The most workers this machine runs: ``min(MAX_WORKERS, WORKERS_PER_CPU x CPUs)``."""
+    return min(MAX_WORKERS, WORKERS_PER_CPU * (os.cpu_count() or 1))
+
+
+def shown(value: object) -> str:
+    """A value for a message, a huge integer abbreviated (``10**30`` is not printed whole)."""
+    text = repr(value)
+    if isinstance(value, int) and len(text) > 20:
+        return f"{text[:6]}...({len(text)} digits)"
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def workers_rule(workers: int) -> str:
+    """Why a positive worker count is more than this machine runs ("" when it is not)."""
+    limit = worker_limit()
+    if workers <= limit:
+        return ""
+    return (
+        f"is more than this machine runs: at most {limit} ({WORKERS_PER_CPU} per CPU, "
+        f"{os.cpu_count() or 1} CPU(s), never more than {MAX_WORKERS})"
+    )
+
+
+#: The protocols a scheduler is reached by (``inproc://`` is within one process only).
+ADDRESS_PROTOCOLS = ("tcp", "tls", "ws", "wss", "ucx")
+_HOST = re.compile(r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9]([A-Za-z0-9_.-]*[A-Za-z0-9])?)$")
+
+
+def address_rule(address: object) -> str:
+    """Why ``address`` is not a Dask scheduler address this process can reach ("" when it is):
+    ``[PROTOCOL://]HOST:PORT``, a network protocol, a port in 1..65535, TLS configured for
+    ``tls://`` and ``wss://``."""
+    head = "must be a Dask scheduler address such as 'tcp://host:8786' ([PROTOCOL://]HOST:PORT)"
+    if not isinstance(address, str):
+        return f"{head}, a string"
+    if any(c.isspace() or not c.isprintable() for c in address):
+        return f"{head}: it holds a space or a control character"
+    protocol, sep, rest = address.partition("://")
+    if not sep:
+        protocol, rest = "tcp", address
+    if protocol not in ADDRESS_PROTOCOLS:
+        return (
+            f"{head}: the protocol {protocol + '://'!r} does not reach a scheduler in another "
+            f"process; use one of {[p + '://' for p in ADDRESS_PROTOCOLS]}"
+        )
+    host, colon, port = rest.rpartition(":")
+    if not colon or not _HOST.match(host) or not port.isdigit() or not 0 < int(port) < 65536:
+        return f"{head}: HOST:PORT is missing or malformed (the port is a number in 1..65535)"
+    if protocol in ("tls", "wss") and not _tls_configured():
+        return (
+            f"{head}: {protocol}:// needs TLS certificates, and none are configured (dask's "
+            "distributed.comm.tls.client.cert / .key / .ca-file settings)"
+        )
+    return ""
+
+
+def _tls_configured() -> bool:
+    """Whether dask's configuration names a client certificate (what ``tls://`` needs)."""
+    try:
+        import dask.config
+    except ImportError:
+        return False
+    return bool(dask.config.get("distributed.comm.tls.client.cert", None))
+
+
 def _check_workers(workers: int | None) -> int:
     if workers is None:
         return os.cpu_count() or 1
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
         raise ExecutorError(
-            f"workers ({workers!r}) must be a positive integer (or None for one per CPU)"
+            f"workers ({shown(workers)}) must be a positive integer (or None for one per CPU)"
         )
+    rule = workers_rule(workers)
+    if rule:
+        raise ExecutorError(f"workers ({shown(workers)}) {rule}")
     return workers
+
+
+def _start_worker() -> None:
+    """A pool worker's start: the memory settings, and its end with its parent."""
+    prepare_worker()
+    exit_with_parent()
 
 
 def make_executor(

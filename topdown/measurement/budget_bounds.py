@@ -20,6 +20,7 @@ Both ends of the range come from what the samplers and the estimator can hold:
 
 from __future__ import annotations
 
+import math
 from fractions import Fraction
 
 from mechanisms.errors import BudgetError
@@ -47,6 +48,21 @@ def out_of_range(budget: Fraction, share: Fraction) -> bool:
     return not MIN_QUERY_BUDGET <= spent <= MAX_QUERY_BUDGET
 
 
+def shown(value: Fraction) -> str:
+    """A budget for a message: ``%g`` of its float, or its order of magnitude where the float
+    would overflow or vanish (a 400-digit budget), never an OverflowError."""
+    if value == 0:
+        return "0"
+    try:
+        as_float = float(value)
+    except OverflowError:
+        as_float = math.inf
+    if as_float != 0 and math.isfinite(as_float):
+        return f"{as_float:g}"
+    digits = len(str(abs(value.numerator))) - len(str(value.denominator))
+    return f"about 1e{digits:+d}"
+
+
 def check(strategy: Strategy) -> None:
     """Refuse a strategy with a query budget outside the range (``release()`` calls this).
 
@@ -58,5 +74,5 @@ def check(strategy: Strategy) -> None:
             if out_of_range(ls.budget, share):
                 raise BudgetError(
                     f"level {number} query {q.name!r}: budget {ls.budget} x share {share} = "
-                    f"{float(ls.budget * share):g}; {budget_range_rule()}"
+                    f"{shown(ls.budget * share)}; {budget_range_rule()}"
                 )

@@ -17,8 +17,9 @@ range is
    cut out on the worker that holds the level and handed, still sparse, to the measurement
    task, which densifies it there (``topdown.execution.executors.RemoteArray``).
 
-So the client receives only noisy answers; confidential counts reach it only where a declared
-invariant is published exactly (the node's histogram row, to evaluate the invariant).
+So the client receives only noisy answers, and, where a declared invariant is published
+exactly, that invariant's value: the invariant is evaluated on the worker holding the level
+(``RemoteLevel.evaluate_rows``), and no histogram row comes to the client.
 Keeping the histograms on the workers (rather than gathering them and sending the chunks back
 out) saves two transfers of the whole level and keeps the client's memory to the public tree
 and the noisy answers; the sparse form keeps the cluster's memory to about 16 bytes per
@@ -32,16 +33,17 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 import numpy as np
 import pandas as pd
 
 from topdown.errors import DataError
 from topdown.execution.executors import DaskExecutor, Executor, RemoteArray
+from topdown.measurement.parquet_parts import check_dataset
 from topdown.measurement.read import read_data
 from topdown.measurement.tree import (
     ConfidentialHistograms,
@@ -67,6 +69,8 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 SPLIT_EVERY = 8  # partial sums merged per reduction step
+
+R = TypeVar("R")
 
 
 def is_dataset(data: object) -> bool:
@@ -160,9 +164,9 @@ class RemoteLevel:
     """The confidential histograms of one level, held on the cluster.
 
     Slicing rows (``level[a:b]``) returns a ``RemoteArray`` for a task field: the rows are cut
-    out on the worker holding the level and resolved on the worker running the task. Indexing
-    one row (``level[i]``) brings that node's histogram here (used only to publish a declared
-    invariant).
+    out on the worker holding the level and resolved on the worker running the task. A node's
+    histogram never comes to the client: indexing one row is refused, and a declared invariant
+    is evaluated where the level is (``evaluate_rows``), only its values coming back.
     """
 
     def __init__(self, client: Any, counts: Any, n_nodes: int, cells: int):
@@ -182,12 +186,25 @@ class RemoteLevel:
             stop = max(start, stop)
             rows = self._client.submit(_cut_rows, self._counts, start, stop, cells, pure=False)
             return RemoteArray(rows, (stop - start, cells))
-        index = int(key)
-        if not -n <= index < n:
-            raise IndexError(f"node {index} is out of range for a level of {n} node(s)")
-        index %= n
-        row = self._client.submit(_cut_rows, self._counts, index, index + 1, cells, pure=False)
-        return np.asarray(row.result())[0]
+        raise TypeError(
+            f"a remote level's rows are sliced (level[a:b]), not indexed (level[{key!r}]): a "
+            "node's confidential histogram does not come to the client; evaluate a function of "
+            "it on the cluster with evaluate_rows"
+        )
+
+    def evaluate_rows(
+        self, nodes: Sequence[int], function: Callable[[int, np.ndarray], R]
+    ) -> list[R]:
+        """``function(node, histogram)`` of each of ``nodes``, run on the worker holding the
+        level: only the results come here (e.g. a declared invariant's published values)."""
+        n, cells = self.shape
+        for index in nodes:
+            if not 0 <= index < n:
+                raise IndexError(f"node {index} is out of range for a level of {n} node(s)")
+        values = self._client.submit(
+            _evaluate_rows, self._counts, list(nodes), cells, function, pure=False
+        )
+        return cast(list[R], values.result())
 
 
 def dataset_tree(
@@ -204,6 +221,7 @@ def dataset_tree(
     import dask.dataframe as dd
 
     columns = list(dict.fromkeys([a.source for a in schema.attributes] + list(schema.hierarchy)))
+    check_dataset(path)  # every part present, readable, one schema (named here, not on a worker)
     try:
         ddf = dd.read_parquet(str(path))
     except Exception as err:  # dask/pyarrow raise many types for a folder that is not a dataset
@@ -284,6 +302,13 @@ def _level_of(total: list[SparseCounts], level: int) -> SparseCounts:
 
 def _cut_rows(counts: SparseCounts, start: int, stop: int, cells: int) -> SparseRows:
     return counts.rows(start, stop, cells)
+
+
+def _evaluate_rows(
+    counts: SparseCounts, nodes: list[int], cells: int, function: Callable[[int, np.ndarray], R]
+) -> list[R]:
+    """On a worker: ``function`` of each node and its dense histogram row."""
+    return [function(i, np.asarray(counts.rows(i, i + 1, cells))[0]) for i in nodes]
 
 
 def _raise_first_error(future: Any) -> None:

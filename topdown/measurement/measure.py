@@ -19,9 +19,10 @@ How the noise is drawn (speed without changing the distribution):
   whole (nodes of the chunk x answers) block. The mechanisms and samplers are those of
   :mod:`mechanisms.discrete` and :mod:`mechanisms.samplers`, unchanged.
 * A measurement task carries only its chunk's confidential histogram rows, the public
-  mechanism parameters and the release key; tasks run on the release's executor and their
-  results are put back in node order. So the noisy answers are the same on every executor and
-  for every number of workers.
+  mechanism parameters and the keys of its own streams (``child_key``, derived here: the
+  release key never leaves this process, so a worker cannot draw any other chunk's noise);
+  tasks run on the release's executor and their results are put back in node order. So the
+  noisy answers are the same on every executor and for every number of workers.
 
 Why every noise value is still independent of every other, with the right distribution: the
 samplers return i.i.d. draws. Each output is an accepted candidate of CKS20's rejection
@@ -39,10 +40,11 @@ run's numbers differ from those of the per-node layout.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import time
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, Generic, Protocol, TypeVar
@@ -56,7 +58,7 @@ from constraints.domain import Domain
 from mechanisms.accounting import ZCDP, PureDP
 from mechanisms.discrete import DiscreteGaussianMechanism, DiscreteLaplaceMechanism, sensitivity
 from mechanisms.ledger import Ledger
-from mechanisms.rng import child_rng
+from mechanisms.rng import child_key, rng_from_key
 from topdown.execution.executors import Executor
 from topdown.measurement.tree import ConfidentialHistograms, Tree
 from topdown.strategy import Query, Strategy
@@ -221,7 +223,9 @@ class MeasureTask:
         domain: the query domain (public).
         queries: the level's queries (public).
         mechanisms: their calibrated mechanisms (public parameters).
-        release_key: the secret key the release's streams derive from.
+        keys: SECRET: the key of each query's stream for this chunk,
+            ``child_key(release_key, "measure", level, query, size, chunk)``; never the
+            release key itself.
     """
 
     level: int
@@ -231,7 +235,7 @@ class MeasureTask:
     domain: Domain
     queries: tuple[Query, ...]
     mechanisms: tuple[Any, ...]
-    release_key: bytes
+    keys: tuple[bytes, ...]
 
 
 @dataclass(frozen=True)
@@ -248,9 +252,9 @@ def measure_chunk(task: MeasureTask) -> ChunkResult:
     """Answer the chunk's queries and add noise: one sampler call per query."""
     start = time.process_time()
     out = []
-    for query, mech in zip(task.queries, task.mechanisms, strict=True):
+    for query, mech, key in zip(task.queries, task.mechanisms, task.keys, strict=True):
         answers = query.answer(task.histograms, task.domain)
-        rng = child_rng(task.release_key, "measure", task.level, query.name, task.size, task.chunk)
+        rng = rng_from_key(key)
         # the type is a function of the noisy answers, which are published: post-processing
         out.append(narrowed(mech.release(answers, rng=rng)))
     return ChunkResult(tuple(out), time.process_time() - start, os.getpid())
@@ -306,15 +310,16 @@ def measure(
 
     def task(key: tuple[int, int]) -> MeasureTask:
         lv, c = key
+        queries = tuple(q for q, _, _ in mechanisms[lv])
         return MeasureTask(
             lv,
             c,
             size,
             truth.counts[lv][c * size : (c + 1) * size],
             domain,
-            tuple(q for q, _, _ in mechanisms[lv]),
+            queries,
             tuple(m for _, _, m in mechanisms[lv]),
-            release_key,
+            tuple(child_key(release_key, "measure", lv, q.name, size, c) for q in queries),
         )
 
     noisy: dict[int, list[np.ndarray | None]] = {
@@ -420,16 +425,16 @@ def _evaluate_invariants(
         }
         if not general and not extra and not any(specific.values()):
             continue
-        per_node: dict[int, tuple] = {}
-        for i, label in enumerate(labels):
-            applicable = general + extra + specific.get(str(label), [])
-            if not applicable:
-                continue
-            records = records_of(i)
-            per_node[i] = tuple(
-                c.bind(c.evaluate(domain, truth.counts[level][i], records)) for c in applicable
-            )
-        bound[level] = per_node
+        applies = {
+            i: tuple(general + extra + specific.get(str(label), []))
+            for i, label in enumerate(labels)
+        }
+        nodes = [i for i, cs in applies.items() if cs]
+        values = _invariant_values(truth, level, domain, nodes, applies, records_of)
+        bound[level] = {
+            i: tuple(c.bind(v) for c, v in zip(applies[i], vs, strict=True))
+            for i, vs in zip(nodes, values, strict=True)
+        }
         names = sorted({c.name for c in general} | {c.name for cs in specific.values() for c in cs})
         for name in names:
             ledger.record_invariant(name, level, description="published exactly, outside DP")
@@ -441,6 +446,40 @@ def _evaluate_invariants(
                 description=f"implied by the same invariant on level {source} (sum of its values)",
             )
     return bound
+
+
+def _invariant_values(
+    truth: ConfidentialHistograms,
+    level: int,
+    domain: Domain,
+    nodes: list[int],
+    applies: Mapping[int, tuple],
+    records_of: Callable[[int], pd.DataFrame | None],
+) -> list[list[int | float]]:
+    """The true values of each node's invariants (published exactly, nothing more).
+
+    A level held on a cluster (``topdown.measurement.dask_input.RemoteLevel``, it has
+    ``evaluate_rows``) evaluates them on the worker holding it: the values come here, never
+    the node's histogram row.
+    """
+    counts = truth.counts[level]
+    remote = getattr(counts, "evaluate_rows", None)
+    if remote is not None:
+        by_node = {i: applies[i] for i in nodes}
+        return [
+            list(vs)
+            for vs in remote(
+                nodes, functools.partial(_evaluate_node, domain=domain, by_node=by_node)
+            )
+        ]
+    return [[c.evaluate(domain, counts[i], records_of(i)) for c in applies[i]] for i in nodes]
+
+
+def _evaluate_node(
+    node: int, row: np.ndarray, *, domain: Domain, by_node: Mapping[int, tuple]
+) -> list[int | float]:
+    """On the worker holding a level: the values of one node's histogram invariants."""
+    return [c.evaluate(domain, row, None) for c in by_node[node]]
 
 
 def _records_by_node(

@@ -16,6 +16,7 @@ from typing import Any
 import pandas as pd
 
 from topdown.errors import DataError
+from topdown.measurement.parquet_parts import check_dataset
 from topdown.support.optional import require
 
 __all__ = ["read_data"]
@@ -57,6 +58,7 @@ def read_data(
                 f"{fmt!r} was asked; a folder must hold Parquet files"
             )
         fmt = "parquet"
+        check_dataset(path)  # every part present, readable, one schema: whole or not at all
     elif not path.is_file():
         raise DataError(f"data path {str(path)!r} is not a file")
     fmt = (fmt or ("parquet" if path.suffix.lower() in (".parquet", ".pq") else "csv")).lower()

@@ -8,12 +8,14 @@ how they nest) is public, as census geography is; the per-node counts are not, s
 
 from __future__ import annotations
 
+import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
-from topdown.errors import HierarchyError
+from topdown.errors import DataError, HierarchyError
 from topdown.schema import Schema
 from topdown.support.int_types import int_type_for
 
@@ -132,6 +134,7 @@ def build_tree(
     else:
         levels = list(geography_tree(geography, schema).levels)
         node_codes = codes_in_geography(data, levels)
+    check_dense_levels(levels, size, schema)  # before the (nodes x cells) arrays exist
     counts = []
     for lv, codes in zip(levels, node_codes, strict=True):
         flat = np.bincount(codes * size + cells, minlength=lv.size * size)
@@ -142,6 +145,50 @@ def build_tree(
     return Tree(tuple(levels)), ConfidentialHistograms(
         tuple(counts), records, tuple(node_codes) if keep_records else ()
     )
+
+
+#: Bytes per (node, cell) of a level while its histograms are built: the int64 counts
+#: (np.bincount) and their narrowed copy; the release then holds a few more such arrays.
+DENSE_BYTES_PER_CELL = 16
+
+
+def physical_memory() -> int | None:
+    """This machine's physical memory in bytes (None where the OS does not say)."""
+    try:
+        return int(os.sysconf("SC_PHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
+    except (AttributeError, OSError, ValueError):
+        return None
+
+
+def check_dense_levels(levels: Sequence[Level], cells: int, schema: Schema) -> None:
+    """Refuse a level whose dense histograms (nodes x cells) would not fit in this machine's
+    memory, before they are allocated.
+
+    Raises:
+        DataError: naming the level's column, its nodes, the domain's attributes and cells,
+            and the memory needed and present.
+    """
+    memory = physical_memory()
+    if memory is None:
+        return
+    for lv in levels:
+        need = lv.size * cells * DENSE_BYTES_PER_CELL
+        if need > memory:
+            domain = schema.domain
+            attrs = " x ".join(
+                f"{n} ({k})" for n, k in zip(domain.names, domain.shape, strict=True)
+            )
+            raise DataError(
+                f"level {lv.number} ({lv.column or 'root'}) has {lv.size:,} nodes x {cells:,} "
+                f"cells ({attrs}) = {lv.size * cells:,} cells, about {_bytes(need)} to build "
+                f"its histograms, more than this machine's {_bytes(memory)}; declare coarser "
+                "domains (bins) or fewer query attributes, or stream the release (stream_by) "
+                "so that each subtree's levels are held alone"
+            )
+
+
+def _bytes(n: int) -> str:
+    return f"{n / 1e9:,.1f} GB" if n >= 1e9 else f"{n / 1e6:,.0f} MB"
 
 
 def geography_tree(geography: pd.DataFrame, schema: Schema) -> Tree:

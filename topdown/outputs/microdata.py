@@ -19,6 +19,7 @@ from topdown.execution.process_memory import hugepage_advice_off
 from topdown.measurement.tree import Tree
 from topdown.schema import Schema
 from topdown.support.optional import require
+from topdown.support.writing import naming
 
 __all__ = ["expand_microdata", "write_table"]
 
@@ -91,11 +92,12 @@ def write_table(
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     os.close(fd)
     try:
-        if fmt == "csv":
-            frame.to_csv(tmp, index=index)
-        else:
-            frame.to_parquet(tmp, index=index)
-        os.replace(tmp, path)
+        with naming(path):  # a full disk names the file, not a bare errno
+            if fmt == "csv":
+                frame.to_csv(tmp, index=index)
+            else:
+                frame.to_parquet(tmp, index=index)
+            os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import subprocess
 import sys
@@ -44,11 +45,13 @@ import pandas as pd
 
 from constraints.errors import ConstraintError, DomainError
 from synth.cli import add_synth_parser, run_synth
-from topdown.errors import DataError, ReleaseError, TopDownError
+from topdown.errors import DataError, HierarchyError, ReleaseError, TopDownError
+from topdown.execution.executors import ExecutorError, SchedulerUnreachable
 from topdown.measurement.dask_input import is_dataset
 from topdown.measurement.read import read_data
 from topdown.measurement.tree import ROOT_LABEL
 from topdown.product.config import DEFAULT_CONFIG, ConfigError, RunConfig, load_config
+from topdown.product.config_geography import GEOGRAPHY_KEY
 
 __all__ = ["main", "load_data", "EXIT_OK", "EXIT_FAILURE", "EXIT_USAGE"]
 
@@ -84,6 +87,41 @@ def _on_sigterm(signum: int, frame: FrameType | None) -> None:
 
 
 _Handler = Callable[[int, FrameType | None], Any] | int | None
+
+
+#: The output claims of the running command: an interrupt's message says whether its output
+#: is in place (complete) or nothing was written.
+_CLAIMS: list[Any] = []
+
+
+def interrupted_line(what: str) -> str:
+    """The one line an interrupt prints: the state the output is in."""
+    done = [c.out for c in _CLAIMS if getattr(c, "installed", False)]
+    if done:
+        return (
+            f"topdown: {what} after the output was complete: {str(done[-1])!r} is in place and "
+            "whole (check it with topdown check)"
+        )
+    return f"topdown: {what}; nothing was written"
+
+
+def run() -> NoReturn:
+    """The program (``topdown``, ``python -m topdown``): ``main``, then exit with its code.
+
+    An interrupt that lands after ``main`` returned (while the interpreter exits) prints the
+    same one line and exits with the documented code, 130 or 143, not a traceback.
+    """
+    code = main()
+
+    def late(signum: int, frame: FrameType | None) -> None:
+        terminated = signum == signal.SIGTERM
+        what = "terminated (SIGTERM)" if terminated else "interrupted"
+        print(interrupted_line(what), file=sys.stderr)
+        os._exit(EXIT_TERMINATED if terminated else EXIT_INTERRUPTED)
+
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, late)
+    sys.exit(code)
 
 
 def _handle_sigterm() -> _Handler:
@@ -207,13 +245,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         "synth": run_synth,
     }[args.command]
     previous = _handle_sigterm()
+    _CLAIMS.clear()
     try:
         return command(args)
     except _Terminated:
-        print("topdown: terminated (SIGTERM); nothing was written", file=sys.stderr)
+        print(interrupted_line("terminated (SIGTERM)"), file=sys.stderr)
         return EXIT_TERMINATED
     except KeyboardInterrupt:
-        print("topdown: interrupted; nothing was written", file=sys.stderr)
+        print(interrupted_line("interrupted"), file=sys.stderr)
         return EXIT_INTERRUPTED
     except Exception as err:  # the edge: one message, a code, a traceback only when asked
         code = (
@@ -343,10 +382,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
         stream_by=args.stream_by,
     )
     cfg.check_inputs()  # every input path, before any work
+    geography = cfg.geography.frame(cfg.file) if cfg.geography is not None else None
     out = (args.out or Path.cwd() / f"release-{datetime.now():%Y%m%d-%H%M%S}").absolute()
     if cfg.stream_by is not None:
-        return _run_streamed(args, cfg, out, start)
+        return _run_streamed(args, cfg, out, start, geography)
     with claim_output(out, args.overwrite, inputs=cfg.input_paths()) as claim:
+        _CLAIMS.append(claim)
         on_cluster = cfg.executor == "dask" and is_dataset(cfg.data.path)
         data: pd.DataFrame | Path
         if on_cluster:  # a Parquet dataset read on the workers (topdown.measurement.dask_input)
@@ -362,13 +403,17 @@ def _cmd_run(args: argparse.Namespace) -> int:
             log.info("reading the Parquet dataset %s on the Dask workers", cfg.data.path)
         else:
             data = load_data(cfg)
-            _check_node_labels(cfg, data)
+            _check_node_labels(cfg, data if geography is None else geography)
             log.info("read %d records from %s", len(data), cfg.data.path)
         timings["read"] = time.perf_counter() - start
         t = time.perf_counter()
         with _engine_errors(cfg):
             rel = release(
-                data, cfg.schema, cfg.strategy, capture=cfg.capture, **_engine_options(cfg, args)
+                data,
+                cfg.schema,
+                cfg.strategy,
+                capture=cfg.capture,
+                **_engine_options(cfg, args, geography),
             )
         timings["release"] = time.perf_counter() - t
         _require_correct(rel)
@@ -395,7 +440,13 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _run_streamed(args: argparse.Namespace, cfg: RunConfig, out: Path, start: float) -> int:
+def _run_streamed(
+    args: argparse.Namespace,
+    cfg: RunConfig,
+    out: Path,
+    start: float,
+    geography: pd.DataFrame | None,
+) -> int:
     """``topdown run`` streamed by ``cfg.stream_by`` (``topdown.streaming.run``): the subtrees'
     tables and microdata are written one by one into a hidden folder, checked, then moved into
     place (``topdown.product.stream_folder``)."""
@@ -417,6 +468,7 @@ def _run_streamed(args: argparse.Namespace, cfg: RunConfig, out: Path, start: fl
         )
     timings: dict[str, float] = {}
     with claim_output(out, args.overwrite, inputs=cfg.input_paths()) as claim:
+        _CLAIMS.append(claim)
         data: pd.DataFrame | Path = cfg.data.path if folder_input else load_data(cfg)
         tmp = claim.new_partial()
         try:
@@ -429,7 +481,7 @@ def _run_streamed(args: argparse.Namespace, cfg: RunConfig, out: Path, start: fl
                     stream_by=cfg.stream_by,
                     out=tmp,
                     microdata_format=cfg.output_format,
-                    **_engine_options(cfg, args),
+                    **_engine_options(cfg, args, geography),
                 )
             timings["release"] = time.perf_counter() - t
             _require_correct(rel)
@@ -449,6 +501,26 @@ def _engine_errors(cfg: RunConfig) -> Iterator[None]:
     value's error after the config file (the release and the streamed release alike)."""
     try:
         yield
+    except SchedulerUnreachable as err:
+        source = (
+            "--address"
+            if cfg.address_source == "--address"
+            else f"{cfg.address_source} in {cfg.file}"
+        )
+        raise ExecutorError(
+            f"cannot reach the Dask scheduler at {err.address} (from {source}): none answered "
+            f"within {err.timeout:g} s ({err.reason}); start one (dask scheduler) or give "
+            "another address (none: a local cluster)"
+        ) from None
+    except HierarchyError as err:
+        if cfg.geography is not None and "geography" in str(err):
+            raise ConfigError(
+                cfg.file,
+                GEOGRAPHY_KEY,
+                f"does not hold the data's units (data file {str(cfg.data.path)!r}): {err}; "
+                "the declared units must include every unit with a record",
+            ) from None
+        raise DataError(f"data file {str(cfg.data.path)!r}: {err}") from None
     except DataError as err:
         raise DataError(f"data file {str(cfg.data.path)!r}: {err}") from None
     except (DomainError, ValueError) as err:
@@ -464,8 +536,11 @@ def _require_correct(rel: Any) -> None:
         raise ReleaseError("the release failed its checks, nothing was written:\n" + str(verdict))
 
 
-def _engine_options(cfg: RunConfig, args: argparse.Namespace) -> dict[str, Any]:
-    """The engine arguments a config sets, the same for a release and a streamed release."""
+def _engine_options(
+    cfg: RunConfig, args: argparse.Namespace, geography: pd.DataFrame | None
+) -> dict[str, Any]:
+    """The engine arguments a config sets, the same for a release and a streamed release
+    (``geography``: the declared units, ``cfg.geography`` read)."""
     from topdown.support.progress import Progress
 
     return {
@@ -478,12 +553,14 @@ def _engine_options(cfg: RunConfig, args: argparse.Namespace) -> dict[str, Any]:
         "address": cfg.address,
         "failsafe": cfg.failsafe,
         "estimator": cfg.effective_estimator,
+        "geography": geography,
         "progress": Progress(enabled=not args.quiet),
     }
 
 
 def _check_node_labels(cfg: RunConfig, data: pd.DataFrame) -> None:
-    """Constraints attached to named nodes must name units that exist (a typo applies nowhere)."""
+    """Constraints attached to named nodes must name units that exist (a typo applies nowhere):
+    units of the data, or of the declared geography when ``data`` is it."""
     labels = {0: [ROOT_LABEL]}
     for k, col in enumerate(cfg.schema.hierarchy, start=1):
         labels[k] = data[col].astype(str).unique().tolist()

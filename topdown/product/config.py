@@ -4,7 +4,8 @@ Layout (see ``topdown/data/default.toml`` for a commented example)::
 
     seed = "none"                      # or an integer: reproducible, NOT for production
     [data]       path, format (csv | parquet), separator, dictionary, [data.derive]
-    [schema]     hierarchy = [...],
+    [schema]     hierarchy = [...], geography (the published units: a file or inline tables,
+                 see topdown.product.config_geography),
                  [[schema.attributes]] name, column, values | range | bins, labels
     [strategy]   mechanism, neighbouring, budgets + queries + first_pass, or [[strategy.levels]]
     [[constraints]]                    # see topdown.product.config_constraints
@@ -38,9 +39,11 @@ from constraints import ConstraintSet
 from topdown.errors import TopDownError
 from topdown.estimation.estimators import DEFAULT_ESTIMATOR, ESTIMATORS
 from topdown.estimation.passes import PASSES, SolverChoice
-from topdown.execution.executors import EXECUTORS
+from topdown.execution.executors import EXECUTORS, address_rule, shown, workers_rule
 from topdown.measurement import budget_bounds
 from topdown.product.config_constraints import parse_constraints
+from topdown.product.config_geography import GEOGRAPHY_KEY, GeographySpec
+from topdown.product.config_text import text_problem
 from topdown.schema import Attribute, Schema, attributes_from_dictionary
 from topdown.strategy import MECHANISMS, NEIGHBOURING, LevelStrategy, Query, Strategy, parse_budget
 
@@ -125,6 +128,8 @@ class RunConfig:
     truth: bool | Path = False
     estimator: str | None = None  # None: not chosen, see ``effective_estimator``
     stream_by: str | None = None
+    geography: GeographySpec | None = None  # None: the units are read from the data
+    address_source: str = "executor.address"  # where ``address`` came from, for messages
 
     @property
     def effective_estimator(self) -> str:
@@ -172,9 +177,16 @@ class RunConfig:
                 raise ConfigError(
                     "command line", "--workers", f"must be a positive integer; got {workers!r}"
                 )
+            rule = workers_rule(workers)
+            if rule:
+                raise ConfigError("command line", "--workers", f"{shown(workers)} {rule}")
             out = replace(out, workers=workers)
         if address is not None:
-            out = replace(out, address=_check_address("--address", address, "command line"))
+            out = replace(
+                out,
+                address=_check_address("--address", address, "command line"),
+                address_source="--address",
+            )
         if capture is not None:
             out = replace(out, capture=capture)
         if estimator is not None:
@@ -190,6 +202,8 @@ class RunConfig:
             paths.append(Path(self.file))
         if isinstance(self.truth, Path):
             paths.append(self.truth)
+        if self.geography is not None and self.geography.path is not None:
+            paths.append(self.geography.path)
         return paths
 
     def check_inputs(self) -> None:
@@ -202,6 +216,8 @@ class RunConfig:
         keys = [("data.path", self.data.path)]
         if isinstance(self.truth, Path):
             keys.append(("metrics.truth", self.truth))
+        if self.geography is not None and self.geography.path is not None:
+            keys.append((GEOGRAPHY_KEY, self.geography.path))
         for key, path in keys:
             if not path.exists():
                 raise ConfigError(self.file, key, f"file {str(path)!r} does not exist")
@@ -249,7 +265,8 @@ class RunConfig:
                     for k, d in self.data.derive.items()
                 },
             },
-            "schema": {"hierarchy": list(self.schema.hierarchy), "attributes": attrs},
+            "schema": {"hierarchy": list(self.schema.hierarchy), "attributes": attrs}
+            | ({"geography": self.geography.to_config()} if self.geography else {}),
             "strategy": {
                 "mechanism": self.strategy.mechanism,
                 "neighbouring": self.strategy.neighbouring,
@@ -302,6 +319,9 @@ def load_config(path: str | Path) -> RunConfig:
         )
     try:
         text = path.read_text(encoding="utf-8")
+        problem = text_problem(text)  # nesting and digits that would fail inside the parser
+        if problem:
+            raise ConfigError(name, *problem)
         raw = json.loads(text) if path.suffix.lower() == ".json" else tomllib.loads(text)
     except (tomllib.TOMLDecodeError, json.JSONDecodeError) as err:
         raise ConfigError(
@@ -309,7 +329,16 @@ def load_config(path: str | Path) -> RunConfig:
         ) from None
     except (OSError, UnicodeDecodeError) as err:
         raise ConfigError(name, "", f"cannot be read: {err}") from None
-    return parse_config(raw, name, base=path.resolve().parent)
+    except (RecursionError, ValueError) as err:  # a case text_problem did not foresee
+        if isinstance(err, ConfigError):
+            raise
+        raise ConfigError(name, "", f"cannot be parsed: {type(err).__name__}: {err}") from None
+    try:
+        return parse_config(raw, name, base=path.resolve().parent)
+    except (RecursionError, OverflowError) as err:
+        raise ConfigError(
+            name, "", f"holds a value the parser cannot take: {type(err).__name__}: {err}"
+        ) from None
 
 
 def parse_config(raw: Mapping[str, Any], file: str, *, base: Path) -> RunConfig:
@@ -348,7 +377,9 @@ def parse_config(raw: Mapping[str, Any], file: str, *, base: Path) -> RunConfig:
     dictionary = data.get("dictionary")
     data_spec = DataSpec(_path(data["path"], base), fmt, sep, derive)
 
-    schema = _schema(_table(raw, "schema", bad), dictionary, base, fail, bad)
+    schema_table = _table(raw, "schema", bad)
+    schema = _schema(schema_table, dictionary, base, fail, bad)
+    geography = GeographySpec.parse(schema_table.get("geography"), schema.hierarchy, base, bad)
     strategy = _strategy(_table(raw, "strategy", bad), schema, fail, bad)
     specs = raw.get("constraints", [])
     constraints = parse_constraints(specs, schema.domain, schema.n_levels, fail)
@@ -390,8 +421,11 @@ def parse_config(raw: Mapping[str, Any], file: str, *, base: Path) -> RunConfig:
     workers = executor.get("workers", 0)
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 0:
         bad(
-            "executor.workers", f"must be a non-negative integer (0 = one per CPU); got {workers!r}"
+            "executor.workers",
+            f"must be a non-negative integer (0 = one per CPU); got {shown(workers)}",
         )
+    if workers and workers_rule(workers):
+        bad("executor.workers", f"{shown(workers)} {workers_rule(workers)}")
     output = _table(raw, "output", bad)
     _known(output, {"format"}, "output", bad)
     out_fmt = output.get("format", "csv")
@@ -423,11 +457,12 @@ def parse_config(raw: Mapping[str, Any], file: str, *, base: Path) -> RunConfig:
         truth=truth,
         estimator=estimator,
         stream_by=stream_by,
+        geography=geography,
     )
 
 
 def _schema(spec: Mapping, dictionary: Any, base: Path, fail: _Fail, bad: _Bad) -> Schema:
-    _known(spec, {"hierarchy", "attributes"}, "schema", bad)
+    _known(spec, {"hierarchy", "attributes", "geography"}, "schema", bad)
     hierarchy = spec.get("hierarchy")
     if not isinstance(hierarchy, list) or not all(isinstance(h, str) and h for h in hierarchy):
         bad(
@@ -580,7 +615,8 @@ def _strategy(spec: Mapping, schema: Schema, fail: _Fail, bad: _Bad) -> Strategy
             if budget_bounds.out_of_range(b, share):
                 bad(
                     bkey,
-                    f"{budget!r} gives query {q.name!r} a budget of {float(b * share):g} "
+                    f"{shown(budget)} gives query {q.name!r} a budget of "
+                    f"{budget_bounds.shown(b * share)} "
                     f"(share {share}); {budget_bounds.budget_range_rule()}",
                 )
         try:
@@ -676,11 +712,15 @@ def _jsonable(v: Any) -> Any:
 
 
 def _check_address(key: str, value: object, bad: Any) -> str:
-    """A Dask scheduler address (``tcp://host:8786``), or "" for none; ``bad`` is the error
-    callback of the file's parser, or the source name (``"command line"``)."""
-    if value == "" or (isinstance(value, str) and ":" in value):
+    """A Dask scheduler address (``tcp://host:8786``, ``topdown.execution.executors.address_rule``),
+    or "" for none; ``bad`` is the error callback of the file's parser, or the source name
+    (``"command line"``)."""
+    if value == "":
+        return ""
+    rule = address_rule(value)
+    if not rule:
         return str(value)
-    rule = f"must be a Dask scheduler address such as 'tcp://host:8786'; got {value!r}"
+    rule = f"{rule}; got {shown(value)}"
     if callable(bad):
         bad(key, rule)
         return ""

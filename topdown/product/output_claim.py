@@ -87,6 +87,7 @@ class OutputClaim:
     def __init__(self, out: Path, overwrite: bool, *, inputs: Sequence[Path] = ()):
         self.out = Path(out).absolute()
         self.overwrite = overwrite
+        self.installed = False  # True once the finished folder is in place (``install``)
         check_output(self.out, overwrite, inputs=inputs)
         self.lock_path = self.out.parent / f".{self.out.name}.lock"
         self._fd: int | None = self._lock()
@@ -148,6 +149,7 @@ class OutputClaim:
                 trash = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.parent))
                 os.replace(out, trash / out.name)
             os.replace(tmp, out)  # fails if a non-empty folder appeared at ``out`` meanwhile
+            self.installed = True
         except BaseException:
             if trash is not None and not out.exists() and (trash / out.name).exists():
                 os.replace(trash / out.name, out)  # the swap failed: put the old release back

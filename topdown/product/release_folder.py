@@ -65,6 +65,7 @@ from topdown.product.config import RunConfig, load_config, parse_config
 from topdown.product.output_claim import OutputClaim, OutputExistsError, check_output, claim_output
 from topdown.release import Release
 from topdown.strategy import Query
+from topdown.support.writing import naming
 
 __all__ = [
     "OutputExistsError",
@@ -294,7 +295,8 @@ def _write_manifest(folder: Path, rel: Release, cfg: RunConfig, timings: dict[st
 def _write_json(path: Path, data: Any) -> None:
     """Standard JSON only: a non-finite float is written as null, never ``Infinity``."""
     text = json.dumps(_finite(data), indent=2, default=_json_default, allow_nan=False)
-    path.write_text(text + "\n", encoding="utf-8")
+    with naming(path):  # a full disk names the file
+        path.write_text(text + "\n", encoding="utf-8")
 
 
 def _finite(data: Any) -> Any:

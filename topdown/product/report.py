@@ -29,6 +29,7 @@ import matplotlib
 
 from mechanisms.ledger import NoiseSource
 from topdown.blue.error_estimates import error_section
+from topdown.support.writing import naming
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -126,8 +127,9 @@ def write_page(folder: Path, title: str, sections: list[tuple[str, str]]) -> Pat
     page = _PAGE.format(title=html.escape(title), body=body)
     path = folder / REPORT_NAME
     tmp = folder / f".{REPORT_NAME}.tmp"
-    tmp.write_text(page, encoding="utf-8")
-    os.replace(tmp, path)
+    with naming(path):  # a full disk names the file
+        tmp.write_text(page, encoding="utf-8")
+        os.replace(tmp, path)
     log.debug("report written: %s", path)
     return path
 

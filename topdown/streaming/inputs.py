@@ -106,7 +106,8 @@ def public_tree(
         ledger.record_disclosure(
             "units read from data",
             f"the units of {list(schema.hierarchy)} are those with at least one record; pass "
-            "geography= (the published list of units) to avoid this",
+            "geography= (the published list of units; a config's [schema] geography) to avoid "
+            "this",
         )
     else:
         geo = geography if isinstance(geography, pd.DataFrame) else read_data(geography)

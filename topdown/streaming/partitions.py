@@ -14,6 +14,7 @@ from pathlib import Path
 import pandas as pd
 
 from topdown.errors import DataError
+from topdown.measurement.parquet_parts import check_dataset
 
 __all__ = ["Partition", "partitions"]
 
@@ -72,6 +73,8 @@ def partitions(data: pd.DataFrame | str | Path, column: str) -> list[Partition]:
         raise DataError(f"data folder {str(folder)!r} has no Parquet partitions")
     out: dict[str, Partition] = {}
     for path in paths:
+        if path.is_dir():
+            check_dataset(path)  # a unit's folder of parts: every part present and readable
         names = pq.read_schema(next(iter(sorted(path.glob("*.parquet"))), path)).names
         if column not in names:
             raise DataError(
