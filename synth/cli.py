@@ -66,7 +66,12 @@ def add_synth_parser(subparsers: Any) -> argparse.ArgumentParser:
     )
     parser.add_argument("--out", type=Path, help="output table (.csv or .parquet)")
     parser.add_argument("--overwrite", action="store_true", help="replace existing outputs")
-    parser.add_argument("--rows", type=int, help="synthetic rows (default: as many as the data)")
+    parser.add_argument(
+        "--rows",
+        type=int,
+        help="synthetic rows (default: the fitted model's noisy total, never the true count; "
+        "a number given here is disclosed in the ledger)",
+    )
     parser.add_argument("--target", help="class column for classcond (default: the last)")
     parser.add_argument("--k", type=int, help="parents per attribute (privbayes 2, dp2pub 3)")
     parser.add_argument("--columns", nargs="+", help="crosstab columns (default: all)")
@@ -114,7 +119,7 @@ def _fit(method: str, args: argparse.Namespace, data: pd.DataFrame, domains: Any
     """(output table, ledger, synthetic records or None for the crosstab)."""
     from synth import ClassConditional, DP2Pub, NoisyCrosstab, PrivBayes
 
-    rows = len(data) if args.rows is None else args.rows
+    rows = args.rows  # None: the fitted model's noisy total, never len(data)
     if method == "classcond":
         model = ClassConditional(args.epsilon, target=args.target, domains=domains, seed=args.seed)
         synthetic = model.fit(data).sample(rows)
@@ -129,7 +134,7 @@ def _fit(method: str, args: argparse.Namespace, data: pd.DataFrame, domains: Any
         dp = DP2Pub(
             args.epsilon, k=3 if args.k is None else args.k, domains=domains, seed=args.seed
         )
-        synthetic = dp.fit_transform(data)
+        synthetic = dp.fit_transform(data, rows=rows)
         return synthetic, dp.ledger, synthetic
     ct = NoisyCrosstab(args.epsilon, args.columns, domains=domains, seed=args.seed).fit(data)
     table = ct.release()
