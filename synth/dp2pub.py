@@ -506,7 +506,11 @@ def resize_records(
 ) -> np.ndarray:
     """``rows`` records in a random order: a uniform random subset of ``codes`` when
     ``rows <= len(codes)``, else all of them and dummy records drawn uniformly from the
-    domains (independent of the data)."""
+    domains (independent of the data).
+
+    The order matters: the reports keep it, so without the shuffle (``choice`` without
+    replacement returns its draws in a random order) a row's position in the output would
+    tell its value on a sorted input."""
     n = codes.shape[0]
     if rows <= n:
         return codes[rng.choice(n, size=rows, replace=False)]
