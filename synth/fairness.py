@@ -64,7 +64,7 @@ def exponential_disparity(
     split: str = "size",
     monotonic: bool = False,
     draws: int = 20_000,
-    seed: int | None = 0,
+    seed: int | None = None,
 ) -> pd.DataFrame:
     """Report probabilities of each value for each group, beside the true rates.
 
@@ -74,7 +74,8 @@ def exponential_disparity(
             :func:`group_epsilons`).
         monotonic: use the factor epsilon / Delta (counts are monotonic under add/remove);
             default False, the general epsilon / (2 Delta).
-        draws, seed: for permute-and-flip above 8 values (Monte Carlo with the exact sampler).
+        draws, seed: for permute-and-flip above 8 values (Monte Carlo with the exact sampler;
+            seed None, the default, is the secure source; an integer is reproducible).
 
     Returns:
         One row per (group, value): ``n_group``, ``epsilon_group``, ``count``, ``true_rate``,
