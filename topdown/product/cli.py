@@ -523,6 +523,14 @@ def _cmd_check(args: argparse.Namespace) -> int:
         print(f"topdown: check failed: {folder}", file=sys.stderr)
         return EXIT_FAILURE
     label = "" if verdict.private else "; NOT PRIVATE (seeded noise: the seed is published)"
+    if verdict.not_publishable:
+        files = ", ".join(verdict.not_publishable)
+        print(
+            f"topdown: WARNING: not publishable as is: {files} (figures computed from the "
+            "confidential data; remove them before publishing)",
+            file=sys.stderr,
+        )
+        label += f"; not publishable as is: {files}"
     print(f"ok: {folder} passed {len(verdict.checks)} checks{label}")
     return EXIT_OK
 

@@ -59,7 +59,14 @@ from topdown.estimation.root_total import decide
 from topdown.execution.process_memory import hugepage_advice_off
 from topdown.measurement.measure import Measurements, QueryMeasurement
 from topdown.measurement.tree import ROOT_LABEL, Level, Tree
-from topdown.outputs.ledger import DELTA, ledger_document, ledger_summary
+from topdown.outputs.ledger import (
+    DELTA,
+    METRICS_DISCLOSURE,
+    TRUTH_FILES,
+    ledger_document,
+    ledger_summary,
+    not_publishable,
+)
 from topdown.outputs.microdata import write_table
 from topdown.product.config import RunConfig, load_config, parse_config
 from topdown.product.output_claim import OutputClaim, OutputExistsError, check_output, claim_output
@@ -178,9 +185,6 @@ def noise_config_value(rel: Release) -> int | str:
 
 def write_ledger(folder: Path, rel: Release) -> None:
     _write_json(folder / "ledger.json", ledger_document(rel))
-
-
-METRICS_DISCLOSURE = "evaluation metrics"
 
 
 def record_metrics_disclosure(rel: Release) -> None:
@@ -570,6 +574,8 @@ class Verdict:
     failures: list[str]
     private: bool
     noise: str
+    #: files of the folder holding figures computed from the confidential data
+    not_publishable: tuple[str, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -595,8 +601,14 @@ class CheckList:
         self.checks.update(report.checks)
         self.failures.extend(report.failures)
 
-    def verdict(self, *, private: bool, noise: str) -> Verdict:
-        return Verdict(self.checks, self.failures, private=private, noise=noise)
+    def verdict(self, *, private: bool, noise: str, not_publishable: Sequence[str] = ()) -> Verdict:
+        return Verdict(
+            self.checks,
+            self.failures,
+            private=private,
+            noise=noise,
+            not_publishable=tuple(not_publishable),
+        )
 
 
 @dataclass(frozen=True)
@@ -636,7 +648,12 @@ def verify_folder(folder: Path, load: Callable[[Path, dict[str, Any]], Loaded]) 
     for name, problems in loaded.extra():
         check(name, problems)
     noise = rel.noise.describe() if rel.noise is not None else "not recorded"
-    return check.verdict(private=rel.ledger.private, noise=noise)
+    # by the ledger's disclosure, and by the files themselves (a truth file without it)
+    truth = set(not_publishable(rel.ledger))
+    if any((folder / name).is_file() for name in TRUTH_FILES[:-1]):
+        truth.update(TRUTH_FILES)
+    present = [name for name in TRUTH_FILES if name in truth and (folder / name).is_file()]
+    return check.verdict(private=rel.ledger.private, noise=noise, not_publishable=present)
 
 
 def verify_release_folder(folder: Path) -> Verdict:
