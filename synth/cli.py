@@ -115,6 +115,24 @@ def _check_out(out: Path, overwrite: bool) -> None:
             raise SynthError(f"output {str(path)!r} already exists; pass --overwrite to replace it")
 
 
+def _check_not_inputs(out: Path, inputs: dict[str, Path | None]) -> None:
+    """Refuse an output (the table, its ledger or its report) that is an input: the same
+    path, a symbolic link to it, or a hard link (same device and inode)."""
+    for path in _outputs(out):
+        for name, item in inputs.items():
+            if item is None:
+                continue
+            same = path.resolve() == Path(item).absolute().resolve()
+            if not same and path.exists() and Path(item).exists():
+                same = os.path.samefile(path, item)  # a hard link: same device and inode
+            if same:
+                raise SynthError(
+                    f"--out ({str(out)!r}): the output {str(path)!r} is the input {name} "
+                    f"({str(item)!r}: the same file, a link to it or a hard link); writing it "
+                    "would destroy the input: choose another --out"
+                )
+
+
 def _fit(method: str, args: argparse.Namespace, data: pd.DataFrame, domains: Any):
     """(output table, ledger, synthetic records or None for the crosstab)."""
     from synth import ClassConditional, DP2Pub, NoisyCrosstab, PrivBayes
@@ -149,6 +167,7 @@ def run_synth(args: argparse.Namespace) -> int:
     args.epsilon = check_epsilon(args.epsilon, "--epsilon")
     out = (args.out or Path.cwd() / f"synth-{method}-{datetime.now():%Y%m%d-%H%M%S}.csv").absolute()
     _check_out(out, args.overwrite)
+    _check_not_inputs(out, {"data": args.data, "--domains": args.domains})
     if args.rows is not None and args.rows < 0:
         raise SynthError(f"--rows ({args.rows}) must be >= 0")
     domains = _read_domains(args.domains)

@@ -35,16 +35,29 @@ class OutputExistsError(TopDownError, ValueError):
 def check_output(out: Path, overwrite: bool, *, inputs: Sequence[Path] = ()) -> None:
     """Fail early (before any work) if ``out`` cannot be written.
 
-    ``inputs`` (the config, the data, the truth) must not be inside ``out``: replacing the
-    folder would delete them.
+    ``inputs`` (the config, the data, the truth) must not be inside ``out`` (by path, through
+    a symbolic link, or as a hard link under it): replacing the folder would delete them; and
+    ``out`` must not be inside an input (a Parquet dataset folder would gain the release).
     """
     out = Path(out).absolute()
+    linked = _identities(out) if out.is_dir() else {}
     for item in inputs:
         resolved = Path(item).absolute().resolve()
         if resolved == out.resolve() or out.resolve() in resolved.parents:
             raise OutputExistsError(
                 f"output folder {str(out)!r} holds the input {str(item)!r}; writing the release "
                 "there would replace it: choose another --out"
+            )
+        if resolved in out.resolve().parents:
+            raise OutputExistsError(
+                f"output folder {str(out)!r} is inside the input {str(item)!r}; writing the "
+                "release there would change it: choose another --out"
+            )
+        held = linked.get(_identity_followed(resolved) or (-1, -1))
+        if held is not None:
+            raise OutputExistsError(
+                f"output folder {str(out)!r} holds {str(held)!r}, a hard link to the input "
+                f"{str(item)!r}; writing the release there would replace it: choose another --out"
             )
     if out.exists() and not out.is_dir():
         raise OutputExistsError(f"output path {str(out)!r} exists and is not a folder")
@@ -60,6 +73,27 @@ def check_output(out: Path, overwrite: bool, *, inputs: Sequence[Path] = ()) -> 
         raise OutputExistsError(
             f"the parent folder of the output {str(out.parent)!r} is not writable"
         )
+
+
+def _identity_followed(path: Path) -> tuple[int, int] | None:
+    """(device, inode) of the file ``path`` names (a symlink followed), or None if absent."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+def _identities(folder: Path) -> dict[tuple[int, int], Path]:
+    """(device, inode) -> path of every regular file under ``folder`` (links not followed)."""
+    out: dict[tuple[int, int], Path] = {}
+    for root, _dirs, files in os.walk(folder):
+        for name in files:
+            path = Path(root) / name
+            with contextlib.suppress(OSError):
+                st = os.lstat(path)
+                out[(st.st_dev, st.st_ino)] = path
+    return out
 
 
 def _identity(path: Path) -> tuple[int, int] | None:
