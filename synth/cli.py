@@ -1,6 +1,8 @@
 """``topdown synth METHOD DATA``: synthetic data (or a noisy crosstab) from a CSV/Parquet file.
 
-Writes three files, each to a temporary name in the output's folder, then all renamed (on an
+The output is claimed for the whole run (``FileClaim``: a lock beside it), so a second run of
+the same ``--out`` is refused, naming the first. Writes three files, each to a temporary name
+in the output's folder, then all renamed (on an
 error the temporary files and any output that did not exist before are removed; with
 ``--overwrite`` an output already replaced stays replaced): the synthetic table (CSV, or
 Parquet for a ``.parquet`` name), its ledger (``NAME.ledger.json``) and a short report
@@ -37,6 +39,7 @@ from synth.metrics import marginal_tvds, tvd_per_attribute
 from topdown.errors import DataError, TopDownError
 from topdown.measurement.read import read_data
 from topdown.outputs.microdata import write_table
+from topdown.product.output_claim import FileClaim
 from topdown.support.optional import require
 
 __all__ = ["add_synth_parser", "run_synth", "main", "METHODS", "write_outputs"]
@@ -170,19 +173,21 @@ def run_synth(args: argparse.Namespace) -> int:
     _check_not_inputs(out, {"data": args.data, "--domains": args.domains})
     if args.rows is not None and args.rows < 0:
         raise SynthError(f"--rows ({args.rows}) must be >= 0")
-    domains = _read_domains(args.domains)
-    data = read_data(args.data)
-    try:
-        table, ledger, synthetic = _fit(method, args, data, domains)
-    except (DataError, SynthError) as err:
-        raise type(err)(f"data file {str(args.data)!r}: {err}") from None
-    ledger.record_disclosure(
-        "report figures",
-        "the report's TVD figures and plots compare with the confidential data and are not "
-        "differentially private; publish the table and the ledger, not the report",
-    )
-    report = _report_html(method, args, data, synthetic, table, ledger)
-    write_outputs(out, table, ledger, report)
+    with FileClaim(out):  # held until the outputs are in place: a second run is refused
+        _check_out(out, args.overwrite)  # again, now that the output is ours
+        domains = _read_domains(args.domains)
+        data = read_data(args.data)
+        try:
+            table, ledger, synthetic = _fit(method, args, data, domains)
+        except (DataError, SynthError) as err:
+            raise type(err)(f"data file {str(args.data)!r}: {err}") from None
+        ledger.record_disclosure(
+            "report figures",
+            "the report's TVD figures and plots compare with the confidential data and are not "
+            "differentially private; publish the table and the ledger, not the report",
+        )
+        report = _report_html(method, args, data, synthetic, table, ledger)
+        write_outputs(out, table, ledger, report)
     print(out)
     return 0
 

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from topdown.errors import TopDownError
 
-__all__ = ["OutputExistsError", "OutputClaim", "check_output", "claim_output"]
+__all__ = ["OutputExistsError", "OutputClaim", "FileClaim", "check_output", "claim_output"]
 
 log = logging.getLogger(__name__)
 
@@ -133,29 +133,7 @@ class OutputClaim:
         self.existed = _identity(self.out)
 
     def _lock(self) -> int:
-        while True:
-            try:
-                fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o666)
-            except OSError as err:
-                raise OutputExistsError(
-                    f"cannot create the lock {str(self.lock_path)!r} beside the output: "
-                    f"{err.strerror}"
-                ) from None
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                owner = os.pread(fd, 64, 0).decode("ascii", "replace").strip() or "unknown"
-                os.close(fd)
-                raise OutputExistsError(
-                    f"another topdown run (process {owner}) is writing {str(self.out)!r}; wait "
-                    "for it or choose another --out"
-                ) from None
-            # the file may have been unlinked by the previous holder between open and flock
-            if _identity(self.lock_path) == (os.fstat(fd).st_dev, os.fstat(fd).st_ino):
-                os.ftruncate(fd, 0)
-                os.pwrite(fd, str(os.getpid()).encode("ascii"), 0)
-                return fd
-            os.close(fd)
+        return _lock(self.lock_path, self.out)
 
     def _remove_leftovers(self) -> None:
         for pattern in (f".{self.out.name}.partial-*", f".{self.out.name}.old-*"):
@@ -195,15 +173,69 @@ class OutputClaim:
 
     def release(self) -> None:
         """Give the claim up (the lock file is removed while still held, then closed)."""
-        if self._fd is None:
-            return
-        with contextlib.suppress(FileNotFoundError):
-            if _identity(self.lock_path) == (os.fstat(self._fd).st_dev, os.fstat(self._fd).st_ino):
-                self.lock_path.unlink()
-        os.close(self._fd)
+        _unlock(self.lock_path, self._fd)
         self._fd = None
 
     def __enter__(self) -> OutputClaim:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+def _lock(lock_path: Path, out: Path) -> int:
+    """An exclusive ``flock`` on ``lock_path`` (created if absent) holding our process id;
+    refused, naming the holder's process id, if another run holds it."""
+    while True:
+        try:
+            fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o666)
+        except OSError as err:
+            raise OutputExistsError(
+                f"cannot create the lock {str(lock_path)!r} beside the output: {err.strerror}"
+            ) from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            owner = os.pread(fd, 64, 0).decode("ascii", "replace").strip() or "unknown"
+            os.close(fd)
+            raise OutputExistsError(
+                f"another topdown run (process {owner}) is writing {str(out)!r}; wait "
+                "for it or choose another --out"
+            ) from None
+        # the file may have been unlinked by the previous holder between open and flock
+        if _identity(lock_path) == (os.fstat(fd).st_dev, os.fstat(fd).st_ino):
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, str(os.getpid()).encode("ascii"), 0)
+            return fd
+        os.close(fd)
+
+
+def _unlock(lock_path: Path, fd: int | None) -> None:
+    """Remove the lock file while still holding it (if it is still ours), then close it."""
+    if fd is None:
+        return
+    with contextlib.suppress(FileNotFoundError):
+        if _identity(lock_path) == (os.fstat(fd).st_dev, os.fstat(fd).st_ino):
+            lock_path.unlink()
+    os.close(fd)
+
+
+class FileClaim:
+    """The right to write one output file and its siblings (``topdown synth``'s table, ledger
+    and report), held from the start of a run to its end: the same ``.NAME.lock`` and
+    ``flock`` as ``OutputClaim``, for a file. A second run of the same output is refused,
+    naming the first run's process; the kernel drops the claim when the process dies."""
+
+    def __init__(self, out: Path) -> None:
+        self.out = Path(out).absolute()
+        self.lock_path = self.out.parent / f".{self.out.name}.lock"
+        self._fd: int | None = _lock(self.lock_path, self.out)
+
+    def release(self) -> None:
+        _unlock(self.lock_path, self._fd)
+        self._fd = None
+
+    def __enter__(self) -> FileClaim:
         return self
 
     def __exit__(self, *exc: object) -> None:
