@@ -42,7 +42,7 @@ from topdown.outputs.microdata import write_table
 from topdown.product.output_claim import FileClaim
 from topdown.support.optional import require
 
-__all__ = ["add_synth_parser", "run_synth", "main", "METHODS", "write_outputs"]
+__all__ = ["add_synth_parser", "run_synth", "main", "METHODS", "METHOD_OPTIONS", "write_outputs"]
 
 log = logging.getLogger("synth.cli")
 
@@ -118,6 +118,31 @@ def _check_out(out: Path, overwrite: bool) -> None:
             raise SynthError(f"output {str(path)!r} already exists; pass --overwrite to replace it")
 
 
+#: The method options each method takes (a method not listed here is not checked).
+METHOD_OPTIONS: dict[str, tuple[str, ...]] = {
+    "classcond": ("rows", "target"),
+    "privbayes": ("rows", "k"),
+    "dp2pub": ("rows", "k"),
+    "crosstab": ("columns",),
+}
+
+
+def _check_options(method: str, args: argparse.Namespace) -> None:
+    """Refuse a method option given to a method that does not take it (it was ignored)."""
+    takes = METHOD_OPTIONS.get(method)
+    if takes is None:
+        return
+    for option in sorted({o for opts in METHOD_OPTIONS.values() for o in opts} - set(takes)):
+        value = getattr(args, option, None)
+        if value is not None:
+            users = [m for m, opts in METHOD_OPTIONS.items() if option in opts]
+            own = ", ".join(f"--{o}" for o in takes)
+            raise SynthError(
+                f"--{option} ({value!r}) does not apply to method {method!r} (its options: "
+                f"{own}); it is an option of {', '.join(users)}"
+            )
+
+
 def _check_not_inputs(out: Path, inputs: dict[str, Path | None]) -> None:
     """Refuse an output (the table, its ledger or its report) that is an input: the same
     path, a symbolic link to it, or a hard link (same device and inode)."""
@@ -171,6 +196,7 @@ def run_synth(args: argparse.Namespace) -> int:
     out = (args.out or Path.cwd() / f"synth-{method}-{datetime.now():%Y%m%d-%H%M%S}.csv").absolute()
     _check_out(out, args.overwrite)
     _check_not_inputs(out, {"data": args.data, "--domains": args.domains})
+    _check_options(method, args)
     if args.rows is not None and args.rows < 0:
         raise SynthError(f"--rows ({args.rows}) must be >= 0")
     with FileClaim(out):  # held until the outputs are in place: a second run is refused
