@@ -25,6 +25,7 @@ from synth._domains import (
     Domains,
     SynthError,
     check_frame,
+    check_seed,
     decode,
     encode_records,
 )
@@ -98,7 +99,7 @@ class ClassConditional:
         self.epsilon = check_epsilon(epsilon)
         self.target = target
         self.domains_declared = domains
-        self.seed = seed
+        self.seed = check_seed(seed)
         self.mechanism = mechanism
         self.ledger = Ledger()
         self.domains: Domains = {}

@@ -78,6 +78,7 @@ from synth._bayesnet import Network, greedy_network, markov_blanket, mutual_info
 from synth._domains import (
     Domains,
     SynthError,
+    check_seed,
     decode,
     encode_records,
 )
@@ -286,7 +287,7 @@ class DP2Pub:
         self.estimator = estimator
         self.k = k
         self.domains_declared = domains
-        self.seed = seed
+        self.seed = check_seed(seed)
         self.structure_fraction = structure_fraction
         self.randomizer = randomizer
         if (

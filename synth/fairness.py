@@ -31,7 +31,7 @@ from mechanisms.selection import (
     permute_and_flip,
     permute_and_flip_probabilities,
 )
-from synth._domains import SynthError, check_frame
+from synth._domains import SynthError, check_frame, check_seed
 from synth.crosstab import check_epsilon
 
 __all__ = ["exponential_disparity", "group_epsilons", "plot_disparity"]
@@ -90,7 +90,7 @@ def exponential_disparity(
     counts = pd.crosstab(data[group], data[attribute]).reindex(columns=values, fill_value=0)
     sizes = {g: int(counts.loc[g].sum()) for g in counts.index}
     epsilons = group_epsilons(sizes, eps, split)
-    rng = make_rng(seed)
+    rng = make_rng(check_seed(seed))
     rows = []
     for g in counts.index:
         scores = [int(c) for c in counts.loc[g]]

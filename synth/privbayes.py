@@ -53,6 +53,7 @@ from synth._bayesnet import (
 from synth._domains import (
     Domains,
     SynthError,
+    check_seed,
     decode,
     encode_records,
 )
@@ -127,7 +128,7 @@ class PrivBayes:
         share = check_share(structure_share, "structure_share")
         self.k = k
         self.domains_declared = domains
-        self.seed = seed
+        self.seed = check_seed(seed)
         self.structure_share = share
         self.score = score
         self.mechanism = mechanism
@@ -136,6 +137,13 @@ class PrivBayes:
         ):
             raise SynthError(f"max_cells ({max_cells!r}) must be 'auto' or an integer >= 1")
         self.max_cells = max_cells
+        if (
+            isinstance(theta, bool)
+            or not isinstance(theta, (int, float))
+            or not math.isfinite(theta)
+            or theta <= 0
+        ):
+            raise SynthError(f"theta ({theta!r}) must be a finite number > 0")
         self.theta = float(theta)
         self.ledger = Ledger()
         self.domains: Domains = {}
