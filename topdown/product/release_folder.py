@@ -16,7 +16,7 @@ Contents (``manifest.json`` lists them with sizes and SHA-256)::
                                           per level: the final counts' distance from the BLUE
     metrics.csv, bias_by_size.csv         accuracy against the truth (when it was given)
     report.html                           the report (see ``topdown.product.report``)
-    manifest.json                         files, versions, timings
+    manifest.json                         files and versions (no timings: they are diagnostics)
 
 Everything is written into a hidden sibling folder that is renamed into place only when complete,
 so an interrupted run leaves no half release; an existing folder is replaced only when asked. A run
@@ -113,7 +113,9 @@ def write_release_folder(
         folder. metrics: a ``topdown.outputs.metrics.Metrics`` (written when given, and recorded in
         the ledger
             as a disclosure: they are computed from the confidential data).
-        timings: seconds per phase, kept in the manifest.
+        timings: seconds per phase; the writing's is added to it. Not written into the folder
+            (timings grow with the true number of records: a side channel): the caller
+            keeps them as diagnostics (``topdown run --diagnostics DIR``).
         report: builds ``report.html`` inside the folder it is given.
         claim: the claim on ``out`` taken at the start of the run (default: claimed here).
 
@@ -142,8 +144,9 @@ def write_release_folder(
             _write_contents(rel, cfg, tmp, metrics)
             if report is not None:
                 report(tmp)
-            timings = dict(timings or {}, write=time.perf_counter() - start)
-            _write_manifest(tmp, rel, cfg, timings)
+            if timings is not None:
+                timings["write"] = time.perf_counter() - start
+            _write_manifest(tmp, rel, cfg)
             set_modes(tmp)
             claim.install(tmp)
         except OSError as err:
@@ -261,7 +264,7 @@ def _write_contents(rel: Release, cfg: RunConfig, folder: Path, metrics: Any) ->
         write_metrics(folder, metrics)
 
 
-def _write_manifest(folder: Path, rel: Release, cfg: RunConfig, timings: dict[str, float]) -> None:
+def _write_manifest(folder: Path, rel: Release, cfg: RunConfig) -> None:
     import numpy
 
     import topdown
@@ -289,7 +292,6 @@ def _write_manifest(folder: Path, rel: Release, cfg: RunConfig, timings: dict[st
             "numpy": numpy.__version__,
             "pandas": pd.__version__,
         },
-        "timings_seconds": {k: round(v, 3) for k, v in timings.items()},
     }
     _write_json(folder / "manifest.json", manifest)
 
