@@ -74,8 +74,9 @@ def exponential_disparity(
             :func:`group_epsilons`).
         monotonic: use the factor epsilon / Delta (counts are monotonic under add/remove);
             default False, the general epsilon / (2 Delta).
-        draws, seed: for permute-and-flip above 8 values (Monte Carlo with the exact sampler;
-            seed None, the default, is the secure source; an integer is reproducible).
+        draws: Monte Carlo draws for permute-and-flip above 8 values (exact sampler).
+        seed: the seed of those draws: None (the default) is the secure source, an integer
+            is reproducible.
 
     Returns:
         One row per (group, value): ``n_group``, ``epsilon_group``, ``count``, ``true_rate``,

@@ -371,6 +371,16 @@ def test_declared_geography_keeps_empty_units_and_avoids_the_disclosure():
     ]  # N4 has no record
     assert [d.name for d in rel.ledger.disclosures] == ["seeded noise"]  # no units disclosure
     assert rel.check_correctness().ok
+    # the metrics take the data the release was made from, on the release's six units (N4's
+    # truth is zero): the leaf totals' error is worked out here from the counts
+    table = rel.metrics(df).table.set_index(["level", "query", "estimator"])
+    true_totals = df.STATE.value_counts().reindex(rel.tree.levels[2].labels, fill_value=0)
+    released = rel.counts[2].sum(axis=1)
+    leaf = table.loc[(2, "total", "release")]
+    assert leaf["nodes"] == 6
+    assert leaf["mae"] == pytest.approx(np.abs(released - true_totals.to_numpy()).mean())
+    with pytest.raises(HierarchyError, match=r"units the geography does not list: \['S3'\]"):
+        rel.metrics(df.assign(STATE=df.STATE.replace({"S2": "S3"})))
     with pytest.raises(
         HierarchyError, match=r"record\(s\) in units the geography does not list: \['S2'\]"
     ):

@@ -279,7 +279,10 @@ class TopDown:
         out_path: where ``run`` writes the microdata (CSV or Parquet by suffix); optional.
         domain: declared domains (dict column -> values or Attribute, list of Attributes, or a
             Schema). None infers from the data, warns, and records the disclosure.
-        seed, solver, executor, failsafe: as in ``release``.
+        seed: as in ``release``.
+        solver: as in ``release``.
+        executor: as in ``release``.
+        failsafe: as in ``release``.
         strategy: a Strategy; otherwise built from ``set_privacy_parameters``.
         neighbouring: ``add_remove`` (default) or ``replace_one``.
         sep: CSV separator (sniffed when None).

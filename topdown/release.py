@@ -25,7 +25,7 @@ from topdown.estimation.estimate import LevelStats
 from topdown.estimation.node_constraints import NodeConstraints
 from topdown.estimation.root_total import RootTotal
 from topdown.measurement.measure import Measurements
-from topdown.measurement.tree import Tree, build_tree
+from topdown.measurement.tree import Tree, build_tree, geography_frame
 from topdown.outputs.metrics import Metrics, compute_metrics
 from topdown.outputs.microdata import expand_microdata
 from topdown.schema import Schema
@@ -229,9 +229,12 @@ class Release:
     def metrics(self, true_data: pd.DataFrame) -> Metrics:
         """Errors of the release and of the raw noisy measurements against the truth.
 
-        Reads confidential data: for evaluation, not for publication.
+        Reads confidential data: for evaluation, not for publication. ``true_data`` is placed
+        on the release's own units (its tree, as a declared geography), so a release made with
+        ``geography=`` (units without records included) is compared with the data it was made
+        from; a record in a unit the release does not have is refused, naming the unit.
         """
-        tree, truth = build_tree(true_data, self.schema)
+        tree, truth = build_tree(true_data, self.schema, geography=geography_frame(self.tree))
         for mine, theirs in zip(self.tree.levels, tree.levels, strict=True):
             if not np.array_equal(mine.labels.astype(str), theirs.labels.astype(str)):
                 raise ReleaseError(

@@ -58,7 +58,8 @@ def transport_round(C: np.ndarray, b: np.ndarray, L: np.ndarray, U: np.ndarray) 
     Args:
         C: costs, shape (k, n); ``+inf`` where a child has no variable in a cell.
         b: required column sums (n,), integers.
-        L, U: row-sum bounds (k,), integers or infinite.
+        L: row-sum lower bounds (k,), integers or infinite.
+        U: row-sum upper bounds (k,), integers or infinite.
 
     Returns:
         z (k, n), boolean.
@@ -99,7 +100,8 @@ def transport_repair(
             column's zeros (for instance the ``b`` cheapest, or the cheapest for costs shifted
             by a per-child constant). Any such start is optimal for its own row sums, so no
             cycle of moves can lower its cost, which the successive shortest paths need.
-        L, U: row-sum bounds (P, k).
+        L: row-sum lower bounds (P, k).
+        U: row-sum upper bounds (P, k).
 
     Returns:
         (z, ok): the repaired matrices, and per family whether its row sums meet the bounds

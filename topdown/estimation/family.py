@@ -62,10 +62,11 @@ class FamilyTask:
         first_pass: indices of the measurements fitted in the first pass (empty: one pass).
         rows: the children's constraint rows over the joint vector (k * n columns, child-major,
             names prefixed with the child's label), or None without any.
-        ub: upper bounds of the joint vector (0 on a child's structural zeros), or None. options:
-        the estimation options (solver per pass, failsafe, tolerances). l2: the L2 answer (k x n)
-        when the level-batched pass (``topdown.estimation.batched.families``) solved it;
-            the failsafe, which changes the parent, solves its own.
+        ub: upper bounds of the joint vector (0 on a child's structural zeros), or None.
+        options: the estimation options (solver per pass, failsafe, tolerances).
+        l2: the L2 answer (k x n) when the level-batched pass
+            (``topdown.estimation.batched.families``) solved it; the failsafe, which changes
+            the parent, solves its own.
     """
 
     level: int

@@ -99,12 +99,13 @@ class EstimateOptions:
     """Options of the estimation passes (parsed at the edge, read by every family task).
 
     Attributes:
-        solver: the backend of each pass (see ``SolverChoice``). solver_options: passed to every
-        solve (``time_limit``, tolerances, backend options). failsafe: relax consistency (reported)
-        instead of raising on an infeasible family. multipass_tolerance: how far multipass may move
-        the first-pass answers. controlled_rounding: also keep each child's total within one unit of
-        its L2 total. capture: a folder to write every problem solved into
-        (``topdown.estimation.capture``), or None.
+        solver: the backend of each pass (see ``SolverChoice``).
+        solver_options: passed to every solve (``time_limit``, tolerances, backend options).
+        failsafe: relax consistency (reported) instead of raising on an infeasible family.
+        multipass_tolerance: how far multipass may move the first-pass answers.
+        controlled_rounding: also keep each child's total within one unit of its L2 total.
+        capture: a folder to write every problem solved into
+            (``topdown.estimation.capture``), or None.
     """
 
     solver: SolverChoice = SolverChoice()

@@ -47,9 +47,12 @@ def root_l2(
     non-negative total (the general path reports it).
 
     Args:
-        y: the detailed answers (cells,); w: their weight (> 0).
-        t: the total's answer; v: its weight (>= 0; 0 when the total is not fitted).
-        lo, hi: bounds on the total.
+        y: the detailed answers (cells,).
+        w: their weight (> 0).
+        t: the total's answer.
+        v: its weight (>= 0; 0 when the total is not fitted).
+        lo: the lower bound on the total.
+        hi: the upper bound on the total.
     """
     y = np.asarray(y, dtype=float)
     if hi < 0 or lo > hi:
@@ -82,7 +85,8 @@ def root_round(
 
     Args:
         x: the L2 answer (cells,), >= 0.
-        lo, hi: bounds on the total (an invariant's); ``controlled`` adds the window
+        lo: the lower bound on the total (an invariant's).
+        hi: the upper bound on the total; ``controlled`` adds the window
             ``[floor(T), ceil(T)]`` around the L2 total ``T``.
     """
     x = np.maximum(np.asarray(x, dtype=float), 0.0)

@@ -23,6 +23,7 @@ __all__ = [
     "ConfidentialHistograms",
     "build_tree",
     "geography_tree",
+    "geography_frame",
     "structure",
     "codes_in_geography",
     "text_codes",
@@ -158,6 +159,27 @@ def geography_tree(geography: pd.DataFrame, schema: Schema) -> Tree:
         )
     levels, _ = structure(geography, schema.hierarchy, "geography")
     return Tree(tuple(levels))
+
+
+def geography_frame(tree: Tree) -> pd.DataFrame:
+    """The tree as a declared geography: one row per leaf, every hierarchy column's label.
+
+    The inverse of ``geography_tree``: ``geography_tree(geography_frame(t), schema)`` has
+    ``t``'s levels. Public (labels and nesting only).
+
+    Example:
+        >>> lv1 = Level(1, "STATE", np.array(["A", "B"], dtype=object), np.array([0, 0]))
+        >>> counties = np.array(["A1", "A2", "B1"], dtype=object)
+        >>> lv2 = Level(2, "COUNTY", counties, np.array([0, 0, 1]))
+        >>> root = Level(0, None, np.array([ROOT_LABEL], dtype=object), np.array([-1]))
+        >>> geography_frame(Tree((root, lv1, lv2))).to_dict("list")
+        {'STATE': ['A', 'A', 'B'], 'COUNTY': ['A1', 'A2', 'B1']}
+    """
+    leaf = tree.n_levels - 1
+    chain = tree.ancestors(leaf)
+    return pd.DataFrame(
+        {str(lv.column): lv.labels.astype(str)[chain[lv.number]] for lv in tree.levels[1:]}
+    )
 
 
 def structure(

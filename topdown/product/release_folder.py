@@ -108,11 +108,12 @@ def write_release_folder(
     """Write the folder atomically and return its path.
 
     Args:
-        rel: the release (its noise source labels the folder). cfg: its configuration (written
-        resolved, as ``config.json``). out: the folder to create. overwrite: replace an existing
-        folder. metrics: a ``topdown.outputs.metrics.Metrics`` (written when given, and recorded in
-        the ledger
-            as a disclosure: they are computed from the confidential data).
+        rel: the release (its noise source labels the folder).
+        cfg: its configuration (written resolved, as ``config.json``).
+        out: the folder to create.
+        overwrite: replace an existing folder.
+        metrics: a ``topdown.outputs.metrics.Metrics`` (written when given, and recorded in
+            the ledger as a disclosure: they are computed from the confidential data).
         timings: seconds per phase; the writing's is added to it. Not written into the folder
             (timings grow with the true number of records: a side channel): the caller
             keeps them as diagnostics (``topdown run --diagnostics DIR``).

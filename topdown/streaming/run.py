@@ -162,18 +162,26 @@ def release_streamed(
     Args:
         data: the confidential records: a DataFrame, or a folder of Parquet partitions, one per
             unit of ``stream_by`` (see ``partitions``), read one at a time.
-        schema, strategy, constraints, seed, solver, solver_options, failsafe, progress: as in
-            ``topdown.release``.
+        schema: as in ``topdown.release``.
+        strategy: as in ``topdown.release``.
+        constraints: as in ``topdown.release``.
+        seed: as in ``topdown.release``.
+        solver: as in ``topdown.release``.
+        solver_options: as in ``topdown.release``.
+        failsafe: as in ``topdown.release``.
+        progress: as in ``topdown.release``.
         stream_by: the hierarchy column whose units are streamed (e.g. ``"COUNTY"``); it must
             have a level below it.
         out: a new (or empty) folder for the tables, measurements, microdata and ledger
             (written into a hidden sibling and renamed into place when complete).
         geography: the published units (a DataFrame, or a CSV / Parquet path), one row per leaf;
             None reads them from the data (a disclosure, recorded in the ledger).
-        executor, workers, address: where the subtrees run (``serial``, ``processes``,
-            ``dask``); each subtree is one task, so peak memory is about workers x the largest
-            subtree. The workers write their subtrees' parts themselves: on a Dask cluster,
-            ``out`` must be on a filesystem every worker sees at the same path.
+        executor: where the subtrees run (``serial``, ``processes``, ``dask``); each subtree
+            is one task, so peak memory is about workers x the largest subtree. The workers
+            write their subtrees' parts themselves: on a Dask cluster, ``out`` must be on a
+            filesystem every worker sees at the same path.
+        workers: worker processes of ``processes`` or of a local Dask cluster.
+        address: a running Dask scheduler (``tcp://host:8786``); None starts a local cluster.
         estimator: ``"blue"`` (the default: two sweeps over the subtrees, see the module
             docstring) or ``"topdown"`` (one sweep).
         microdata_format: ``parquet`` or ``csv``.

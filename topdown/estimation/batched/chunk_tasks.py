@@ -47,9 +47,9 @@ class ChunkTask:
         weights: (Q, k) their detailed weights, finite and > 0.
         totals: (Q, k) their node-total inputs, or None: the detailed query alone (closed
             form) or with ``marginals``; with totals the dual Newton iteration fits both.
-        total_weights: (Q, k) the totals' weights (>= 0), with ``totals``. marginals: the marginal
-        queries on the chunk (``topdown.estimation.batched.marginals``); with
-            them (and no totals) the marginal Newton iteration fits the detailed query and
+        total_weights: (Q, k) the totals' weights (>= 0), with ``totals``.
+        marginals: the marginal queries on the chunk (``topdown.estimation.batched.marginals``);
+            with them (and no totals) the marginal Newton iteration fits the detailed query and
             these.
         rounding: also run the rounding pass (else the L2 answers come back).
         controlled: the rounding holds each child's total within a unit of its L2 total.

@@ -33,6 +33,7 @@ from topdown.estimation.batched.total import DUAL_NEWTON
 from topdown.estimation.node_constraints import NodeConstraints
 from topdown.estimation.passes import EstimateOptions, SolveStats
 from topdown.estimation.root import root_l2, root_round
+from topdown.estimation.root_marginals import ROOT_NEWTON, RootMarginal, root_marginal_l2
 from topdown.execution.executors import Executor
 from topdown.measurement.estimator_inputs import EstimatorInputs, QueryEstimate, precision
 from topdown.measurement.tree import Tree
@@ -209,25 +210,38 @@ def batch_level(
 
 
 def _root(inputs: LevelInputs) -> Batch:
-    """The root's two passes in closed form (``topdown.estimation.root``) when they are the general
-    path's problems in closed form: the level-batched fits (detailed cells, and the total
-    under ``auto``), the closed form allowed for the rounding, and nothing attached to the
-    root but bounds on its total (an invariant total). Empty otherwise, or when a pass has no
-    one-unit answer (the general path then reports or widens)."""
+    """The root's two passes without a general solver when they are the level-batched fits:
+    the detailed cells, and the total, in closed form (``topdown.estimation.root``); the
+    detailed cells and marginals (the total among them or not) by the root's Newton iteration
+    (``topdown.estimation.root_marginals``, under ``auto``). The rounding in closed form in both,
+    and nothing attached to the root but bounds on its total (an invariant total). Empty
+    otherwise, or when a pass has no one-unit answer or the iteration does not settle (the
+    general path then solves, reports or widens)."""
     if inputs.options.solver.rounding not in ("auto", "closed_form"):
         return Batch()
     fit = _batched_fit(inputs)
     bounds = _total_bounds(inputs.book, inputs.book.of(0, 0, inputs.labels[0]))
-    if fit is None or fit.marginals or bounds is None:
+    if fit is None or bounds is None:
         return Batch()
     start = time.perf_counter()
-    x = root_l2(
-        np.asarray(fit.noisy[0], dtype=float),
-        float(fit.weights[0]),
-        0.0 if fit.totals is None else float(fit.totals[0]),
-        0.0 if fit.total_weights is None else float(fit.total_weights[0]),
-        *bounds,
-    )
+    y, w = np.asarray(fit.noisy[0], dtype=float), float(fit.weights[0])
+    if fit.marginals:
+        solver = ROOT_NEWTON
+        marginals = [
+            RootMarginal(m.groups, np.asarray(m.answers[0], dtype=float), float(m.weights[0]))
+            for m in fit.marginals
+            if m.weights[0] > 0  # a weight of 0: the marginal does not count
+        ]
+        x = root_marginal_l2(y, w, marginals, *bounds)
+    else:
+        solver = "closed_form"
+        x = root_l2(
+            y,
+            w,
+            0.0 if fit.totals is None else float(fit.totals[0]),
+            0.0 if fit.total_weights is None else float(fit.total_weights[0]),
+            *bounds,
+        )
     middle = time.perf_counter()
     counts = (
         None if x is None else root_round(x, *bounds, controlled=inputs.options.controlled_rounding)
@@ -239,7 +253,7 @@ def _root(inputs: LevelInputs) -> Batch:
         problems=2,
         l2_time=middle - start,
         round_time=time.perf_counter() - middle,
-        solved=(("l2", "closed_form", 1), ("rounding", "closed_form", 1)),
+        solved=(("l2", solver, 1), ("rounding", "closed_form", 1)),
     )
     return Batch(counts=counts[None, :], left=np.zeros(0, dtype=np.int64), stats=stats)
 

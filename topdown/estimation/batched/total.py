@@ -219,8 +219,10 @@ def newton_chunk(
 
     Args:
         y: (Q, k, W) the children's detailed answers on the support cells (any real dtype).
-        t: (Q, k) their total answers; p: (Q, W) the parents' counts (0 in the padding).
-        w, v: (Q, k) detailed weights (> 0) and total weights (>= 0).
+        t: (Q, k) their total answers.
+        p: (Q, W) the parents' counts (0 in the padding).
+        w: (Q, k) detailed weights (> 0).
+        v: (Q, k) total weights (>= 0).
         max_iter: Newton steps before a family is given up.
 
     Returns:
