@@ -89,6 +89,10 @@ def test_a_size_the_caller_sets_is_used_and_disclosed():
     assert dp.ledger.total().value == 1
     assert ROWS_DISCLOSURE in [d.name for d in dp.ledger.disclosures]
     assert len(dp.fit_transform(data, rows=10)) == 10
+    # the smallest sizes: nothing to learn a network from, rows drawn from the domains
+    for rows in (0, 1):
+        assert len(DP2Pub(1, k=1, domains=DOMAINS, seed=7).fit_transform(data, rows=rows)) == rows
+        assert len(grr_pram_baseline(data, 1, DOMAINS, 7, rows=rows)[0]) == rows
 
 
 def test_cli_without_rows_does_not_publish_the_record_count(tmp_path, capsys):
