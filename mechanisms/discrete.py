@@ -305,11 +305,17 @@ def make_mechanism(
 NEIGHBOURING: dict[str, tuple[int, int]] = {"add_remove": (1, 1), "replace_one": (2, 2)}
 
 
-def sensitivity(neighbouring: str) -> tuple[int, int]:
+def sensitivity(neighbouring: str, *, whole_total: bool = False) -> tuple[int, int]:
     """(L1, L2 squared) sensitivity of a marginal or count query under a neighbouring notion.
 
     Why: adding or removing one person changes one cell by 1 (L1 = L2 = 1); replacing one
     person moves a unit between two cells (L1 = 2, L2 = sqrt(2), so L2^2 = 2).
+
+    ``whole_total``: the query is the number of all the records (the root's total). Adding or
+    removing a person changes it by 1; replacing one never changes it, so under replace-one
+    its sensitivity is 0 (the total is public under that notion: a measurement of it costs
+    nothing, and a marginal's 2 only bounds it). A total below the root is not whole: a
+    replaced person may move between two units, changing each unit's total by 1.
 
     Raises:
         MechanismError: unknown neighbouring (the message lists the known ones).
@@ -318,4 +324,6 @@ def sensitivity(neighbouring: str) -> tuple[int, int]:
         raise MechanismError(
             f"neighbouring ({neighbouring!r}) must be one of {', '.join(NEIGHBOURING)}"
         )
+    if whole_total:
+        return (0, 0) if neighbouring == "replace_one" else (1, 1)
     return NEIGHBOURING[neighbouring]

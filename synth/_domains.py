@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from mechanisms.ledger import Ledger
+from mechanisms.ledger import Ledger, NoiseSource
 from topdown.errors import DataError, TopDownError
 
 __all__ = [
@@ -44,12 +44,28 @@ class SynthError(TopDownError, ValueError):
     """A bad argument of a generator (budget, column name, size)."""
 
 
+def check_seed(seed: object) -> int | None:
+    """A seed: None (the secure source) or a non-negative integer (reproducible, not private).
+
+    Raises:
+        BudgetError: anything else (a ``TopDownError``), naming the value.
+    """
+    source = NoiseSource.from_seed(seed)  # type: ignore[arg-type]
+    return source.seed
+
+
 def check_frame(data: object, name: str = "data") -> pd.DataFrame:
     """Refuse anything but a non-empty DataFrame with unique column names."""
     if not isinstance(data, pd.DataFrame):
         raise DataError(f"{name} ({type(data).__name__}) must be a pandas DataFrame")
     if data.empty or data.shape[1] == 0:
         raise DataError(f"{name} (shape {data.shape}) must have at least one row and one column")
+    named = [c for c in data.columns if not isinstance(c, str)]
+    if named:
+        raise DataError(
+            f"{name} has column names {named[:5]!r:.200} that are not strings; every column "
+            "name must be a string (rename the columns, e.g. df.columns = df.columns.map(str))"
+        )
     duplicated = data.columns[data.columns.duplicated()].tolist()
     if duplicated:
         raise DataError(f"{name} has repeated column names {duplicated}; they must be unique")
@@ -82,7 +98,13 @@ def resolve_domains(
         SynthError: a declared domain is empty, repeats a value or names an unknown column.
     """
     columns = list(data.columns) if columns is None else list(columns)
+    if domains is not None and not isinstance(domains, Mapping):
+        raise SynthError(
+            f"domains ({domains!r:.200}) must be a mapping {{column: [values, ...]}} or None"
+        )
     declared = dict(domains or {})
+    for column, values in declared.items():
+        _check_declared(column, values, data)
     unknown = sorted(set(declared) - set(data.columns), key=str)
     if unknown:
         raise SynthError(
@@ -124,6 +146,35 @@ def resolve_domains(
             "declare the domains to avoid this",
         )
     return result
+
+
+def _check_declared(column: object, values: object, data: pd.DataFrame) -> None:
+    """A declared domain is a list of hashable values, not a string (read as characters),
+    and holds booleans only for a boolean column (True == 1 and False == 0 in Python, so
+    [true, false] would silently stand for 1 and 0)."""
+    if isinstance(values, (str, bytes)) or not isinstance(values, (Sequence, np.ndarray)):
+        raise SynthError(
+            f"domains[{column!r}] ({values!r:.200}) must be a list of values, not "
+            f"{type(values).__name__}"
+        )
+    for value in values:
+        try:
+            hash(value)
+        except TypeError:
+            raise SynthError(
+                f"domains[{column!r}] holds {value!r:.100}, which is not hashable; values must "
+                "be numbers, strings or other hashable scalars"
+            ) from None
+    if (
+        column in data.columns
+        and any(isinstance(v, (bool, np.bool_)) for v in values)
+        and not pd.api.types.is_bool_dtype(data[column])
+    ):
+        raise SynthError(
+            f"domains[{column!r}] ({list(values)!r:.200}) holds booleans for a column of type "
+            f"{data[column].dtype}: True and False would stand for 1 and 0; declare the "
+            "column's own values"
+        )
 
 
 def _sort_key(value: Hashable) -> tuple[int, Any]:

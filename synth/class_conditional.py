@@ -25,6 +25,7 @@ from synth._domains import (
     Domains,
     SynthError,
     check_frame,
+    check_seed,
     decode,
     encode_records,
 )
@@ -36,7 +37,7 @@ from synth._estimate import (
 )
 from synth.crosstab import check_epsilon
 
-__all__ = ["ClassConditional", "generate", "check_rows"]
+__all__ = ["ClassConditional", "generate", "check_rows", "disclose_rows", "ROWS_DISCLOSURE"]
 
 logger = logging.getLogger(__name__)
 
@@ -46,6 +47,23 @@ def check_rows(n: object, name: str = "n") -> int:
     if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0:
         raise SynthError(f"{name} ({n!r}) must be an integer >= 0")
     return int(n)
+
+
+#: The disclosure a generator records when the caller sets the output size.
+ROWS_DISCLOSURE = "output size"
+
+
+def disclose_rows(ledger: Ledger, rows: int) -> None:
+    """Record that the caller set the output size (not derived from the noisy measurements).
+
+    The ledger cannot tell whether ``rows`` came from the confidential data; it says what
+    follows if it did, without comparing it with the true count (that would disclose n).
+    """
+    ledger.record_disclosure(
+        ROWS_DISCLOSURE,
+        f"{rows} rows, as the caller asked (not from the noisy measurements): if this is the "
+        "true number of records, it is published exactly and is not private",
+    )
 
 
 class ClassConditional:
@@ -58,12 +76,15 @@ class ClassConditional:
             in the ledger).
         seed: integer for reproducible noise and sampling (tests only); None is secure.
         mechanism: ``"discrete_laplace"`` (epsilon-DP, default) or ``"discrete_gaussian"``
-            (rho = epsilon^2 / 2 zCDP).
+            (rho = epsilon^2 / 2 zCDP); the guarantee holds for the default output size, not
+            for a size given to :meth:`sample` that is the true count.
 
     Attributes:
         ledger: the measurements and disclosures.
         tables: the estimated (A, class) tables, by attribute name (integer counts).
         class_totals: the class totals every table agrees on.
+        total: the fitted model's total (the sum of ``class_totals``): a noisy count, the
+            default output size of :meth:`sample`.
     """
 
     def __init__(
@@ -78,7 +99,7 @@ class ClassConditional:
         self.epsilon = check_epsilon(epsilon)
         self.target = target
         self.domains_declared = domains
-        self.seed = seed
+        self.seed = check_seed(seed)
         self.mechanism = mechanism
         self.ledger = Ledger()
         self.domains: Domains = {}
@@ -120,11 +141,27 @@ class ClassConditional:
         self.tables = {self.columns[j]: tables[i] for i, j in enumerate(features)}
         return self
 
-    def sample(self, n: int) -> pd.DataFrame:
-        """``n`` synthetic rows with the data's columns (see the module docstring)."""
-        n = check_rows(n)
+    @property
+    def total(self) -> int:
+        """The fitted model's total: the noisy count every estimated table agrees on."""
         if self.class_totals is None:
             raise SynthError("the generator is not fitted: call fit(data) first")
+        return int(self.class_totals.sum())
+
+    def sample(self, n: int | None = None) -> pd.DataFrame:
+        """Synthetic rows with the data's columns (see the module docstring).
+
+        Args:
+            n: rows to generate; default (None) the fitted model's noisy :attr:`total`. A
+                given ``n`` is disclosed in the ledger (it is not from the measurements).
+        """
+        if self.class_totals is None:
+            raise SynthError("the generator is not fitted: call fit(data) first")
+        if n is None:
+            n = self.total
+        else:
+            n = check_rows(n)
+            disclose_rows(self.ledger, n)
         per_class = largest_remainder(self.class_totals, n)
         t = self.columns.index(str(self.target))
         codes = np.empty((n, len(self.columns)), dtype=np.int64)
@@ -146,17 +183,21 @@ def generate(
     numTuples: int | None = None,  # noqa: N803 (the seed's signature)
     numClass: str | int | None = None,  # noqa: N803
     epsilon: float = 1.0,
-    random_state: int | None = 42,
+    random_state: int | None = None,
 ) -> pd.DataFrame:
     """The seed's entry point: a DP naive-Bayes synthetic copy of ``df``.
 
     Args:
         df: the confidential records (domains are read from it, which is disclosed).
-        numTuples: rows to generate (default: as many as ``df``).
+        numTuples: rows to generate (default: the fitted model's noisy total, never
+            ``len(df)``, which would publish the true count; ``numTuples=len(df)`` publishes
+            it exactly, not privately).
         numClass: the class column, by name or position (default: the last column).
         epsilon: total budget.
-        random_state: seed of the noise and the sampling (42, as in the seed; reproducible,
-            so NOT for a production release: pass None for a secure random source).
+        random_state: seed of the noise and the sampling. Default None: the secure random
+            source (the seed code's default was 42, which made the output a function of the
+            data alone). An integer gives a reproducible run for tests and experiments, NOT a
+            private release: it is disclosed in the ledger and warned about on stderr.
 
     Returns:
         A DataFrame with ``df``'s columns.
@@ -170,6 +211,6 @@ def generate(
         target = str(df.columns[int(numClass)])
     else:
         target = str(numClass)
-    n = len(df) if numTuples is None else check_rows(numTuples, "numTuples")
+    n = None if numTuples is None else check_rows(numTuples, "numTuples")
     model = ClassConditional(epsilon, target=target, seed=random_state).fit(df)
     return model.sample(n)

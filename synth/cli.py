@@ -1,6 +1,8 @@
 """``topdown synth METHOD DATA``: synthetic data (or a noisy crosstab) from a CSV/Parquet file.
 
-Writes three files, each to a temporary name in the output's folder, then all renamed (on an
+The output is claimed for the whole run (``FileClaim``: a lock beside it), so a second run of
+the same ``--out`` is refused, naming the first. Writes three files, each to a temporary name
+in the output's folder, then all renamed (on an
 error the temporary files and any output that did not exist before are removed; with
 ``--overwrite`` an output already replaced stays replaced): the synthetic table (CSV, or
 Parquet for a ``.parquet`` name), its ledger (``NAME.ledger.json``) and a short report
@@ -37,9 +39,10 @@ from synth.metrics import marginal_tvds, tvd_per_attribute
 from topdown.errors import DataError, TopDownError
 from topdown.measurement.read import read_data
 from topdown.outputs.microdata import write_table
+from topdown.product.output_claim import FileClaim
 from topdown.support.optional import require
 
-__all__ = ["add_synth_parser", "run_synth", "main", "METHODS", "write_outputs"]
+__all__ = ["add_synth_parser", "run_synth", "main", "METHODS", "METHOD_OPTIONS", "write_outputs"]
 
 log = logging.getLogger("synth.cli")
 
@@ -80,7 +83,8 @@ def add_synth_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument(
         "--rows",
         type=int,
-        help="synthetic rows (default: as many as the data; adaptive: its noisy total)",
+        help="synthetic rows (default: the fitted model's noisy total, never the true count; "
+        "a number given here is disclosed in the ledger)",
     )
     parser.add_argument("--target", help="class column for classcond (default: the last)")
     parser.add_argument("--k", type=int, help="parents per attribute (privbayes 2, dp2pub 3)")
@@ -162,6 +166,50 @@ def _check_out(out: Path, overwrite: bool) -> None:
             raise SynthError(f"output {str(path)!r} already exists; pass --overwrite to replace it")
 
 
+#: The method options each method takes (a method not listed here is not checked).
+METHOD_OPTIONS: dict[str, tuple[str, ...]] = {
+    "classcond": ("rows", "target"),
+    "privbayes": ("rows", "k"),
+    "dp2pub": ("rows", "k"),
+    "crosstab": ("columns",),
+    "adaptive": ("rows", "delta", "workload"),
+}
+
+
+def _check_options(method: str, args: argparse.Namespace) -> None:
+    """Refuse a method option given to a method that does not take it (it was ignored)."""
+    takes = METHOD_OPTIONS.get(method)
+    if takes is None:
+        return
+    for option in sorted({o for opts in METHOD_OPTIONS.values() for o in opts} - set(takes)):
+        value = getattr(args, option, None)
+        if value is not None:
+            users = [m for m, opts in METHOD_OPTIONS.items() if option in opts]
+            own = ", ".join(f"--{o}" for o in takes)
+            raise SynthError(
+                f"--{option} ({value!r}) does not apply to method {method!r} (its options: "
+                f"{own}); it is an option of {', '.join(users)}"
+            )
+
+
+def _check_not_inputs(out: Path, inputs: dict[str, Path | None]) -> None:
+    """Refuse an output (the table, its ledger or its report) that is an input: the same
+    path, a symbolic link to it, or a hard link (same device and inode)."""
+    for path in _outputs(out):
+        for name, item in inputs.items():
+            if item is None:
+                continue
+            same = path.resolve() == Path(item).absolute().resolve()
+            if not same and path.exists() and Path(item).exists():
+                same = os.path.samefile(path, item)  # a hard link: same device and inode
+            if same:
+                raise SynthError(
+                    f"--out ({str(out)!r}): the output {str(path)!r} is the input {name} "
+                    f"({str(item)!r}: the same file, a link to it or a hard link); writing it "
+                    "would destroy the input: choose another --out"
+                )
+
+
 def _fit(method: str, args: argparse.Namespace, data: pd.DataFrame, domains: Any):
     """(output table, ledger, synthetic records or None for the crosstab)."""
     from synth import Adaptive, ClassConditional, DP2Pub, NoisyCrosstab, PrivBayes
@@ -176,7 +224,7 @@ def _fit(method: str, args: argparse.Namespace, data: pd.DataFrame, domains: Any
         ).fit(data)
         synthetic = adaptive.sample(args.rows)  # default: the model's noisy total, not len(data)
         return synthetic, adaptive.ledger, synthetic
-    rows = len(data) if args.rows is None else args.rows
+    rows = args.rows  # None: the fitted model's noisy total, never len(data)
     if method == "classcond":
         model = ClassConditional(args.epsilon, target=args.target, domains=domains, seed=args.seed)
         synthetic = model.fit(data).sample(rows)
@@ -191,7 +239,7 @@ def _fit(method: str, args: argparse.Namespace, data: pd.DataFrame, domains: Any
         dp = DP2Pub(
             args.epsilon, k=3 if args.k is None else args.k, domains=domains, seed=args.seed
         )
-        synthetic = dp.fit_transform(data)
+        synthetic = dp.fit_transform(data, rows=rows)
         return synthetic, dp.ledger, synthetic
     ct = NoisyCrosstab(args.epsilon, args.columns, domains=domains, seed=args.seed).fit(data)
     table = ct.release()
@@ -206,28 +254,30 @@ def run_synth(args: argparse.Namespace) -> int:
     args.epsilon = check_epsilon(args.epsilon, "--epsilon")
     out = (args.out or Path.cwd() / f"synth-{method}-{datetime.now():%Y%m%d-%H%M%S}.csv").absolute()
     _check_out(out, args.overwrite)
+    _check_not_inputs(
+        out, {"data": args.data, "--domains": args.domains, "--workload": args.workload}
+    )
+    _check_options(method, args)
     if args.rows is not None and args.rows < 0:
         raise SynthError(f"--rows ({args.rows}) must be >= 0")
-    if method != "adaptive":
-        for option, value in (("--delta", args.delta), ("--workload", args.workload)):
-            if value is not None:
-                raise SynthError(f"{option} ({str(value)!r}) applies to the adaptive method only")
-    else:
+    if method == "adaptive":
         args.delta = _read_delta(args.delta)
-    domains = _read_domains(args.domains)
     args.workload = _read_workload(args.workload)
-    data = read_data(args.data)
-    try:
-        table, ledger, synthetic = _fit(method, args, data, domains)
-    except (DataError, SynthError) as err:
-        raise type(err)(f"data file {str(args.data)!r}: {err}") from None
-    ledger.record_disclosure(
-        "report figures",
-        "the report's TVD figures and plots compare with the confidential data and are not "
-        "differentially private; publish the table and the ledger, not the report",
-    )
-    report = _report_html(method, args, data, synthetic, table, ledger)
-    write_outputs(out, table, ledger, report)
+    with FileClaim(out):  # held until the outputs are in place: a second run is refused
+        _check_out(out, args.overwrite)  # again, now that the output is ours
+        domains = _read_domains(args.domains)
+        data = read_data(args.data)
+        try:
+            table, ledger, synthetic = _fit(method, args, data, domains)
+        except (DataError, SynthError) as err:
+            raise type(err)(f"data file {str(args.data)!r}: {err}") from None
+        ledger.record_disclosure(
+            "report figures",
+            "the report's TVD figures and plots compare with the confidential data and are not "
+            "differentially private; publish the table and the ledger, not the report",
+        )
+        report = _report_html(method, args, data, synthetic, table, ledger)
+        write_outputs(out, table, ledger, report)
     print(out)
     return 0
 

@@ -36,6 +36,7 @@ from synth._domains import (
     Domains,
     SynthError,
     check_frame,
+    check_seed,
     encode,
     encode_records,
     sizes_of,
@@ -144,10 +145,17 @@ class NoisyCrosstab:
         if estimator == "auto":
             estimator = "graphical" if margins else "least_squares"
         self.estimator = estimator
+        if columns is not None and (
+            isinstance(columns, (str, bytes)) or not isinstance(columns, Sequence)
+        ):
+            raise SynthError(
+                f"columns ({columns!r:.200}) must be a list of column names, not "
+                f"{type(columns).__name__}"
+            )
         self.columns = None if columns is None else list(columns)
         self.domains_declared = domains
         self.margins = bool(margins)
-        self.seed = seed
+        self.seed = check_seed(seed)
         self.ledger = Ledger()
         self.domains: Domains = {}
         self.table: np.ndarray | None = None

@@ -43,11 +43,23 @@ people divides n by m (variance x m). At small budgets the people split is the b
 large budgets the budget split keeps every person's values of every cluster, and with them
 some of the dependence between clusters.
 
-Privacy: each person answers once, in one group, with epsilon in total (in the publication
-group with ``split="users"``: one cluster with epsilon), so the release is
-epsilon-local-DP and therefore epsilon-DP (add/remove); the two groups are disjoint, which
-the ledger records as one entry over two parts. Everything after the reports is
-post-processing.
+Output size: publishing every record's post-randomized copy would publish the number of
+records n exactly (an unbounded loss under add/remove neighbours), so by default a
+``total_share`` of epsilon buys a noisy total m (discrete Laplace, sensitivity 1, its own
+ledger entry) and the reports are made by m records: a uniform random subset of the
+records when m <= n, else all of them and m - n dummy records drawn uniformly from the
+declared domains (independent of the data, then randomized like everyone's). A size given
+by the caller (``rows``) replaces the noisy total, spends nothing on it, and is disclosed in
+the ledger (if it is n, n is published exactly: not private).
+
+Privacy: for a given m, each person answers at most once, in one group, with the reports'
+budget in total (in the publication group with ``split="users"``: one cluster with it), so
+the reports are local-DP with that budget; a neighbour's extra record replaces a subset
+member or a dummy, whose report is just as likely up to that factor, so the release is DP
+with the reports' budget given m, and epsilon-DP (add/remove) with the noisy total
+(sequential composition). The two groups are disjoint, which the ledger records as one
+entry over two parts. Everything after the reports is post-processing, and the rows come
+out in an order unrelated to the input's.
 """
 
 from __future__ import annotations
@@ -66,12 +78,14 @@ from synth._bayesnet import Network, greedy_network, markov_blanket, mutual_info
 from synth._domains import (
     Domains,
     SynthError,
+    check_seed,
     decode,
     encode_records,
 )
-from synth._estimate import histogram
+from synth._estimate import histogram, measure_marginals
 from synth._pram import ESTIMATORS, estimate_distribution, post_randomize
-from synth.crosstab import check_epsilon
+from synth.class_conditional import check_rows, disclose_rows
+from synth.crosstab import check_epsilon, check_share
 
 __all__ = [
     "DP2Pub",
@@ -79,6 +93,8 @@ __all__ = [
     "entropy",
     "entropy_coefficients",
     "grr_pram_baseline",
+    "noisy_total",
+    "resize_records",
     "split_variances",
 ]
 
@@ -224,11 +240,8 @@ class DP2Pub:
             reported jointly has per-cell variance about (e^eps_c + K - 2) /
             (n (e^eps_c - 1)^2), so large clusters need large budgets (on NLTCS, one seed:
             4 cells did better than 16 at epsilon 1 and worse at epsilon 4).
-        split: ``"budget"`` (the paper), ``"users"`` or ``"auto"`` (step 5): the one of
-            smaller predicted variance (:func:`split_variances`, public figures only); the
-            choice is ``split_used`` and in the ledger.
-        estimator: ``"mle"`` or ``"projection"`` (step 6 and the entropies; the network's
-            candidate tables always use the projection, for speed).
+        total_share: share of epsilon spent on the noisy total that sets the output size
+            (module docstring, "Output size"); unused when ``fit_transform`` is given rows.
         max_cluster_cells: largest compound domain of a cluster (16: on NLTCS this beat
             per-attribute post-randomization at epsilon 0.5-16 except 1 in
             benchmarks/bench_synth.py; a cluster of K cells reported jointly has per-cell
@@ -238,7 +251,8 @@ class DP2Pub:
     Attributes:
         network, clusters, coefficients: the learned structure (attribute names) and the
             budget coefficient of each cluster.
-        ledger: one randomized-response entry over the two disjoint groups, and disclosures.
+        ledger: the noisy total's entry (unless the caller set the size), one
+            randomized-response entry over the two disjoint groups, and disclosures.
     """
 
     def __init__(
@@ -253,8 +267,11 @@ class DP2Pub:
         max_cluster_cells: int = 16,
         split: str = "auto",
         estimator: str = "mle",
+        total_share: object = Fraction(1, 20),
     ) -> None:
         self.epsilon = check_epsilon(epsilon)
+        self.total_share = check_share(total_share, "total_share")
+        self._report_epsilon = self.epsilon
         if isinstance(k, bool) or not isinstance(k, int) or k < 0:
             raise SynthError(f"k ({k!r}) must be an integer >= 0")
         if not 0 < structure_fraction < 1:
@@ -270,7 +287,7 @@ class DP2Pub:
         self.estimator = estimator
         self.k = k
         self.domains_declared = domains
-        self.seed = seed
+        self.seed = check_seed(seed)
         self.structure_fraction = structure_fraction
         self.randomizer = randomizer
         if (
@@ -288,19 +305,34 @@ class DP2Pub:
         self.coefficients: list[Fraction] = []
         self._rng = make_rng(seed)
 
-    def fit_transform(self, data: pd.DataFrame) -> pd.DataFrame:
-        """The post-randomized records (same rows, same columns, same order)."""
+    def fit_transform(self, data: pd.DataFrame, rows: int | None = None) -> pd.DataFrame:
+        """The post-randomized records of ``rows`` people (default: a noisy total), in an
+        order unrelated to the input's, with the data's columns (module docstring)."""
+        rows = None if rows is None else check_rows(rows, "rows")
         self.ledger = Ledger(NoiseSource.from_seed(self.seed))
         records = encode_records(data, self.domains_declared, self.ledger)
         self.columns, self.domains = records.columns, records.domains
         sizes, codes = list(records.sizes), records.codes
-        n, d = codes.shape
         rng = self._rng
+        if rows is None:
+            eps_total = self._report_epsilon * self.total_share
+            self._report_epsilon = self._report_epsilon - eps_total
+            rows = noisy_total(codes, sizes, eps_total, self.ledger, rng)
+        else:
+            self._report_epsilon = self._report_epsilon
+            disclose_rows(self.ledger, rows)
+        codes = resize_records(codes, rows, sizes, rng)
+        n, d = codes.shape
+        if n < 2:  # too few reports to learn anything: each value drawn uniformly
+            self._record(
+                [(j, ()) for j in range(d)], [[j] for j in range(d)], [Fraction(1)] * d, 0, n
+            )
+            return decode(resize_records(codes[:0], n, sizes, rng), self.domains, self.columns)
         in_structure = np.zeros(n, dtype=bool)
         n_structure = max(1, min(n - 1, int(round(self.structure_fraction * n)))) if n > 1 else 0
         in_structure[rng.choice(n, size=n_structure, replace=False)] = True
         # step 1: the structure group's reports (the only read of its confidential values)
-        per_attribute = [self.epsilon / d] * d
+        per_attribute = [self._report_epsilon / d] * d
         structure_reports = _randomize_columns(codes[in_structure], sizes, per_attribute, rng)
         # steps 2-4: post-processing of those reports
         network = self._learn_network(structure_reports, sizes, per_attribute)
@@ -325,17 +357,18 @@ class DP2Pub:
         self.split_used = self.split
         if self.split == "auto":
             cells_of = [int(np.prod([sizes[a] for a in cluster])) for cluster in clusters]
-            budget_var, users_var = split_variances(self.epsilon, cells_of, coefficients)
+            budget_var, users_var = split_variances(self._report_epsilon, cells_of, coefficients)
             self.split_used = "budget" if budget_var <= users_var else "users"
         if self.split_used == "budget":
-            cluster_budgets = [_round_down(self.epsilon * c) for c in coefficients]
-            if sum(cluster_budgets, Fraction(0)) > self.epsilon:  # sequential composition
+            cluster_budgets = [_round_down(self._report_epsilon * c) for c in coefficients]
+            if sum(cluster_budgets, Fraction(0)) > self._report_epsilon:  # sequential
                 raise SynthError(
-                    f"cluster budgets ({sum(cluster_budgets)}) exceed epsilon ({self.epsilon})"
+                    f"cluster budgets ({sum(cluster_budgets)}) exceed the reports' epsilon "
+                    f"({self._report_epsilon})"
                 )
             reporter = np.zeros(len(publication), dtype=np.int64)  # unused: all report all
         else:
-            cluster_budgets = [self.epsilon] * len(clusters)
+            cluster_budgets = [self._report_epsilon] * len(clusters)
             # the server assigns each person one cluster, with the coefficients as shares
             reporter = rng.choice(len(clusters), size=len(publication), p=_shares(coefficients))
         for c, (cluster, cluster_eps) in enumerate(zip(clusters, cluster_budgets, strict=True)):
@@ -424,14 +457,11 @@ class DP2Pub:
         self.coefficients = coefficients
         from mechanisms.accounting import PureDP
 
-        self.ledger.record_disclosure(
-            "number of records", f"n = {n}: every record is published (post-randomized)"
-        )
         self.ledger.record(
             "generalized randomized response",
             0,
             "randomized_response",
-            PureDP(self.epsilon),
+            PureDP(self._report_epsilon),
             sensitivity=1,
             nodes=2,
             note=(
@@ -448,36 +478,88 @@ class DP2Pub:
         )
 
 
+def noisy_total(
+    codes: np.ndarray,
+    sizes: Sequence[int],
+    epsilon: Fraction,
+    ledger: Ledger,
+    rng: np.random.Generator,
+) -> int:
+    """The number of records plus discrete Laplace noise (sensitivity 1, add/remove), clipped
+    at 0 and recorded in the ledger as the query ``total``."""
+    from mechanisms.accounting import PureDP
+
+    (measured,) = measure_marginals(
+        codes,
+        sizes,
+        [()],
+        [PureDP(epsilon)],
+        names=["total"],
+        ledger=ledger,
+        rng=rng,
+        note="the output size: the number of records, noisy",
+    )
+    return max(0, int(measured.noisy))
+
+
+def resize_records(
+    codes: np.ndarray, rows: int, sizes: Sequence[int], rng: np.random.Generator
+) -> np.ndarray:
+    """``rows`` records in a random order: a uniform random subset of ``codes`` when
+    ``rows <= len(codes)``, else all of them and dummy records drawn uniformly from the
+    domains (independent of the data).
+
+    The order matters: the reports keep it, so without the shuffle (``choice`` without
+    replacement returns its draws in a random order) a row's position in the output would
+    tell its value on a sorted input."""
+    n = codes.shape[0]
+    if rows <= n:
+        return codes[rng.choice(n, size=rows, replace=False)]
+    dummies = np.column_stack([rng.integers(0, k, size=rows - n) for k in sizes])
+    return np.concatenate([codes, dummies.astype(codes.dtype)])[rng.permutation(rows)]
+
+
 def grr_pram_baseline(
     data: pd.DataFrame,
     epsilon: object,
     domains: Mapping[str, Sequence[Hashable]] | None = None,
     seed: int | None = None,
+    *,
+    rows: int | None = None,
+    total_share: object = Fraction(1, 20),
 ) -> tuple[pd.DataFrame, Ledger]:
     """The local-DP floor: each attribute by randomized response with epsilon / d, then each
     attribute post-randomized on its own by invariant PRAM with the plain inverse of Q
     projected onto the simplex (no clusters, no network).
 
-    Returns the post-randomized records and their ledger (the reports' entry and what
-    reading the domains from the data disclosed).
+    The output size is chosen as :class:`DP2Pub` chooses it: a noisy total bought with
+    ``total_share`` of epsilon, or ``rows`` when given (disclosed in the ledger).
+
+    Returns the post-randomized records and their ledger (the noisy total's entry, the
+    reports' entry and what reading the domains from the data disclosed).
     """
     from mechanisms.accounting import PureDP
 
     eps = check_epsilon(epsilon)
+    share = check_share(total_share, "total_share")
+    rows = None if rows is None else check_rows(rows, "rows")
     ledger = Ledger(NoiseSource.from_seed(seed))
     records = encode_records(data, domains, ledger)
     columns, resolved = records.columns, records.domains
     sizes, codes = list(records.sizes), records.codes
     rng = make_rng(seed)
+    if rows is None:
+        rows = noisy_total(codes, sizes, eps * share, ledger, rng)
+        eps = eps - eps * share
+    else:
+        disclose_rows(ledger, rows)
+    codes = resize_records(codes, rows, sizes, rng)
     per = [eps / len(columns)] * len(columns)
     reports = _randomize_columns(codes, sizes, per, rng)
     out = np.empty_like(reports)
     for j, (k, e) in enumerate(zip(sizes, per, strict=True)):
         pi = estimate_distribution(np.bincount(reports[:, j], minlength=k), [(k, e)])
         out[:, j] = post_randomize(reports[:, j], pi, [(k, e)], rng)
-    ledger.record_disclosure(
-        "number of records", f"n = {len(out)}: every record is published (post-randomized)"
-    )
     ledger.record(
         "generalized randomized response",
         0,

@@ -31,7 +31,7 @@ from mechanisms.selection import (
     permute_and_flip,
     permute_and_flip_probabilities,
 )
-from synth._domains import SynthError, check_frame
+from synth._domains import SynthError, check_frame, check_seed
 from synth.crosstab import check_epsilon
 
 __all__ = ["exponential_disparity", "group_epsilons", "plot_disparity"]
@@ -64,7 +64,7 @@ def exponential_disparity(
     split: str = "size",
     monotonic: bool = False,
     draws: int = 20_000,
-    seed: int | None = 0,
+    seed: int | None = None,
 ) -> pd.DataFrame:
     """Report probabilities of each value for each group, beside the true rates.
 
@@ -75,7 +75,8 @@ def exponential_disparity(
         monotonic: use the factor epsilon / Delta (counts are monotonic under add/remove);
             default False, the general epsilon / (2 Delta).
         draws: Monte Carlo draws for permute-and-flip above 8 values (exact sampler).
-        seed: the seed of those draws.
+        seed: the seed of those draws: None (the default) is the secure source, an integer
+            is reproducible.
 
     Returns:
         One row per (group, value): ``n_group``, ``epsilon_group``, ``count``, ``true_rate``,
@@ -90,7 +91,7 @@ def exponential_disparity(
     counts = pd.crosstab(data[group], data[attribute]).reindex(columns=values, fill_value=0)
     sizes = {g: int(counts.loc[g].sum()) for g in counts.index}
     epsilons = group_epsilons(sizes, eps, split)
-    rng = make_rng(seed)
+    rng = make_rng(check_seed(seed))
     rows = []
     for g in counts.index:
         scores = [int(c) for c in counts.loc[g]]

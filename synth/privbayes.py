@@ -12,8 +12,10 @@
 3. Sampling: node by node in topological order from P(X | Pi).
 
 Neighbouring: replace-one with the number of records n public (the paper's setting; its
-score sensitivities divide by n). n is recorded in the ledger as a disclosure and each
-table's sensitivity is 2 (L1; L2^2 = 2 for the discrete Gaussian).
+score sensitivities divide by n). That assumption is recorded in the ledger as a disclosure
+and each table's sensitivity is 2 (L1; L2^2 = 2 for the discrete Gaussian). The output is
+not a copy of n: by default :meth:`PrivBayes.sample` draws as many rows as the noisy tables'
+total; a size given by the caller is disclosed in the ledger.
 
 Sensitivities of the scores (one record replaced, n records):
 - mutual information: Zhang et al., SIGMOD 2014 Lemma 1 (TODS 2017 Lemma 4.1):
@@ -51,6 +53,7 @@ from synth._bayesnet import (
 from synth._domains import (
     Domains,
     SynthError,
+    check_seed,
     decode,
     encode_records,
 )
@@ -61,7 +64,7 @@ from synth._estimate import (
     measure_marginals,
     total_budget,
 )
-from synth.class_conditional import check_rows
+from synth.class_conditional import check_rows, disclose_rows
 from synth.crosstab import check_epsilon, check_share
 
 __all__ = ["PrivBayes", "mi_sensitivity"]
@@ -125,7 +128,7 @@ class PrivBayes:
         share = check_share(structure_share, "structure_share")
         self.k = k
         self.domains_declared = domains
-        self.seed = seed
+        self.seed = check_seed(seed)
         self.structure_share = share
         self.score = score
         self.mechanism = mechanism
@@ -134,12 +137,20 @@ class PrivBayes:
         ):
             raise SynthError(f"max_cells ({max_cells!r}) must be 'auto' or an integer >= 1")
         self.max_cells = max_cells
+        if (
+            isinstance(theta, bool)
+            or not isinstance(theta, (int, float))
+            or not math.isfinite(theta)
+            or theta <= 0
+        ):
+            raise SynthError(f"theta ({theta!r}) must be a finite number > 0")
         self.theta = float(theta)
         self.ledger = Ledger()
         self.domains: Domains = {}
         self.columns: list[str] = []
         self._network: Network = []
         self._conditionals: dict[int, np.ndarray] = {}
+        self._total: int | None = None
         self._rng = make_rng(seed)
 
     @property
@@ -163,7 +174,10 @@ class PrivBayes:
         sizes, codes = list(records.sizes), records.codes
         n, d = codes.shape
         self.ledger.record_disclosure(
-            "number of records", f"n = {n} is public (PrivBayes's replace-one neighbours)"
+            "number of records",
+            "the structure scores' sensitivities use the number of records, taken as public "
+            "(PrivBayes's replace-one neighbours); the output size is the noisy tables' total, "
+            "not the number of records",
         )
         total = total_budget(self.epsilon, self.mechanism)
         if d == 1:
@@ -203,6 +217,7 @@ class PrivBayes:
             neighbouring="replace_one",
         )
         tables = consistent_tables(measured, sizes, name="privbayes")
+        self._total = int(tables[0].sum())  # every table agrees on it: a noisy count
         by_node = dict(zip(measured_ids, range(len(measured_ids)), strict=True))
         self._conditionals = {}
         for i, (x, parents) in enumerate(self._network):
@@ -256,10 +271,26 @@ class PrivBayes:
             )
         return network
 
-    def sample(self, n: int) -> pd.DataFrame:
-        """``n`` synthetic records with the data's columns."""
-        n = check_rows(n)
+    @property
+    def total(self) -> int:
+        """The fitted model's total: the noisy count every estimated table agrees on."""
+        if self._total is None:
+            raise SynthError("the generator is not fitted: call fit(data) first")
+        return self._total
+
+    def sample(self, n: int | None = None) -> pd.DataFrame:
+        """Synthetic records with the data's columns.
+
+        Args:
+            n: rows to generate; default (None) the noisy tables' :attr:`total`. A given
+                ``n`` is disclosed in the ledger (it is not from the measurements).
+        """
         if not self._conditionals:
             raise SynthError("the generator is not fitted: call fit(data) first")
+        if n is None:
+            n = self.total
+        else:
+            n = check_rows(n)
+            disclose_rows(self.ledger, n)
         codes = sample_network(self._network, self._conditionals, n, self._rng)
         return decode(codes, self.domains, self.columns)

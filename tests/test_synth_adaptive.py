@@ -178,5 +178,8 @@ def test_cli_refuses_adaptive_options_for_other_methods(tmp_path, capsys):
     out = tmp_path / "x.csv"
     argv = ["privbayes", str(tmp_path / "data.csv"), "--epsilon", "1", "--delta", "1e-9"]
     assert main([*argv, "--out", str(out)]) == 2
-    assert "--delta ('1e-9') applies to the adaptive method only" in capsys.readouterr().err
+    assert (
+        "--delta ('1e-9') does not apply to method 'privbayes' (its options: --rows, --k); "
+        "it is an option of adaptive" in capsys.readouterr().err
+    )
     assert not out.exists()

@@ -157,8 +157,10 @@ def test_dp2pub_large_epsilon_close_to_truth():
     # the dependent pair a, b ends up in one cluster
     assert any({"a", "b"} <= set(cluster) for cluster in model.clusters)
     assert sum(model.coefficients) == 1
-    entry = model.ledger.entries[0]
-    assert len(model.ledger) == 1 and entry.nodes == 2 and model.ledger.total().value == 300
+    # the noisy total (the output size, issue 30 A1) and the reports: epsilon in all
+    total, entry = model.ledger.entries
+    assert total.query == "total" and total.budget.value == 15
+    assert len(model.ledger) == 2 and entry.nodes == 2 and model.ledger.total().value == 300
 
 
 def test_dp2pub_beats_the_floor_on_a_dependent_pair():
@@ -168,9 +170,11 @@ def test_dp2pub_beats_the_floor_on_a_dependent_pair():
     out = DP2Pub(12, k=1, domains=DOMAINS, seed=3).fit_transform(data)
     floor, ledger = grr_pram_baseline(data, 12, domains=DOMAINS, seed=3)
     assert marginal_tvds(data, out, 2)[("a", "b")] < marginal_tvds(data, floor, 2)[("a", "b")]
-    # the floor's ledger: one randomized-response entry of the whole budget
-    assert ledger.total().value == 12 and len(ledger) == 1
-    assert [d.name for d in ledger.disclosures] == ["seeded noise", "number of records"]
+    # the floor's ledger: the noisy total (the output size, issue 30 A1) and one
+    # randomized-response entry, the whole budget; the true count is not disclosed
+    assert ledger.total().value == 12 and len(ledger) == 2
+    assert [e.query for e in ledger.entries] == ["total", "generalized randomized response"]
+    assert [d.name for d in ledger.disclosures] == ["seeded noise"]
 
 
 def test_dp2pub_people_split_large_epsilon_close_to_truth():
@@ -184,7 +188,7 @@ def test_dp2pub_people_split_large_epsilon_close_to_truth():
     assert any({"a", "b"} <= set(cluster) for cluster in model.clusters)
     assert marginal_tvds(data, out, 2)[("a", "b")] < 0.03
     assert model.ledger.total().value == 300
-    assert "report one cluster each" in model.ledger.entries[0].note
+    assert "report one cluster each" in model.ledger.entries[1].note
 
 
 def test_dp2pub_bad_input():
@@ -240,7 +244,8 @@ def test_dp2pub_people_split_asks_each_person_once(monkeypatch):
 
     monkeypatch.setattr(dp2pub, "randomized_response", recording)
     model = DP2Pub(2, k=1, domains=DOMAINS, seed=3, max_cluster_cells=2, split="users")
-    model.fit_transform(_data(600))
+    # rows=600: the caller's size, so the reports get the whole epsilon (no noisy total)
+    model.fit_transform(_data(600), rows=600)
     d = len(DOMAINS)
     structure, publication = calls[:d], calls[d:]
     n_structure = structure[0][0]

@@ -110,7 +110,12 @@ def test_privbayes_large_epsilon_close_to_truth_and_ledger():
     assert two_way[("a", "b")] < 0.04 and two_way[("b", "c")] < 0.04
     # 3 structure choices + d - k = 2 tables; total exactly epsilon
     assert len(model.ledger) == 5 and model.ledger.total().value == 2000
-    assert [d.name for d in model.ledger.disclosures] == ["seeded noise", "number of records"]
+    # sample(3000): a size the caller chose is disclosed (issue 30 A1)
+    assert [d.name for d in model.ledger.disclosures] == [
+        "seeded noise",
+        "number of records",
+        "output size",
+    ]
     assert model.graph.number_of_nodes() == 4
     assert all(len(parents) <= 2 for _, parents in model.network)
 

@@ -25,7 +25,7 @@ from constraints.constraint import Constraint
 from constraints.contextual_constraints import ContextualConstraint
 from mechanisms.ledger import Ledger, NoiseSource
 from mechanisms.rng import new_release_key
-from topdown.errors import DataError, StrategyError
+from topdown.errors import DataError, DomainError, StrategyError
 from topdown.estimation.estimate import EstimateOptions, SolverChoice, estimate
 from topdown.estimation.estimators import DEFAULT_ESTIMATOR, check_estimator, prepare_inputs
 from topdown.estimation.root_total import decide, with_root_total
@@ -228,8 +228,36 @@ def make_schema(
         attrs = []
         for q in queries:
             spec = domain[q]
-            attrs.append(spec if isinstance(spec, Attribute) else Attribute(q, values=tuple(spec)))
+            if isinstance(spec, Attribute):
+                attrs.append(spec)
+                continue
+            if isinstance(spec, (str, bytes)) or not isinstance(spec, Iterable):
+                raise DomainError(
+                    f"domain[{q!r}] ({spec!r:.200}) must be a list of values or an Attribute, "
+                    f"not {type(spec).__name__}"
+                )
+            values = tuple(spec)
+            for value in values:
+                try:
+                    hash(value)
+                except TypeError:
+                    raise DomainError(
+                        f"domain[{q!r}] holds {value!r:.100}, which is not hashable; values "
+                        "must be numbers, strings or other hashable scalars"
+                    ) from None
+            attrs.append(Attribute(q, values=values))
         return Schema(tuple(attrs), tuple(hierarchy)), False
+    if isinstance(domain, (str, bytes)) or not isinstance(domain, Sequence):
+        raise DomainError(
+            f"domain ({domain!r:.200}) must be a Schema, a dict column -> values or a list of "
+            "Attributes"
+        )
+    wrong = [a for a in domain if not isinstance(a, Attribute)]
+    if wrong:
+        raise DomainError(
+            f"domain ({list(domain)!r:.200}) must be a Schema, a dict column -> values or a list "
+            f"of Attributes; {wrong[0]!r:.100} is a {type(wrong[0]).__name__}"
+        )
     return Schema(tuple(domain), tuple(hierarchy)), False
 
 
@@ -291,6 +319,7 @@ class TopDown:
                     f"{name} ({value!r}) must be a list of column names"
                     + (f", e.g. [{value!r}]" if isinstance(value, str) else "")
                 )
+        NoiseSource.from_seed(seed)  # a bad seed is refused now, not after the data is read
         self.data = read_data(data_path, sep=sep)
         if domain is None and infer_domain is False:
             raise DataError(

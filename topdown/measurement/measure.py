@@ -377,6 +377,27 @@ def record_level(
     with (not a second derivation)."""
     for query, share, mech in mechanisms:
         laplace = isinstance(mech, DiscreteLaplaceMechanism)
+        note = f"{strategy.neighbouring} neighbours; share {share} of the level's budget; " + (
+            "L1 sensitivity" if laplace else "L2 sensitivity squared"
+        )
+        if (
+            level == 0
+            and query.attributes == ()
+            and sensitivity(strategy.neighbouring, whole_total=True) == (0, 0)
+        ):
+            note += (
+                "; the root's total never changes when one record is replaced: its true "
+                "sensitivity is 0 (the total is public under replace_one), so this measurement "
+                "costs no privacy and its budget is spent for nothing (declare the total as an "
+                "invariant instead); the noise's calibration at the marginals' sensitivity "
+                "bounds it"
+            )
+            log.warning(
+                "strategy: level 0 measures the root's total under replace_one neighbours, where "
+                "its sensitivity is 0 (it is public): its share %s of the budget buys nothing; "
+                "declare the total as an invariant instead",
+                share,
+            )
         ledger.record(
             query.name,
             level,
@@ -384,8 +405,7 @@ def record_level(
             mech.budget,
             sensitivity=mech.l1_sensitivity if laplace else mech.l2_sensitivity_squared,
             nodes=n_nodes,
-            note=f"{strategy.neighbouring} neighbours; share {share} of the level's budget; "
-            + ("L1 sensitivity" if laplace else "L2 sensitivity squared"),
+            note=note,
         )
 
 

@@ -28,39 +28,41 @@ def read_data(
     sep: str | None = None,
     fmt: str | None = None,
     dtype: Mapping[str, Any] | None = None,
+    what: str = "data",
 ) -> pd.DataFrame:
     """A DataFrame from a DataFrame, a CSV file (separator given or sniffed), a Parquet file or
     a partitioned Parquet dataset (a folder; ``topdown.measurement.dask_input`` reads one on a
     cluster).
 
     ``dtype`` is passed to the CSV reader (e.g. ``{"STATE": str}`` keeps leading zeros).
+    ``what`` names the input in the messages (``"data"``, ``"geography"``).
 
     Raises:
         DataError: the file is missing, empty, unreadable, or has no rows.
     """
     if isinstance(source, pd.DataFrame):
         if source.empty:
-            raise DataError("data (a DataFrame) has no rows")
-        _check_unique_columns(list(source.columns), "data (a DataFrame)")
+            raise DataError(f"{what} (a DataFrame) has no rows")
+        _check_unique_columns(list(source.columns), f"{what} (a DataFrame)")
         return source
     if not isinstance(source, str | os.PathLike):
         raise DataError(
-            f"data ({_short(source)}, a {type(source).__name__}) must be a path to a CSV or "
+            f"{what} ({_short(source)}, a {type(source).__name__}) must be a path to a CSV or "
             "Parquet file, or a pandas DataFrame"
         )
     path = Path(source)
     if not path.exists():
-        raise DataError(f"data file {str(path)!r} does not exist")
+        raise DataError(f"{what} file {str(path)!r} does not exist")
     if path.is_dir():  # a partitioned Parquet dataset, read whole
         if (fmt or "parquet").lower() != "parquet":
             raise DataError(
-                f"data path {str(path)!r} is a folder, read as a Parquet dataset, but format "
+                f"{what} path {str(path)!r} is a folder, read as a Parquet dataset, but format "
                 f"{fmt!r} was asked; a folder must hold Parquet files"
             )
         fmt = "parquet"
         check_dataset(path)  # every part present, readable, one schema: whole or not at all
     elif not path.is_file():
-        raise DataError(f"data path {str(path)!r} is not a file")
+        raise DataError(f"{what} path {str(path)!r} is not a file")
     fmt = (fmt or ("parquet" if path.suffix.lower() in (".parquet", ".pq") else "csv")).lower()
     if fmt == "parquet":
         require("parquet", "reading Parquet data")
@@ -78,15 +80,15 @@ def read_data(
     except DataError:
         raise
     except pd.errors.EmptyDataError:
-        raise DataError(f"data file {str(path)!r} is empty") from None
+        raise DataError(f"{what} file {str(path)!r} is empty") from None
     except Exception as err:  # pandas/pyarrow raise many types for a corrupt file
-        raise DataError(f"data file {str(path)!r} cannot be read as {fmt}: {err}") from None
+        raise DataError(f"{what} file {str(path)!r} cannot be read as {fmt}: {err}") from None
     if frame.empty:
-        raise DataError(f"data file {str(path)!r} has a header but no rows")
+        raise DataError(f"{what} file {str(path)!r} has a header but no rows")
     if fmt == "csv":
-        _check_unique_columns(_header(path, sep or _sniff(path)), f"data file {str(path)!r}")
+        _check_unique_columns(_header(path, sep or _sniff(path)), f"{what} file {str(path)!r}")
     else:
-        _check_unique_columns(list(frame.columns), f"data file {str(path)!r}")
+        _check_unique_columns(list(frame.columns), f"{what} file {str(path)!r}")
     return frame
 
 

@@ -13,10 +13,30 @@ from mechanisms.ledger import Ledger, NoiseSource
 from topdown.estimation.root_total import RootTotal
 from topdown.strategy import Strategy
 
-__all__ = ["DELTA", "ledger_document", "ledger_summary"]
+__all__ = [
+    "DELTA",
+    "METRICS_DISCLOSURE",
+    "TRUTH_FILES",
+    "ledger_document",
+    "ledger_summary",
+    "not_publishable",
+]
 
 #: the delta of the (epsilon, delta) equivalent the summary states
 DELTA = 1e-10
+
+#: The disclosure a folder holding accuracy figures against the truth records.
+METRICS_DISCLOSURE = "evaluation metrics"
+
+#: The files a folder with truth metrics holds that are computed from the confidential data
+#: (the report shows the same figures): not differentially private, not publishable as is.
+TRUTH_FILES = ("metrics.csv", "bias_by_size.csv", "report.html")
+
+
+def not_publishable(ledger: Ledger) -> list[str]:
+    """The folder's files that hold non-private figures, by the ledger's disclosures."""
+    names = [d.name for d in ledger.disclosures]
+    return list(TRUTH_FILES) if METRICS_DISCLOSURE in names else []
 
 
 class Release(Protocol):
@@ -43,15 +63,19 @@ def ledger_document(rel: Release) -> dict[str, Any]:
 def ledger_summary(rel: Release) -> dict[str, Any]:
     """What a reader wants beside the entries (the total itself is in ``Ledger.to_dict``).
 
-    A seeded release states no epsilon: none holds.
+    A seeded release states no epsilon: none holds. A folder holding figures computed from
+    the confidential data (truth metrics) is not private as a whole: ``private`` is false and
+    ``not_publishable`` names those files (the epsilon still holds for the other files).
     """
     private = rel.ledger.private
+    truth = not_publishable(rel.ledger)
     return {
         "mechanism": rel.strategy.mechanism,
         "budget_kind": rel.strategy.budget_name,
         "strategy_total": str(rel.strategy.total()),
         "noise": rel.noise.describe() if rel.noise is not None else "not recorded",
-        "private": private,
+        "private": private and not truth,
+        **({"not_publishable": truth} if truth else {}),
         "delta": DELTA,
         "epsilon_at_delta": rel.ledger.epsilon_delta(DELTA) if private else None,
         "by_level": {str(k): str(v.value) for k, v in rel.ledger.by_level().items()},

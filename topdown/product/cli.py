@@ -28,6 +28,7 @@ streams: its seed is published, so its noise can be regenerated.
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import signal
@@ -45,7 +46,7 @@ import pandas as pd
 
 from constraints.errors import ConstraintError, DomainError
 from synth.cli import add_synth_parser, run_synth
-from topdown.errors import DataError, HierarchyError, ReleaseError, TopDownError
+from topdown.errors import DataError, HierarchyError, OptionsError, ReleaseError, TopDownError
 from topdown.execution.executors import ExecutorError, SchedulerUnreachable
 from topdown.measurement.dask_input import is_dataset
 from topdown.measurement.read import read_data
@@ -164,6 +165,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--seed",
         type=int,
         help="reproducible noise for tests and experiments: NOT private (the seed is published)",
+    )
+    run.add_argument(
+        "--diagnostics",
+        type=Path,
+        metavar="DIR",
+        help="write the run's diagnostics (timings, the number of records read) to "
+        "DIR/diagnostics.json: computed from the confidential data, NOT for publication; "
+        "never written into the release folder",
     )
     run.add_argument("--solver", help="solver name (see solvers.available()) or auto")
     run.add_argument("--executor", help="serial, processes or dask")
@@ -369,6 +378,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from topdown.product.report import build_report
 
     timings: dict[str, float] = {}
+    diagnostics: dict[str, Any] = {"timings_seconds": timings}
     start = time.perf_counter()
     cfg = load_config(args.config or DEFAULT_CONFIG)
     cfg = cfg.with_overrides(
@@ -384,6 +394,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     cfg.check_inputs()  # every input path, before any work
     geography = cfg.geography.frame(cfg.file) if cfg.geography is not None else None
     out = (args.out or Path.cwd() / f"release-{datetime.now():%Y%m%d-%H%M%S}").absolute()
+    _check_diagnostics(args.diagnostics, out)
     if cfg.stream_by is not None:
         return _run_streamed(args, cfg, out, start, geography)
     with claim_output(out, args.overwrite, inputs=cfg.input_paths()) as claim:
@@ -404,7 +415,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
         else:
             data = load_data(cfg)
             _check_node_labels(cfg, data if geography is None else geography)
-            log.info("read %d records from %s", len(data), cfg.data.path)
+            # the exact count is confidential: a diagnostic (-v, --diagnostics), not INFO
+            log.debug("read %d records from %s", len(data), cfg.data.path)
+            diagnostics["records_read"] = len(data)
         timings["read"] = time.perf_counter() - start
         t = time.perf_counter()
         with _engine_errors(cfg):
@@ -436,8 +449,40 @@ def _cmd_run(args: argparse.Namespace) -> int:
             report=lambda folder: build_report(folder, name=out.name),
             claim=claim,
         )
+    _write_diagnostics(args.diagnostics, out, diagnostics)
     print(out)
     return EXIT_OK
+
+
+def _check_diagnostics(folder: Path | None, out: Path) -> None:
+    """--diagnostics names a folder outside the release folder (it is not for publication)."""
+    if folder is None:
+        return
+    where = folder.absolute().resolve()
+    if where == out.resolve() or out.resolve() in where.parents:
+        raise OptionsError(
+            f"--diagnostics ({str(folder)!r}) is inside the release folder {str(out)!r}; "
+            "diagnostics are computed from the confidential data and must stay out of it"
+        )
+    if where.exists() and not where.is_dir():
+        raise OptionsError(f"--diagnostics ({str(folder)!r}) exists and is not a folder")
+
+
+def _write_diagnostics(folder: Path | None, out: Path, diagnostics: dict[str, Any]) -> None:
+    """DIR/diagnostics.json (timings, records read), or the timings at debug level only."""
+    timings = diagnostics.get("timings_seconds", {})
+    log.debug("timings (s): %s", ", ".join(f"{k} {v:.3f}" for k, v in timings.items()))
+    if folder is None:
+        return
+    folder.mkdir(parents=True, exist_ok=True)
+    document = dict(
+        diagnostics,
+        release=str(out),
+        note="computed from the confidential data: NOT for publication",
+        timings_seconds={k: round(v, 4) for k, v in timings.items()},
+    )
+    (folder / "diagnostics.json").write_text(json.dumps(document, indent=1), encoding="utf-8")
+    log.info("wrote the run's diagnostics (not for publication) to %s", folder)
 
 
 def _run_streamed(
@@ -491,6 +536,7 @@ def _run_streamed(
             claim.install(tmp)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
+    _write_diagnostics(args.diagnostics, out, {"timings_seconds": timings})
     print(out)
     return EXIT_OK
 
@@ -600,6 +646,14 @@ def _cmd_check(args: argparse.Namespace) -> int:
         print(f"topdown: check failed: {folder}", file=sys.stderr)
         return EXIT_FAILURE
     label = "" if verdict.private else "; NOT PRIVATE (seeded noise: the seed is published)"
+    if verdict.not_publishable:
+        files = ", ".join(verdict.not_publishable)
+        print(
+            f"topdown: WARNING: not publishable as is: {files} (figures computed from the "
+            "confidential data; remove them before publishing)",
+            file=sys.stderr,
+        )
+        label += f"; not publishable as is: {files}"
     print(f"ok: {folder} passed {len(verdict.checks)} checks{label}")
     return EXIT_OK
 

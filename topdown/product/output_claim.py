@@ -22,7 +22,7 @@ from pathlib import Path
 
 from topdown.errors import TopDownError
 
-__all__ = ["OutputExistsError", "OutputClaim", "check_output", "claim_output"]
+__all__ = ["OutputExistsError", "OutputClaim", "FileClaim", "check_output", "claim_output"]
 
 log = logging.getLogger(__name__)
 
@@ -35,16 +35,29 @@ class OutputExistsError(TopDownError, ValueError):
 def check_output(out: Path, overwrite: bool, *, inputs: Sequence[Path] = ()) -> None:
     """Fail early (before any work) if ``out`` cannot be written.
 
-    ``inputs`` (the config, the data, the truth) must not be inside ``out``: replacing the
-    folder would delete them.
+    ``inputs`` (the config, the data, the truth) must not be inside ``out`` (by path, through
+    a symbolic link, or as a hard link under it): replacing the folder would delete them; and
+    ``out`` must not be inside an input (a Parquet dataset folder would gain the release).
     """
     out = Path(out).absolute()
+    linked = _identities(out) if out.is_dir() else {}
     for item in inputs:
         resolved = Path(item).absolute().resolve()
         if resolved == out.resolve() or out.resolve() in resolved.parents:
             raise OutputExistsError(
                 f"output folder {str(out)!r} holds the input {str(item)!r}; writing the release "
                 "there would replace it: choose another --out"
+            )
+        if resolved in out.resolve().parents:
+            raise OutputExistsError(
+                f"output folder {str(out)!r} is inside the input {str(item)!r}; writing the "
+                "release there would change it: choose another --out"
+            )
+        held = linked.get(_identity_followed(resolved) or (-1, -1))
+        if held is not None:
+            raise OutputExistsError(
+                f"output folder {str(out)!r} holds {str(held)!r}, a hard link to the input "
+                f"{str(item)!r}; writing the release there would replace it: choose another --out"
             )
     if out.exists() and not out.is_dir():
         raise OutputExistsError(f"output path {str(out)!r} exists and is not a folder")
@@ -60,6 +73,27 @@ def check_output(out: Path, overwrite: bool, *, inputs: Sequence[Path] = ()) -> 
         raise OutputExistsError(
             f"the parent folder of the output {str(out.parent)!r} is not writable"
         )
+
+
+def _identity_followed(path: Path) -> tuple[int, int] | None:
+    """(device, inode) of the file ``path`` names (a symlink followed), or None if absent."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+def _identities(folder: Path) -> dict[tuple[int, int], Path]:
+    """(device, inode) -> path of every regular file under ``folder`` (links not followed)."""
+    out: dict[tuple[int, int], Path] = {}
+    for root, _dirs, files in os.walk(folder):
+        for name in files:
+            path = Path(root) / name
+            with contextlib.suppress(OSError):
+                st = os.lstat(path)
+                out[(st.st_dev, st.st_ino)] = path
+    return out
 
 
 def _identity(path: Path) -> tuple[int, int] | None:
@@ -100,29 +134,7 @@ class OutputClaim:
         self.existed = _identity(self.out)
 
     def _lock(self) -> int:
-        while True:
-            try:
-                fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o666)
-            except OSError as err:
-                raise OutputExistsError(
-                    f"cannot create the lock {str(self.lock_path)!r} beside the output: "
-                    f"{err.strerror}"
-                ) from None
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                owner = os.pread(fd, 64, 0).decode("ascii", "replace").strip() or "unknown"
-                os.close(fd)
-                raise OutputExistsError(
-                    f"another topdown run (process {owner}) is writing {str(self.out)!r}; wait "
-                    "for it or choose another --out"
-                ) from None
-            # the file may have been unlinked by the previous holder between open and flock
-            if _identity(self.lock_path) == (os.fstat(fd).st_dev, os.fstat(fd).st_ino):
-                os.ftruncate(fd, 0)
-                os.pwrite(fd, str(os.getpid()).encode("ascii"), 0)
-                return fd
-            os.close(fd)
+        return _lock(self.lock_path, self.out)
 
     def _remove_leftovers(self) -> None:
         for pattern in (f".{self.out.name}.partial-*", f".{self.out.name}.old-*"):
@@ -163,15 +175,69 @@ class OutputClaim:
 
     def release(self) -> None:
         """Give the claim up (the lock file is removed while still held, then closed)."""
-        if self._fd is None:
-            return
-        with contextlib.suppress(FileNotFoundError):
-            if _identity(self.lock_path) == (os.fstat(self._fd).st_dev, os.fstat(self._fd).st_ino):
-                self.lock_path.unlink()
-        os.close(self._fd)
+        _unlock(self.lock_path, self._fd)
         self._fd = None
 
     def __enter__(self) -> OutputClaim:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+def _lock(lock_path: Path, out: Path) -> int:
+    """An exclusive ``flock`` on ``lock_path`` (created if absent) holding our process id;
+    refused, naming the holder's process id, if another run holds it."""
+    while True:
+        try:
+            fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o666)
+        except OSError as err:
+            raise OutputExistsError(
+                f"cannot create the lock {str(lock_path)!r} beside the output: {err.strerror}"
+            ) from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            owner = os.pread(fd, 64, 0).decode("ascii", "replace").strip() or "unknown"
+            os.close(fd)
+            raise OutputExistsError(
+                f"another topdown run (process {owner}) is writing {str(out)!r}; wait "
+                "for it or choose another --out"
+            ) from None
+        # the file may have been unlinked by the previous holder between open and flock
+        if _identity(lock_path) == (os.fstat(fd).st_dev, os.fstat(fd).st_ino):
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, str(os.getpid()).encode("ascii"), 0)
+            return fd
+        os.close(fd)
+
+
+def _unlock(lock_path: Path, fd: int | None) -> None:
+    """Remove the lock file while still holding it (if it is still ours), then close it."""
+    if fd is None:
+        return
+    with contextlib.suppress(FileNotFoundError):
+        if _identity(lock_path) == (os.fstat(fd).st_dev, os.fstat(fd).st_ino):
+            lock_path.unlink()
+    os.close(fd)
+
+
+class FileClaim:
+    """The right to write one output file and its siblings (``topdown synth``'s table, ledger
+    and report), held from the start of a run to its end: the same ``.NAME.lock`` and
+    ``flock`` as ``OutputClaim``, for a file. A second run of the same output is refused,
+    naming the first run's process; the kernel drops the claim when the process dies."""
+
+    def __init__(self, out: Path) -> None:
+        self.out = Path(out).absolute()
+        self.lock_path = self.out.parent / f".{self.out.name}.lock"
+        self._fd: int | None = _lock(self.lock_path, self.out)
+
+    def release(self) -> None:
+        _unlock(self.lock_path, self._fd)
+        self._fd = None
+
+    def __enter__(self) -> FileClaim:
         return self
 
     def __exit__(self, *exc: object) -> None:

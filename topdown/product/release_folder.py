@@ -16,7 +16,7 @@ Contents (``manifest.json`` lists them with sizes and SHA-256)::
                                           per level: the final counts' distance from the BLUE
     metrics.csv, bias_by_size.csv         accuracy against the truth (when it was given)
     report.html                           the report (see ``topdown.product.report``)
-    manifest.json                         files, versions, timings
+    manifest.json                         files and versions (no timings: they are diagnostics)
 
 Everything is written into a hidden sibling folder that is renamed into place only when complete,
 so an interrupted run leaves no half release; an existing folder is replaced only when asked. A run
@@ -59,7 +59,14 @@ from topdown.estimation.root_total import decide
 from topdown.execution.process_memory import hugepage_advice_off
 from topdown.measurement.measure import Measurements, QueryMeasurement
 from topdown.measurement.tree import ROOT_LABEL, Level, Tree
-from topdown.outputs.ledger import DELTA, ledger_document, ledger_summary
+from topdown.outputs.ledger import (
+    DELTA,
+    METRICS_DISCLOSURE,
+    TRUTH_FILES,
+    ledger_document,
+    ledger_summary,
+    not_publishable,
+)
 from topdown.outputs.microdata import write_table
 from topdown.product.config import RunConfig, load_config, parse_config
 from topdown.product.output_claim import OutputClaim, OutputExistsError, check_output, claim_output
@@ -108,7 +115,9 @@ def write_release_folder(
         overwrite: replace an existing folder.
         metrics: a ``topdown.outputs.metrics.Metrics`` (written when given, and recorded in
             the ledger as a disclosure: they are computed from the confidential data).
-        timings: seconds per phase, kept in the manifest.
+        timings: seconds per phase; the writing's is added to it. Not written into the folder
+            (timings grow with the true number of records: a side channel): the caller
+            keeps them as diagnostics (``topdown run --diagnostics DIR``).
         report: builds ``report.html`` inside the folder it is given.
         claim: the claim on ``out`` taken at the start of the run (default: claimed here).
 
@@ -137,8 +146,9 @@ def write_release_folder(
             _write_contents(rel, cfg, tmp, metrics)
             if report is not None:
                 report(tmp)
-            timings = dict(timings or {}, write=time.perf_counter() - start)
-            _write_manifest(tmp, rel, cfg, timings)
+            if timings is not None:
+                timings["write"] = time.perf_counter() - start
+            _write_manifest(tmp, rel, cfg)
             set_modes(tmp)
             claim.install(tmp)
         except OSError as err:
@@ -180,9 +190,6 @@ def noise_config_value(rel: Release) -> int | str:
 
 def write_ledger(folder: Path, rel: Release) -> None:
     _write_json(folder / "ledger.json", ledger_document(rel))
-
-
-METRICS_DISCLOSURE = "evaluation metrics"
 
 
 def record_metrics_disclosure(rel: Release) -> None:
@@ -259,7 +266,7 @@ def _write_contents(rel: Release, cfg: RunConfig, folder: Path, metrics: Any) ->
         write_metrics(folder, metrics)
 
 
-def _write_manifest(folder: Path, rel: Release, cfg: RunConfig, timings: dict[str, float]) -> None:
+def _write_manifest(folder: Path, rel: Release, cfg: RunConfig) -> None:
     import numpy
 
     import topdown
@@ -287,7 +294,6 @@ def _write_manifest(folder: Path, rel: Release, cfg: RunConfig, timings: dict[st
             "numpy": numpy.__version__,
             "pandas": pd.__version__,
         },
-        "timings_seconds": {k: round(v, 3) for k, v in timings.items()},
     }
     _write_json(folder / "manifest.json", manifest)
 
@@ -573,6 +579,8 @@ class Verdict:
     failures: list[str]
     private: bool
     noise: str
+    #: files of the folder holding figures computed from the confidential data
+    not_publishable: tuple[str, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -598,8 +606,14 @@ class CheckList:
         self.checks.update(report.checks)
         self.failures.extend(report.failures)
 
-    def verdict(self, *, private: bool, noise: str) -> Verdict:
-        return Verdict(self.checks, self.failures, private=private, noise=noise)
+    def verdict(self, *, private: bool, noise: str, not_publishable: Sequence[str] = ()) -> Verdict:
+        return Verdict(
+            self.checks,
+            self.failures,
+            private=private,
+            noise=noise,
+            not_publishable=tuple(not_publishable),
+        )
 
 
 @dataclass(frozen=True)
@@ -639,7 +653,12 @@ def verify_folder(folder: Path, load: Callable[[Path, dict[str, Any]], Loaded]) 
     for name, problems in loaded.extra():
         check(name, problems)
     noise = rel.noise.describe() if rel.noise is not None else "not recorded"
-    return check.verdict(private=rel.ledger.private, noise=noise)
+    # by the ledger's disclosure, and by the files themselves (a truth file without it)
+    truth = set(not_publishable(rel.ledger))
+    if any((folder / name).is_file() for name in TRUTH_FILES[:-1]):
+        truth.update(TRUTH_FILES)
+    present = [name for name in TRUTH_FILES if name in truth and (folder / name).is_file()]
+    return check.verdict(private=rel.ledger.private, noise=noise, not_publishable=present)
 
 
 def verify_release_folder(folder: Path) -> Verdict:

@@ -273,9 +273,18 @@ def _noise(ledger: dict[str, Any]) -> tuple[bool, str]:
 
 def _not_private_html(ledger: dict[str, Any]) -> str:
     private, text = _noise(ledger)
-    if private:
-        return ""
-    return f"<p class=danger><strong>NOT PRIVATE.</strong> Noise: {html.escape(text)}</p>"
+    out = ""
+    if not private:
+        out += f"<p class=danger><strong>NOT PRIVATE.</strong> Noise: {html.escape(text)}</p>"
+    truth = ledger.get("summary", {}).get("not_publishable") or []
+    if truth:
+        out += (
+            "<p class=danger><strong>NOT PUBLISHABLE AS IS:</strong> "
+            f"{html.escape(', '.join(str(f) for f in truth))} hold figures computed from the "
+            "confidential data (accuracy against the truth), which are not differentially "
+            "private. Publish the other files.</p>"
+        )
+    return out
 
 
 def _estimation_text(estimation: dict[str, Any]) -> str:

@@ -16,12 +16,13 @@ Contents (``manifest.json`` lists every file with its size and SHA-256)::
     config.json                                     the resolved configuration (and the seed)
     hierarchy.parquet                               level, column, node, parent: the public tree
     solver_stats.csv                                estimation statistics per level
-    subtrees.csv                                    per subtree: nodes per lower level, records,
-                                                    wall and CPU seconds by phase
-    timings.json                                    seconds by phase of the whole run
+    subtrees.csv                                    per subtree: nodes per lower level, records
     report.html                                     the report (``topdown.product.stream_report``)
     manifest.json                                   format ``topdown-release-streamed/2``, files,
-                                                    the stream column, versions, timings
+                                                    the stream column, versions
+
+No timings: they grow with the true number of records (a side channel); ``topdown run
+--diagnostics DIR`` writes them outside the folder.
 
 Everything is written into the run's hidden folder and moved into place when complete (the
 subtrees' parts by ``topdown.streaming.run``, the rest here). Checks and the report need no
@@ -88,7 +89,11 @@ def write_streamed_extras(
     """Add the configuration, the tree, the ledger's summary, the invariants' values, the
     solver and subtree statistics, the report and the manifest to the folder ``rel`` was
     written into (before it is moved into place; ``name``: the final folder's, for the
-    report's title)."""
+    report's title).
+
+    ``timings`` receives the run's and the subtrees' seconds (``subtree LABEL: phase``) and
+    the report's; none of them goes into the folder (timings grow with the true number of
+    records: a side channel), the caller keeps them as diagnostics."""
     folder = Path(folder)
     top = rel.top_release()
     config = dict(cfg.resolved(), seed=noise_config_value(top))
@@ -98,12 +103,12 @@ def write_streamed_extras(
     # ledger.json: written complete (with its summary) by topdown.streaming.run
     write_invariants(folder, rel.tree, rel.invariants)
     _subtree_frame(rel).to_csv(folder / "subtrees.csv", index=False)
-    timings = dict(timings, **{k: v for k, v in rel.timings.items() if k not in timings})
-    rounded = {k: round(v, 3) for k, v in sorted(timings.items()) if not _reads_records(k)}
-    (folder / "timings.json").write_text(json.dumps(rounded, indent=1))
+    timings.update({k: v for k, v in rel.timings.items() if k not in timings})
+    for r in rel.subtrees:
+        timings.update({f"subtree {r.label}: {k}": v for k, v in sorted(r.timings.items())})
     start = time.perf_counter()
     build_streamed_report(folder, name=name)
-    rounded["report"] = round(time.perf_counter() - start, 3)  # the manifest's, after the report
+    timings["report"] = time.perf_counter() - start
     files = {
         p.relative_to(folder).as_posix(): {"bytes": p.stat().st_size, "sha256": _sha256(p)}
         for p in sorted(folder.rglob("*"))
@@ -117,7 +122,6 @@ def write_streamed_extras(
         "noise": rel.ledger.noise.describe() if rel.ledger.noise else "not recorded",
         "files": files,
         "versions": {"python": platform.python_version(), "numpy": np.__version__},
-        "timings_seconds": rounded,
     }
     (folder / "manifest.json").write_text(json.dumps(manifest, indent=1))
 
@@ -131,33 +135,18 @@ def verify_streamed_folder(folder: Path) -> Verdict:
     return verify_folder(folder, _load)
 
 
-#: phases that read the confidential records: ``tree`` (reading and counting them, here or per
-#: subtree, ``subtree_tree``), and the subtree loops that include it (``subtrees`` under
-#: ``estimator="topdown"``, ``subtrees_measure``: the BLUE's first sweep)
-_RECORD_PHASES = ("tree", "subtree_tree", "subtrees", "subtrees_measure")
-
-
-def _reads_records(key: str) -> bool:
-    """Whether a timing (``<phase>_wall`` or ``<phase>_cpu``) is of a phase that reads the
-    confidential records. Its time grows with the true number of records, so the folder does
-    not publish it (with one subtree the sum would be that subtree's own)."""
-    return key.rsplit("_", 1)[0] in _RECORD_PHASES
-
-
 def _subtree_frame(rel: StreamedRelease) -> pd.DataFrame:
-    """subtrees.csv: one row per subtree (public: sizes, published records, seconds).
+    """subtrees.csv: one row per subtree (public: sizes and published records).
 
-    The seconds of the phases that read the confidential records (``tree``: reading the
-    subtree's records and counting them) are left out: their time grows with the subtree's
-    true number of records, a finer timing side channel than anything else published. The
-    other phases work on noisy or published values only."""
+    No seconds: every phase's time grows with the subtree's true number of records (reading
+    and counting them directly, the others through the counts that follow them closely), a
+    timing side channel; they are diagnostics (``topdown run --diagnostics DIR``)."""
     lower = range(rel.stream_level + 1, rel.tree.n_levels)
     rows = []
     for r in rel.subtrees:
         row: dict[str, object] = {"subtree": r.label}
         row.update({f"nodes_level_{lv}": n for lv, n in zip(lower, r.nodes, strict=True)})
         row["records"] = r.records_out
-        row.update({k: round(v, 4) for k, v in sorted(r.timings.items()) if not _reads_records(k)})
         rows.append(row)
     return pd.DataFrame(rows)
 

@@ -11,8 +11,8 @@ engineer checks after a large run, with no accuracy figures (a streamed release 
   non-zero cells, with a plot of the node totals' spread,
 - the values of the invariants (published exactly),
 - the noisy measurements on disk by level: queries, noise variance, answers and bytes,
-- the subtrees: seconds against size (the slowest and the largest), and the solver statistics,
-- the run's timings and the folder's size by kind of file.
+- the subtrees: their sizes and published records (the largest), and the solver statistics,
+- the folder's size by kind of file (no timings: they are diagnostics, not published).
 """
 
 from __future__ import annotations
@@ -68,10 +68,6 @@ def build_streamed_report(folder: str | Path, *, name: str | None = None) -> Pat
         sections.append((f"Subtrees (by {stream_by})", _subtrees_html(subtrees)))
     if stats is not None and not stats.empty:
         sections.append(("Solver time by level", solver_section(stats)))
-    timings = _json(folder / "timings.json")
-    if timings:
-        frame = pd.DataFrame({"phase": list(timings), "seconds": list(timings.values())})
-        sections.append(("Timings", table_html(frame)))
     sections.append(("Files", table_html(_files(folder))))
     title = f"TopDown streamed release: {name or folder.name}"
     return write_page(folder, title, sections)
@@ -220,26 +216,15 @@ def _answers(metadata: Any) -> int:
 
 
 def _subtrees_html(subtrees: pd.DataFrame) -> str:
-    import matplotlib.pyplot as plt
-
+    """The subtrees' sizes and published records (no seconds: they are diagnostics)."""
     nodes = subtrees.filter(like="nodes_level_").sum(axis=1)
-    seconds = subtrees.filter(like="_wall").sum(axis=1)
-    fig, ax = plt.subplots(figsize=(8, 4))
-    ax.scatter(nodes, seconds, s=12, color="#1f77b4")
-    ax.set_xlabel("nodes in the subtree (levels below the stream level)")
-    ax.set_ylabel("seconds (measure, estimate, write)")
-    ax.set_title("Subtrees: time against size")
-    frame = subtrees.assign(nodes=nodes, seconds=seconds)
-    walls = [c for c in frame.columns if c.endswith("_wall")]
-    shown = ["subtree", "nodes", "records", "seconds", *walls]
-    slowest = frame.sort_values("seconds", ascending=False).head(10)[shown]
+    frame = subtrees.assign(nodes=nodes)
+    largest = frame.sort_values("nodes", ascending=False).head(10)[["subtree", "nodes", "records"]]
     text = (
-        f"<p>{len(frame)} subtree(s); the largest has {int(nodes.max())} node(s), the slowest "
-        f"took {float(seconds.max()):.2f} s; {int(frame['records'].sum())} microdata record(s) "
-        "in all. The ten slowest (wall seconds by phase; CPU seconds in <code>subtrees.csv</code>):"
-        "</p>"
+        f"<p>{len(frame)} subtree(s); the largest has {int(nodes.max())} node(s); "
+        f"{int(frame['records'].sum())} microdata record(s) in all. The ten largest:</p>"
     )
-    return figure_html(fig, "subtree seconds against nodes") + text + table_html(slowest)
+    return text + table_html(largest)
 
 
 def _files(folder: Path) -> pd.DataFrame:

@@ -110,7 +110,11 @@ def public_tree(
             "this",
         )
     else:
-        geo = geography if isinstance(geography, pd.DataFrame) else read_data(geography)
+        geo = (
+            geography
+            if isinstance(geography, pd.DataFrame)
+            else read_data(geography, what="geography")
+        )
     tree = geography_tree(geo, schema)
     top_tree = Tree(tree.levels[: stream_level + 1])
     for lv in top_tree.levels:  # the levels held dense for the whole tree

@@ -43,6 +43,7 @@ from topdown.streaming.inputs import check_part_names, no_records
 from topdown.streaming.measurements import part_path, read_part, safe_name, write_measurements
 from topdown.streaming.partitions import Partition
 from topdown.streaming.result import SubtreeResult
+from topdown.support.int_types import smallest_int_type
 from topdown.support.timing import PhaseClock
 
 __all__ = [
@@ -56,6 +57,7 @@ __all__ = [
     "measure_summarise",
     "estimate_subtree",
     "write_part",
+    "count_type",
 ]
 
 
@@ -362,8 +364,16 @@ def _check_subtree(tree: Tree, top: int, label: str, cells: int, max_cells: int)
 
 
 def write_part(frame: pd.DataFrame, folder: Path, tree: Tree, level: int, part: str) -> None:
-    """One part (``top``, or a subtree's label) of a level's long table, counts as int32."""
+    """One part (``top``, or a subtree's label) of a level's long table, counts as int32, or
+    int64 when a count does not fit int32 (a plain int32 cast wrapped 2^31 to -2^31)."""
     path = part_path(folder, "tables", tree, level, part)
     path.parent.mkdir(parents=True, exist_ok=True)
-    frame = frame.astype({"count": np.int32}) if len(frame) else frame
+    if len(frame):
+        frame = frame.astype({"count": count_type(frame["count"].to_numpy())})
     write_table(frame, path)
+
+
+def count_type(counts: np.ndarray) -> type[np.signedinteger]:
+    """int32 for counts it holds, else int64 (the parts are read back with pandas, which
+    concatenates int32 and int64 parts as int64)."""
+    return np.int32 if smallest_int_type(counts) in (np.int8, np.int16, np.int32) else np.int64
