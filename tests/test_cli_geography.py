@@ -60,6 +60,7 @@ def test_a_declared_unit_file_is_published_and_nothing_is_disclosed(tmp_path: Pa
     assert "units read from data" in _disclosures(tmp_path / "plain")
 
 
+@pytest.mark.extra("parquet")  # a streamed release writes Parquet parts
 def test_inline_units_and_a_streamed_run(tmp_path: Path) -> None:
     rows = ", ".join(
         f'{{STATE = "{s}", PUMA = "{p}"}}' for s, p in _units().itertuples(index=False)
