@@ -50,7 +50,7 @@ from mechanisms.rng import make_rng
 from mechanisms.selection import exponential_mechanism
 from synth._domains import Domains, SynthError, decode, encode_records
 from synth._estimate import histogram, measure_marginals
-from synth.class_conditional import check_rows
+from synth.class_conditional import check_rows, disclose_rows
 from synth.crosstab import check_epsilon, check_share
 from synth.graphical import GraphicalModel, build_junction_tree, fit_model
 from synth.graphical.factor import cells
@@ -402,9 +402,14 @@ class Adaptive:
         return chosen
 
     def sample(self, n: int | None = None) -> pd.DataFrame:
-        """``n`` i.i.d. synthetic records (default: the model's noisy total, rounded)."""
+        """``n`` i.i.d. synthetic records (default: the model's noisy total, rounded); a
+        given ``n`` is disclosed in the ledger, as by the other generators."""
         if self.model is None:
             raise SynthError("the generator is not fitted: call fit(data) first")
-        rows = int(round(self.model.total)) if n is None else check_rows(n)
+        if n is None:
+            rows = int(round(self.model.total))
+        else:
+            rows = check_rows(n)
+            disclose_rows(self.ledger, rows)
         codes = self.model.sample(rows, self._rng)
         return decode(codes, self.domains, self.columns)

@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from synth import DP2Pub, NoisyCrosstab, PrivBayes, generate
+from synth import Adaptive, DP2Pub, NoisyCrosstab, PrivBayes, generate
 from synth.class_conditional import ROWS_DISCLOSURE, ClassConditional
 from synth.cli import main
 from synth.dp2pub import grr_pram_baseline
@@ -37,7 +37,7 @@ def _sizes(run) -> list[int]:
 
 @pytest.mark.parametrize(
     "name",
-    ["classcond", "generate", "privbayes", "dp2pub", "grr_pram_baseline", "crosstab"],
+    ["classcond", "generate", "privbayes", "dp2pub", "grr_pram_baseline", "crosstab", "adaptive"],
 )
 def test_default_output_size_is_not_the_record_count(name):
     """Five seeded runs at epsilon 1: the sizes vary and are not all n (before the fix every
@@ -50,6 +50,7 @@ def test_default_output_size_is_not_the_record_count(name):
         "dp2pub": lambda s: DP2Pub(1, k=1, domains=DOMAINS, seed=s).fit_transform(data),
         "grr_pram_baseline": lambda s: grr_pram_baseline(data, 1, DOMAINS, s)[0],
         # the released table's total plays the part of the size
+        "adaptive": lambda s: Adaptive(1, domains=DOMAINS, seed=s, rounds=6).fit(data).sample(),
         "crosstab": lambda s: range(
             int(NoisyCrosstab(1, domains=DOMAINS, seed=s).fit(data).table.sum())
         ),
@@ -83,6 +84,10 @@ def test_a_size_the_caller_sets_is_used_and_disclosed():
     assert len(model.sample(N)) == N
     (disclosure,) = [d for d in model.ledger.disclosures if d.name == ROWS_DISCLOSURE]
     assert "not private" in disclosure.description and str(N) in disclosure.description
+    adaptive = Adaptive(1, domains=DOMAINS, seed=7, rounds=6).fit(data)
+    assert ROWS_DISCLOSURE not in [d.name for d in adaptive.ledger.disclosures]
+    assert len(adaptive.sample(N)) == N
+    assert ROWS_DISCLOSURE in [d.name for d in adaptive.ledger.disclosures]
     dp = DP2Pub(1, k=1, domains=DOMAINS, seed=7)
     assert len(dp.fit_transform(data, rows=N + 30)) == N + 30
     assert "total" not in [e.query for e in dp.ledger.entries]  # nothing spent on it
