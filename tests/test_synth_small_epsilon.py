@@ -10,23 +10,13 @@ constraints are homogeneous).
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
 import pytest
+from test_synth_crosstab_classcond import DOMAINS, _frame
 
 from synth._estimate import L2_SCALE, Measurement, consistent_tables
 from synth.class_conditional import ClassConditional
 from synth.crosstab import MIN_EPSILON
 from synth.privbayes import PrivBayes
-
-DOMAINS = {"sex": ["F", "M"], "own": ["n", "y"], "cls": [0, 1, 2]}
-
-
-def _frame(n: int = 400, seed: int = 0) -> pd.DataFrame:
-    rng = np.random.default_rng(seed)
-    cls = rng.choice(3, n, p=[0.5, 0.3, 0.2])
-    sex = np.where(rng.random(n) < 0.2 + 0.3 * cls, "M", "F")
-    own = np.where(rng.random(n) < 0.7, "y", "n")
-    return pd.DataFrame({"sex": sex, "own": own, "cls": cls})
 
 
 @pytest.mark.parametrize("epsilon", [float(MIN_EPSILON), 1e-5, 2e-5])
