@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 EMBEDDED = Path(__file__).resolve().parents[1] / "topdown" / "data" / "acs_national2019.csv"
@@ -38,3 +40,14 @@ def embedded_subset(states: tuple[str, ...], rows_per_state: int | None = None) 
     if rows_per_state is not None:
         parts = [p.head(rows_per_state) for p in parts]
     return pd.concat(parts).reset_index(drop=True)
+
+
+def synth_files(folder: Path, n: int = 100) -> tuple[Path, Path]:
+    """``data.csv`` (columns a in 0..1, b in 0..2, ``n`` rows) and ``domains.json`` declaring
+    them, in ``folder``: the input of the ``topdown synth`` tests."""
+    rng = np.random.default_rng(0)
+    data = folder / "data.csv"
+    pd.DataFrame({"a": rng.integers(0, 2, n), "b": rng.integers(0, 3, n)}).to_csv(data, index=False)
+    domains = folder / "domains.json"
+    domains.write_text(json.dumps({"a": [0, 1], "b": [0, 1, 2]}))
+    return data, domains

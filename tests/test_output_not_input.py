@@ -7,13 +7,11 @@ Same path, symbolic link or hard link: refused before any work, exit 2, the inpu
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
-import numpy as np
-import pandas as pd
 import pytest
+from cli_helpers import synth_files
 from test_cli import small_project
 
 from synth.cli import main as synth_main
@@ -22,14 +20,7 @@ from topdown.product.cli import main
 
 @pytest.fixture()
 def inputs(tmp_path: Path) -> tuple[Path, Path]:
-    rng = np.random.default_rng(0)
-    data = tmp_path / "data.csv"
-    pd.DataFrame({"a": rng.integers(0, 2, 100), "b": rng.integers(0, 3, 100)}).to_csv(
-        data, index=False
-    )
-    domains = tmp_path / "domains.json"
-    domains.write_text(json.dumps({"a": [0, 1], "b": [0, 1, 2]}))
-    return data, domains
+    return synth_files(tmp_path)
 
 
 def _out_cases(tmp_path: Path, data: Path, domains: Path) -> dict[str, tuple[Path, Path]]:

@@ -6,15 +6,13 @@ claimed for the whole run, as ``topdown run`` claims its folder.
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
-import pandas as pd
 import pytest
+from cli_helpers import synth_files
 
 from synth.cli import main
 from topdown.product.output_claim import FileClaim
@@ -22,13 +20,7 @@ from topdown.product.output_claim import FileClaim
 
 @pytest.fixture()
 def argv(tmp_path: Path) -> list[str]:
-    rng = np.random.default_rng(0)
-    data = tmp_path / "data.csv"
-    pd.DataFrame({"a": rng.integers(0, 2, 100), "b": rng.integers(0, 3, 100)}).to_csv(
-        data, index=False
-    )
-    domains = tmp_path / "domains.json"
-    domains.write_text(json.dumps({"a": [0, 1], "b": [0, 1, 2]}))
+    data, domains = synth_files(tmp_path)
     return ["classcond", str(data), "--epsilon", "1", "--domains", str(domains), "--seed", "1"]
 
 

@@ -7,26 +7,18 @@ that take it, before anything is read or written. ``dp2pub --rows`` is honoured 
 
 from __future__ import annotations
 
-import json
 import re
 
-import numpy as np
 import pandas as pd
 import pytest
+from cli_helpers import synth_files
 
 from synth.cli import main
 
 
 @pytest.fixture()
 def files(tmp_path):
-    rng = np.random.default_rng(0)
-    data = tmp_path / "data.csv"
-    pd.DataFrame({"a": rng.integers(0, 2, 120), "b": rng.integers(0, 3, 120)}).to_csv(
-        data, index=False
-    )
-    domains = tmp_path / "domains.json"
-    domains.write_text(json.dumps({"a": [0, 1], "b": [0, 1, 2]}))
-    return data, domains
+    return synth_files(tmp_path, 120)
 
 
 @pytest.mark.parametrize(
