@@ -135,17 +135,24 @@ def test_same_noise_on_every_executor_and_order(small_chunks):
     assert not np.array_equal(serial.at(1)[0].noisy, other_key.at(1)[0].noisy)
 
 
+class _Recording(Executor):
+    """The serial executor, keeping every task it was sent (what would leave for a worker)."""
+
+    def __init__(self) -> None:
+        self.seen: list = []
+
+    def stream(self, fn, tasks, total, progress=None, desc=""):
+        tasks = list(tasks)
+        self.seen.extend(tasks)
+        return super().stream(fn, tasks, total, progress, desc)
+
+
 def test_tasks_carry_only_their_chunk_rows(small_chunks):
     """A worker receives the confidential rows of its own chunk, nothing else of the truth."""
-    seen = []
+    recording = _Recording()
+    seen = recording.seen
 
-    class Recording(Executor):
-        def stream(self, fn, tasks, total, progress=None, desc=""):
-            tasks = list(tasks)
-            seen.extend(tasks)
-            return super().stream(fn, tasks, total, progress, desc)
-
-    _, truth, _ = _measure(40, executor=Recording())
+    _, truth, _ = _measure(40, executor=recording)
     level1 = [t for t in seen if t.level == 1]
     assert [t.chunk for t in level1] == [0, 1, 2, 3]
     for t in level1:
@@ -159,16 +166,11 @@ def test_tasks_carry_their_own_stream_keys_never_the_release_key(small_chunks):
     """Issue 30 A6: what leaves this process for a worker is each chunk's derived stream key
     (one per query), from which neither the release key nor another chunk's key follows; the
     noise is the same as before (the documented streams, checked by ``_assert_keyed_chunks``)."""
-    seen = []
-
-    class Recording(Executor):
-        def stream(self, fn, tasks, total, progress=None, desc=""):
-            tasks = list(tasks)
-            seen.extend(tasks)
-            return super().stream(fn, tasks, total, progress, desc)
+    recording = _Recording()
+    seen = recording.seen
 
     key = new_release_key(5)
-    m, truth, _ = _measure(40, executor=Recording(), key=key)
+    m, truth, _ = _measure(40, executor=recording, key=key)
     _assert_keyed_chunks(m, truth, key)
     assert len(seen) == 5  # 1 chunk at the root, 4 on level 1
     keys = set()
