@@ -19,12 +19,15 @@ import shutil
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TypeVar
 
 from topdown.errors import TopDownError
 
 __all__ = ["OutputExistsError", "OutputClaim", "FileClaim", "check_output", "claim_output"]
 
 log = logging.getLogger(__name__)
+
+_Claim = TypeVar("_Claim", bound="FileClaim")
 
 
 class OutputExistsError(TopDownError, ValueError):
@@ -105,7 +108,30 @@ def _identity(path: Path) -> tuple[int, int] | None:
     return st.st_dev, st.st_ino
 
 
-class OutputClaim:
+class FileClaim:
+    """The right to write one output (``topdown synth``'s table, ledger and report), held
+    from the start of a run to its end: an exclusive ``flock`` on ``.NAME.lock`` beside it. A
+    second run of the same output is refused, naming the first run's process; the kernel drops
+    the claim when the process dies. ``OutputClaim`` adds what a release folder needs."""
+
+    def __init__(self, out: Path) -> None:
+        self.out = Path(out).absolute()
+        self.lock_path = self.out.parent / f".{self.out.name}.lock"
+        self._fd: int | None = _lock(self.lock_path, self.out)
+
+    def release(self) -> None:
+        """Give the claim up (the lock file is removed while still held, then closed)."""
+        _unlock(self.lock_path, self._fd)
+        self._fd = None
+
+    def __enter__(self: _Claim) -> _Claim:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+class OutputClaim(FileClaim):
     """The right to write one output folder, held from the start of a run to its end.
 
     Why: two runs writing the same ``--out`` must not both succeed (one release would be lost
@@ -123,8 +149,7 @@ class OutputClaim:
         self.overwrite = overwrite
         self.installed = False  # True once the finished folder is in place (``install``)
         check_output(self.out, overwrite, inputs=inputs)
-        self.lock_path = self.out.parent / f".{self.out.name}.lock"
-        self._fd: int | None = self._lock()
+        super().__init__(self.out)
         try:
             check_output(self.out, overwrite, inputs=inputs)  # again, now that it is ours
             self._remove_leftovers()
@@ -132,9 +157,6 @@ class OutputClaim:
             self.release()
             raise
         self.existed = _identity(self.out)
-
-    def _lock(self) -> int:
-        return _lock(self.lock_path, self.out)
 
     def _remove_leftovers(self) -> None:
         for pattern in (f".{self.out.name}.partial-*", f".{self.out.name}.old-*"):
@@ -173,17 +195,6 @@ class OutputClaim:
         if trash is not None:
             shutil.rmtree(trash, ignore_errors=True)
 
-    def release(self) -> None:
-        """Give the claim up (the lock file is removed while still held, then closed)."""
-        _unlock(self.lock_path, self._fd)
-        self._fd = None
-
-    def __enter__(self) -> OutputClaim:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.release()
-
 
 def _lock(lock_path: Path, out: Path) -> int:
     """An exclusive ``flock`` on ``lock_path`` (created if absent) holding our process id;
@@ -220,28 +231,6 @@ def _unlock(lock_path: Path, fd: int | None) -> None:
         if _identity(lock_path) == (os.fstat(fd).st_dev, os.fstat(fd).st_ino):
             lock_path.unlink()
     os.close(fd)
-
-
-class FileClaim:
-    """The right to write one output file and its siblings (``topdown synth``'s table, ledger
-    and report), held from the start of a run to its end: the same ``.NAME.lock`` and
-    ``flock`` as ``OutputClaim``, for a file. A second run of the same output is refused,
-    naming the first run's process; the kernel drops the claim when the process dies."""
-
-    def __init__(self, out: Path) -> None:
-        self.out = Path(out).absolute()
-        self.lock_path = self.out.parent / f".{self.out.name}.lock"
-        self._fd: int | None = _lock(self.lock_path, self.out)
-
-    def release(self) -> None:
-        _unlock(self.lock_path, self._fd)
-        self._fd = None
-
-    def __enter__(self) -> FileClaim:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.release()
 
 
 def claim_output(out: Path, overwrite: bool, *, inputs: Sequence[Path] = ()) -> OutputClaim:
