@@ -32,6 +32,12 @@ class Domain:
         attributes: mapping attribute name -> sequence of its values, in the declared order
             (comparisons such as ``GreaterThan`` follow this order). Insertion order of the
             mapping is the axis order of the histogram.
+        recodes: optional mapping attribute -> recode name -> {group label: values}: named
+            partitions of an attribute's values into labelled groups (``HHGQ`` ->
+            ``hhinst``: household {0}, institutional {1..4}, non-institutional {5..7}; ages
+            into bands). A query may measure an attribute through one of its recodes
+            (``topdown.query``). Every value falls in exactly one group; groups keep the
+            declared label order.
 
     Example:
         >>> d = Domain({"SEX": [1, 2], "AGE": range(0, 3)})
@@ -40,6 +46,7 @@ class Domain:
     """
 
     attributes: Mapping[str, Sequence[Hashable]]
+    recodes: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     _index: dict = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -72,6 +79,100 @@ class Domain:
             index[name] = lookup
         object.__setattr__(self, "attributes", frozen)
         object.__setattr__(self, "_index", index)
+        object.__setattr__(self, "recodes", self._checked_recodes())
+
+    def _checked_recodes(self) -> dict[str, dict[str, tuple[tuple[Hashable, tuple], ...]]]:
+        """The recodes as attribute -> name -> ((label, values), ...), each a partition."""
+        given = self.recodes
+        if given is None:
+            return {}
+        if not isinstance(given, Mapping):
+            raise DomainError(
+                f"recodes ({given!r}) must be a mapping attribute -> recode name -> "
+                "{label: values}"
+            )
+        out: dict[str, dict[str, tuple[tuple[Hashable, tuple], ...]]] = {}
+        for attribute, named in given.items():
+            if attribute not in self.attributes:
+                raise DomainError(
+                    f"recodes name attribute {attribute!r}, which is not in the domain; its "
+                    f"attributes are {list(self.attributes)}"
+                )
+            if not isinstance(named, Mapping):
+                raise DomainError(
+                    f"recodes of {attribute!r} ({named!r}) must be a mapping recode name -> "
+                    "{label: values}"
+                )
+            out[attribute] = {
+                name: self._partition(attribute, name, groups) for name, groups in named.items()
+            }
+        return out
+
+    def _partition(
+        self, attribute: str, name: Any, groups: Any
+    ) -> tuple[tuple[Hashable, tuple], ...]:
+        where = f"recode {name!r} of attribute {attribute!r}"
+        if not isinstance(name, str) or not name or ":" in name or " " in name:
+            raise DomainError(
+                f"{where}: a recode name must be a non-empty string without ':' or spaces"
+            )
+        if not isinstance(groups, Mapping) or not groups:
+            raise DomainError(
+                f"{where} ({groups!r}) must be a non-empty mapping group label -> list of values"
+            )
+        seen: dict[Hashable, Hashable] = {}
+        parts = []
+        for label, values in groups.items():
+            if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
+                raise DomainError(f"{where}: group {label!r} ({values!r}) must be a list of values")
+            members = tuple(_plain(v) for v in values)
+            if not members:
+                raise DomainError(f"{where}: group {label!r} must hold at least one value")
+            for v in members:
+                self.index_of(attribute, v)  # names the value and the domain when it is not in it
+                if v in seen:
+                    raise DomainError(
+                        f"{where}: value {v!r} is in groups {seen[v]!r} and {label!r}; a recode "
+                        "puts each value in exactly one group"
+                    )
+                seen[v] = label
+            parts.append((_plain(label), members))
+        missing = [v for v in self.attributes[attribute] if v not in seen]
+        if missing:
+            raise DomainError(
+                f"{where} leaves values {_preview(missing)} in no group; a recode puts each "
+                "value in exactly one group"
+            )
+        return tuple(parts)
+
+    # -- recodes -----------------------------------------------------------------------------
+    def recode_names(self, attribute: str) -> tuple[str, ...]:
+        """The names of an attribute's recodes, in declared order."""
+        self._check_attribute(attribute)
+        return tuple(self.recodes.get(attribute, {}))
+
+    def grouping(self, attribute: str, recode: str) -> tuple[int, ...]:
+        """The group (its position among the recode's labels) of each of the attribute's
+        values, in the attribute's value order."""
+        groups = self._recode(attribute, recode)
+        out = [0] * len(self.attributes[attribute])
+        for g, (_, members) in enumerate(groups):
+            for v in members:
+                out[self._index[attribute][v]] = g
+        return tuple(out)
+
+    def group_labels(self, attribute: str, recode: str) -> tuple[Hashable, ...]:
+        """The labels of a recode's groups, in declared order."""
+        return tuple(label for label, _ in self._recode(attribute, recode))
+
+    def _recode(self, attribute: str, recode: str) -> tuple[tuple[Hashable, tuple], ...]:
+        self._check_attribute(attribute)
+        named = self.recodes.get(attribute, {})
+        if recode not in named:
+            raise DomainError(
+                f"attribute {attribute!r} has no recode {recode!r}; its recodes are {list(named)}"
+            )
+        return named[recode]
 
     # -- shape -----------------------------------------------------------------------------
     @property
@@ -106,7 +207,14 @@ class Domain:
         keep = [a for a in self.names if a in set(attributes)]
         if not keep:
             raise DomainError(f"attributes ({list(attributes)!r}) must name at least one attribute")
-        return Domain({a: self.attributes[a] for a in keep})
+        return Domain(
+            {a: self.attributes[a] for a in keep},
+            {a: self._plain_recodes(a) for a in keep if a in self.recodes},
+        )
+
+    def _plain_recodes(self, attribute: str) -> dict[str, dict[Hashable, tuple]]:
+        """One attribute's recodes in the form ``Domain`` takes (for a projection)."""
+        return {name: dict(parts) for name, parts in self.recodes[attribute].items()}
 
     # -- values <-> codes --------------------------------------------------------------------
     def index_of(self, attribute: str, value: Any) -> int:
@@ -175,7 +283,12 @@ class Domain:
         return attribute in self.attributes
 
     def __hash__(self) -> int:
-        return hash(tuple((k, v) for k, v in self.attributes.items()))
+        return hash(
+            (
+                tuple((k, v) for k, v in self.attributes.items()),
+                tuple((a, tuple(r.items())) for a, r in self.recodes.items()),
+            )
+        )
 
 
 def _plain(value: Any) -> Any:

@@ -50,6 +50,10 @@ class Attribute:
         bins: bin edges for a numeric column.
         labels: labels of the bins (default derived from the edges).
         column: the data column it is read from (default: ``name``).
+        recodes: named groupings of the values a query may measure instead of the values
+            themselves: recode name -> {group label: values}, each a partition of the values
+            (``{"hhinst": {"household": [0], "institutional": [1, 2, 3, 4], "other": [5, 6,
+            7]}}``); a query names one as ``"HHGQ:hhinst"`` (see ``topdown.query``).
     """
 
     name: str
@@ -57,6 +61,7 @@ class Attribute:
     bins: tuple | None = None
     labels: tuple | None = None
     column: str | None = None
+    recodes: Any = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -98,6 +103,29 @@ class Attribute:
                     f"{len(edges) - 1}, one per bin"
                 )
             object.__setattr__(self, "labels", labels)
+        object.__setattr__(self, "recodes", self._frozen_recodes())
+
+    def _frozen_recodes(self) -> tuple | None:
+        """The recodes as ((name, ((label, values), ...)), ...): hashable, checked by the
+        domain (each a partition of this attribute's values)."""
+        if self.recodes is None:
+            return None
+        given = self.recodes if isinstance(self.recodes, Mapping) else None
+        if given is None:
+            raise DomainError(
+                f"attribute {self.name!r}: recodes ({self.recodes!r}) must be a mapping recode "
+                "name -> {group label: values}"
+            )
+        domain = Domain({self.name: self.domain_values}, {self.name: given})
+        return tuple(
+            (name, tuple((label, tuple(vals)) for label, vals in parts))
+            for name, parts in domain.recodes.get(self.name, {}).items()
+        )
+
+    @property
+    def recode_map(self) -> dict[str, dict[Any, tuple]]:
+        """The recodes as recode name -> {group label: values} (empty when there are none)."""
+        return {name: dict(parts) for name, parts in (self.recodes or ())}
 
     @classmethod
     def integer_range(
@@ -194,7 +222,14 @@ class Schema:
             )
         object.__setattr__(self, "attributes", attrs)
         object.__setattr__(self, "hierarchy", hierarchy)
-        object.__setattr__(self, "domain", Domain({a.name: a.domain_values for a in attrs}))
+        object.__setattr__(
+            self,
+            "domain",
+            Domain(
+                {a.name: a.domain_values for a in attrs},
+                {a.name: a.recode_map for a in attrs if a.recodes},
+            ),
+        )
 
     @property
     def n_levels(self) -> int:
@@ -297,6 +332,11 @@ class Schema:
                 entry["labels"] = list(a.domain_values)
             else:
                 entry["values"] = list(a.domain_values)
+            if a.recodes:
+                entry["recodes"] = {
+                    name: [[label, list(vals)] for label, vals in groups.items()]
+                    for name, groups in a.recode_map.items()
+                }
             out.append(entry)
         return {"attributes": out, "hierarchy": list(self.hierarchy)}
 

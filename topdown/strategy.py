@@ -1,9 +1,7 @@
 """Strategy: which queries each level measures, and how the privacy budget is divided.
 
-A query is a marginal over some query attributes (``detailed`` = all of them, ``total`` = none).
-As a matrix it is the Kronecker product of an identity (kept attribute) or a row of ones
-(summed attribute) per axis; it is answered by reshaping the histogram and summing axes, and the
-matrix is only built sparse, for the estimator.
+A query (``topdown.query``) is a marginal over some query attributes, each kept whole or
+through one of its recodes (``detailed`` = all of them whole, ``total`` = none).
 
 Budgets are Fractions: per level, root first, each level's budget split between its queries by
 Fraction shares that sum to exactly 1. The mechanism decides the budget's kind: the discrete
@@ -14,96 +12,23 @@ Fraction for any other value.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
 import numpy as np
-import scipy.sparse as sp
 
 from constraints.domain import Domain
 from mechanisms.errors import BudgetError
 from mechanisms.exact import as_fraction
 from topdown.errors import StrategyError
+from topdown.query import Query
 
 __all__ = ["Query", "LevelStrategy", "Strategy", "MECHANISMS", "NEIGHBOURING", "parse_budget"]
 
 MECHANISMS = ("discrete_laplace", "discrete_gaussian")
 NEIGHBOURING = ("add_remove", "replace_one")
-
-
-@dataclass(frozen=True)
-class Query:
-    """A marginal query over named attributes; ``None`` means the detailed histogram.
-
-    Build with ``Query.parse``: ``"detailed"``, ``"total"``, ``"SEX"``, ``"SEX x AGE"`` or a
-    sequence of attribute names.
-    """
-
-    attributes: tuple[str, ...] | None
-
-    @classmethod
-    def parse(cls, spec: Query | str | Sequence[str]) -> Query:
-        if isinstance(spec, Query):
-            return spec
-        if isinstance(spec, str):
-            text = spec.strip()
-            if text == "detailed":
-                return cls(None)
-            if text == "total":
-                return cls(())
-            parts = [p.strip() for p in text.replace("*", " x ").split(" x ")]
-            return cls(tuple(p for p in parts if p))
-        if isinstance(spec, Iterable):
-            return cls(tuple(str(a) for a in spec))
-        raise StrategyError(
-            f"query ({spec!r}) must be 'detailed', 'total', an attribute name, 'A x B' or a list "
-            "of attribute names"
-        )
-
-    @property
-    def name(self) -> str:
-        if self.attributes is None:
-            return "detailed"
-        if not self.attributes:
-            return "total"
-        return " x ".join(self.attributes)
-
-    def kept(self, domain: Domain) -> tuple[str, ...]:
-        """The attributes this query keeps, in the domain's axis order (validated)."""
-        if self.attributes is None:
-            return domain.names
-        unknown = [a for a in self.attributes if a not in domain]
-        if unknown:
-            raise StrategyError(
-                f"query {self.name!r} names attribute(s) {unknown} that are not query "
-                f"attributes; they are {list(domain.names)}"
-            )
-        return tuple(a for a in domain.names if a in self.attributes)
-
-    def n_answers(self, domain: Domain) -> int:
-        """How many answers the query has (the product of the kept attributes' sizes)."""
-        keep = self.kept(domain)
-        return int(np.prod([len(domain.values(a)) for a in keep], dtype=np.int64))
-
-    def answer(self, histograms: np.ndarray, domain: Domain) -> np.ndarray:
-        """Answers for a stack of histograms: shape (nodes, cells) -> (nodes, answers)."""
-        keep = set(self.kept(domain))
-        h = np.asarray(histograms)
-        stacked = h.reshape((h.shape[0],) + domain.shape)
-        axes = tuple(1 + i for i, a in enumerate(domain.names) if a not in keep)
-        summed = stacked.sum(axis=axes) if axes else stacked
-        return summed.reshape(h.shape[0], -1)
-
-    def matrix(self, domain: Domain) -> sp.csr_matrix:
-        """The query as a sparse (answers x cells) 0/1 matrix: a Kronecker product."""
-        keep = set(self.kept(domain))
-        mat = sp.identity(1, format="csr", dtype=np.float64)
-        for a, n in zip(domain.names, domain.shape, strict=True):
-            factor = sp.identity(n, format="csr") if a in keep else sp.csr_matrix(np.ones((1, n)))
-            mat = sp.kron(mat, factor, format="csr")
-        return mat
 
 
 @dataclass(frozen=True)

@@ -25,12 +25,19 @@ from dataclasses import dataclass
 import numpy as np
 
 from constraints.domain import Domain
+from topdown.errors import StrategyError
 from topdown.strategy import Query
 
 __all__ = ["BluePlan", "kept_axes", "lift", "coefficient"]
 
 
 def kept_axes(query: Query, domain: Domain) -> frozenset[int]:
+    recoded = query.recoded(domain)
+    if recoded:
+        raise StrategyError(
+            f"query {query.name!r} measures {sorted(recoded)} through recodes, which the "
+            "'blue' estimator does not take yet; use estimator 'topdown'"
+        )
     kept = set(query.kept(domain))
     return frozenset(i for i, a in enumerate(domain.names) if a in kept)
 

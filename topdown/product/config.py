@@ -6,7 +6,7 @@ Layout (see ``topdown/data/default.toml`` for a commented example)::
     [data]       path, format (csv | parquet), separator, dictionary, [data.derive]
     [schema]     hierarchy = [...], geography (the published units: a file or inline tables,
                  see topdown.product.config_geography),
-                 [[schema.attributes]] name, column, values | range | bins, labels
+                 [[schema.attributes]] name, column, values | range | bins, labels, recodes
     [strategy]   mechanism, neighbouring, budgets + queries + first_pass, or [[strategy.levels]]
     [[constraints]]                    # see topdown.product.config_constraints
     [estimation] method ("blue" | "topdown")
@@ -242,6 +242,11 @@ class RunConfig:
                 entry.update(bins=[_jsonable(b) for b in a.bins], labels=list(a.labels or ()))
             else:
                 entry["values"] = list(a.values or ())
+            if a.recodes:
+                entry["recodes"] = {
+                    name: {label: list(vals) for label, vals in groups.items()}
+                    for name, groups in a.recode_map.items()
+                }
             attrs.append(entry)
         levels = [
             {
@@ -477,7 +482,12 @@ def _schema(spec: Mapping, dictionary: Any, base: Path, fail: _Fail, bad: _Bad) 
         key = f"schema.attributes[{i}]"
         if not isinstance(a, Mapping):
             bad(key, f"must be a table; got {a!r}")
-        _known(a, {"name", "column", "values", "range", "bins", "labels", "dictionary"}, key, bad)
+        _known(
+            a,
+            {"name", "column", "values", "range", "bins", "labels", "dictionary", "recodes"},
+            key,
+            bad,
+        )
         name = a.get("name")
         if not isinstance(name, str) or not name:
             bad(f"{key}.name", f"must be a non-empty string; got {name!r}")
@@ -536,6 +546,17 @@ def _schema(spec: Mapping, dictionary: Any, base: Path, fail: _Fail, bad: _Bad) 
             raise
         except (ValueError, TypeError, OSError) as err:
             raise fail(f"{key}.{kind}", str(err)) from None
+        if "recodes" in a:
+            if not isinstance(a["recodes"], Mapping):
+                bad(
+                    f"{key}.recodes",
+                    "must be a table recode name -> {group label = [values]}; got "
+                    f"{a['recodes']!r}",
+                )
+            try:
+                attrs[-1] = replace(attrs[-1], recodes=a["recodes"])
+            except ValueError as err:
+                raise fail(f"{key}.recodes", str(err)) from None
     try:
         return Schema(tuple(attrs), tuple(hierarchy))
     except ValueError as err:
