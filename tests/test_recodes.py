@@ -7,6 +7,7 @@ institutional {1..4}, non-institutional {5..7}) and a 2-value voting age.
 from __future__ import annotations
 
 import itertools
+import json
 
 import numpy as np
 import pandas as pd
@@ -16,6 +17,7 @@ from constraints.domain import Domain
 from mechanisms.ledger import LedgerEntry
 from topdown import release
 from topdown.errors import StrategyError, TopDownError
+from topdown.product.config import ConfigError, load_config
 from topdown.query import Query
 from topdown.schema import Attribute, Schema
 from topdown.strategy import Strategy
@@ -157,3 +159,51 @@ def test_schema_round_trip_names_recodes() -> None:
     entry = Schema((a,), ("C",)).to_dict()["attributes"][0]
     assert entry["recodes"] == {"hhinst": [[k, v] for k, v in HHINST.items()]}
     assert list(itertools.chain(*(v for _, v in entry["recodes"]["hhinst"]))) == list(range(8))
+
+
+TOML = """
+[data]
+path = "d.csv"
+[schema]
+hierarchy = ["STATE"]
+[[schema.attributes]]
+name = "HHGQ"
+range = [0, 7]
+recodes = { hhinst = { household = [0], institutional = [1, 2, 3, 4], other = [5, 6, 7] } }
+[[schema.attributes]]
+name = "VA"
+values = [0, 1]
+[strategy]
+budgets = ["1/2", "1/2"]
+queries = { detailed = "1/2", "HHGQ:hhinst x VA" = "1/4", hhinst = "1/4" }
+"""
+
+
+def test_toml_recodes_load_and_round_trip(tmp_path) -> None:
+    (tmp_path / "d.csv").write_text("STATE,HHGQ,VA\n1,0,1\n", encoding="utf-8")
+    path = tmp_path / "c.toml"
+    path.write_text(TOML, encoding="utf-8")
+    cfg = load_config(path)
+    assert cfg.schema.domain.grouping("HHGQ", "hhinst") == (0, 1, 1, 1, 1, 2, 2, 2)
+    names = [q.name for q, _ in cfg.strategy.levels[0].queries]
+    assert names == ["detailed", "HHGQ:hhinst x VA", "hhinst"]
+    again = tmp_path / "resolved.json"
+    again.write_text(json.dumps(cfg.resolved()), encoding="utf-8")
+    assert load_config(again).schema == cfg.schema
+
+
+@pytest.mark.parametrize(
+    ("line", "match"),
+    [
+        ("recodes = { hhinst = { household = [0] } }", "leaves values"),
+        ("recodes = [1]", "schema.attributes.0..recodes|recodes"),
+    ],
+)
+def test_toml_bad_recodes_name_the_key(tmp_path, line: str, match: str) -> None:
+    (tmp_path / "d.csv").write_text("STATE,HHGQ,VA\n1,0,1\n", encoding="utf-8")
+    path = tmp_path / "c.toml"
+    text = TOML.replace(TOML.splitlines()[8], line)
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(ConfigError, match=match) as info:
+        load_config(path)
+    assert "schema.attributes[0].recodes" in str(info.value)
