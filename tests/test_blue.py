@@ -246,12 +246,63 @@ def test_blue_inputs_carry_detailed_total_and_measured_marginals() -> None:
     total = fed.get(1, "total")
     assert total is not None
     np.testing.assert_allclose(total.noisy[:, 0], est.cells[1].sum(axis=1))
-    # below the root the weights are the subtree estimates' variances; at the root the final
-    np.testing.assert_allclose(total.variance, est.variance(1, "total", subtree=True))
-    assert np.all(est.variance(1, "total", subtree=True) > est.variance(1, "total"))
-    root = fed.get(0, "detailed")
-    assert root is not None
-    np.testing.assert_allclose(root.variance, est.variance(0, "detailed"))
+    # the leaves are fed their own measurements' weights (topdown.blue.metric): the total,
+    # not measured there, weighs nothing
+    assert np.all(np.isinf(total.variance))
+    for name in ("detailed", "A x B"):
+        fed_q, raw = fed.get(1, name), inputs.get(1, name)
+        assert fed_q is not None and raw is not None
+        np.testing.assert_allclose(
+            fed_q.variance, np.broadcast_to(raw.variance, fed_q.variance.shape)
+        )
+
+
+def _subtree_precision(tree: Tree, inputs: EstimatorInputs, level: int, node: int) -> np.ndarray:
+    """Dense precision of one node's cells estimated from its own subtree's measurements."""
+    under = leaves_under(tree)
+    mine = under[level][node] > 0
+    rows, ws = [], []
+    for lv, ms in enumerate(inputs.levels):
+        if lv < level:
+            continue
+        for m in ms:
+            Q = m.query.matrix(DOMAIN).toarray()
+            for v in range(tree.levels[lv].size):
+                if (under[lv][v] > 0).any() and (under[lv][v] <= mine).all():
+                    rows.append(np.kron(under[lv][v][mine], Q))
+                    ws.append(
+                        np.full(
+                            Q.shape[0], 1.0 / np.broadcast_to(m.variance, (under[lv].shape[0],))[v]
+                        )
+                    )
+    A, w = np.vstack(rows), np.concatenate(ws)
+    cov = np.linalg.inv(A.T @ (w[:, None] * A))
+    U = np.kron(np.ones(int(mine.sum())), np.eye(DOMAIN.size))
+    return np.linalg.inv(U @ cov @ U.T)
+
+
+@pytest.mark.parametrize(
+    "queries", [["detailed"], ["detailed", "total"], ["detailed", "A x B", "C"], MARGINALS]
+)
+@pytest.mark.parametrize("seed", [0, 1])
+def test_fed_weights_make_the_passes_metric_the_subtree_precision(
+    queries: list[str], seed: int
+) -> None:
+    """sum_q w_q Q'Q over the fed queries equals the dense precision of each node's subtree
+    estimate, at every level (the L2 pass is then the BLUE's downward step)."""
+    rng = np.random.default_rng(seed)
+    tree = random_tree(rng, (2, 2), only_child=seed == 1)
+    inputs = random_inputs(rng, tree, [queries] * 3, per_node=seed == 1)
+    fed = blue_inputs(inputs, blue(tree, DOMAIN, inputs))
+    for level in range(tree.n_levels):
+        for node in range(tree.levels[level].size):
+            metric = sum(
+                (1.0 / m.variance[node]) * (M := m.query.matrix(DOMAIN).toarray()).T @ M
+                for m in fed.at(level)
+                if np.isfinite(m.variance[node])
+            )
+            dense = _subtree_precision(tree, inputs, level, node)
+            np.testing.assert_allclose(metric, dense, rtol=1e-7, atol=1e-9 * np.abs(dense).max())
 
 
 def test_leaf_subtree_variance_is_its_own_measurements() -> None:
@@ -336,14 +387,19 @@ def test_an_exact_total_is_kept_and_has_no_error() -> None:
         np.testing.assert_allclose(est.cells[level], reference[level], atol=1e-5)
     total = blue_inputs(inputs, est, {0: {0: 100.0}, 2: {1: 40.0}}).get(2, "total")
     assert total is not None
-    assert np.isinf(total.variance[1]) and np.isfinite(total.variance[0])
+    # the invariant's total is held by the passes' constraint (weight 0); node 0's total is
+    # not measured at the leaves, so it weighs nothing in the passes' metric either
+    assert np.isinf(total.variance).all()
+    root_total = blue_inputs(inputs, est, {0: {0: 100.0}, 2: {1: 40.0}}).get(0, "total")
+    assert root_total is not None and np.isinf(root_total.variance[0])
     with pytest.raises(ValueError, match="names node 9"):
         blue(tree, DOMAIN, inputs, exact_totals={0: {9: 1.0}})
 
 
 def test_blue_inputs_feed_the_marginals_only_where_asked() -> None:
     """``marginals=False`` leaves every level's measured marginals out (detailed and total
-    unchanged, values and weights); a set of levels keeps them at those levels only."""
+    unchanged in value; their weights are the metric of the queries fed, see
+    ``topdown.blue.metric``); a set of levels keeps them at those levels only."""
     rng = np.random.default_rng(5)
     tree = random_tree(rng, (2, 2), only_child=False)
     queries = [["detailed", "A"], ["detailed", "A x B"], ["detailed", "B", "C"]]
@@ -361,5 +417,4 @@ def test_blue_inputs_feed_the_marginals_only_where_asked() -> None:
             a, b = full.get(level, name), lean.get(level, name)
             assert a is not None and b is not None
             np.testing.assert_array_equal(a.noisy, b.noisy)
-            np.testing.assert_array_equal(a.variance, b.variance)
     assert [m.query.name for m in some.at(1)] == ["detailed", "total", "A x B"]

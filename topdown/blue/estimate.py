@@ -31,6 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from constraints.domain import Domain
+from topdown.blue.metric import metric_weights
 from topdown.blue.plan import BluePlan, coefficient, kept_axes
 from topdown.blue.recursions import (
     LeafShift,
@@ -329,36 +330,19 @@ def blue_inputs(
     cells, of the node totals and (``marginals``: True, or the levels where) of every other
     query the level measured.
 
-    The weights are the variances of each node's estimate from its own subtree (the upward
-    recursion's), not of its final BLUE. The passes fix the parent's published counts and
-    treat siblings as independent; siblings' subtree estimates are independent, their final
-    BLUEs are not (they share the parent's gap). With these weights the L2 pass on the BLUE
-    is the GLS of the children given the published parent: where nothing is clipped it moves
-    each child by its share ``V_c / sum V`` of the gap between the published parent and the
-    BLUE parent, the BLUE's own downward step (final variances would split it by
-    ``f_c / sum f``). At the root the two variances coincide.
-
-    Feeding the BLUE values or the subtree estimates gives the same answer, clipped or not,
-    when the BLUE has one subspace group (a detailed-only strategy): a child's final BLUE is
-    its subtree estimate plus ``V_c`` times a per-parent vector ``g``, so every query's answer
-    moves by ``V_c Q g`` and its fed variance is ``c_Q V_c``; the passes' objective changes by
-    ``-2 sum_c (Q g)' Q x_c / c_Q`` plus a constant, fixed by the parent's sum constraint on
-    the ``x_c``. So the leaf level, whose final BLUE is never built (``Blue.leaf_shift``), is
-    fed its subtree estimates: the raw measurements, integers as measured. With several
-    groups the shift is ``sum_g V_c^g P_g g_g`` and the fed cell variance mixes the groups'
-    ``V_c^g``, so no such identity holds: every level gets its final BLUE.
-
-    The totals go in although, for a strategy without a measured total, they are a linear
-    function of the cells (the Mahalanobis weight of such a total is 0): non-negativity is
-    not linear. Clipping a small child's near-zero cells moves mass to it from its larger
-    siblings, a bias of the child's total that grows with the noise; the BLUE total, unbiased,
-    pulls it back. Measured (benchmarks/bench_estimators.py, ACS, detailed only, 5 seeds), a
-    total weight of 0, 1/4, 1 and 4 times its inverse variance gave state total MAE 0.95,
-    0.86, 0.76 and 0.69 of TopDown's at rho 0.5 (0.90, 0.81, 0.79, 0.87 at rho 2). On
-    homogeneous sparse families (``benchmarks/synthetic.py``: ten tracts of about 60 people
-    per county) clipping has no such bias to correct, and the same weights gave tract totals
-    1.00, 1.02, 1.09 and 1.36 times TopDown's: the weight 1 (the total as one more
-    measurement, weighted by its own variance) is the compromise kept.
+    The weights are those of ``topdown.blue.metric``: per node, non-negative weights on the
+    fed queries whose quadratic form is the precision of the node's estimate from its own
+    subtree (the upward recursion's), not of its final BLUE. The passes fix the parent's
+    published counts and treat siblings as independent; siblings' subtree estimates are
+    independent, their final BLUEs are not (they share the parent's gap). With this metric the
+    L2 pass on the BLUE is the GLS of the children given the published parent: where nothing
+    is clipped it moves each child by its share of the gap between the published parent and
+    the BLUE parent, the BLUE's own downward step; so feeding the final BLUE or the subtree
+    estimates gives the same answer: the leaf level of a one-group BLUE is fed its subtree
+    estimates (the raw measurements, held without a copy), every other level its final BLUE.
+    The fed variance of a query is ``1 / w_q`` (inf where
+    the weight is 0: for a strategy without a measured total, the total's). A strategy with
+    recoded queries is fed each answer's own subtree variance instead.
 
     The marginals go in at every level by default, although the BLUE cells already pool their
     measurements and a level fed only cells and totals could take the level-batched passes
@@ -392,10 +376,16 @@ def blue_inputs(
             estimate.fitted[level] if estimate.holds_subtree(level) else estimate.cells_at(level)
         )
         fed = []
-        for name in names:
-            query = Query.parse(name)
+        queries = [Query.parse(name) for name in names]
+        weights = metric_weights(
+            estimate.domain, estimate.groups, estimate.subtree_scale[level], queries
+        )
+        for i, (name, query) in enumerate(zip(names, queries, strict=True)):
             values = query.answer(cells, estimate.domain)  # the cells themselves: no copy
             variance = estimate.variance(level, query, subtree=True)
+            if weights is not None:
+                with np.errstate(divide="ignore"):
+                    variance = np.where(variance == 0.0, 0.0, 1.0 / weights[:, i])
             held = list((exact_totals or {}).get(level, {})) if name == "total" else []
             variance[held] = np.inf
             fed.append(QueryEstimate(level, query, values, variance))

@@ -314,6 +314,13 @@ def _batched_fit(inputs: LevelInputs) -> _Fit | None:
         (m, M) for m, M in zip(inputs.measurements, inputs.matrices, strict=True) if M is not None
     ]
     variances = [_per_node(m.variance, m.noisy.shape[0]) for m, _ in others]
+    # an answer of infinite variance everywhere weighs nothing: the level is its cells alone
+    kept = [i for i, v in enumerate(variances) if not np.all(np.isinf(v))]
+    others, variances = [others[i] for i in kept], [variances[i] for i in kept]
+    if not others:
+        if not np.all(np.isfinite(v_cells) & (v_cells > 0)):
+            return None
+        return _Fit("closed_form", cells.noisy, precision(v_cells))
     if not np.all(np.isfinite(v_cells) & (v_cells > 0)) or not all(
         np.all(v > 0) for v in variances
     ):
