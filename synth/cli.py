@@ -40,6 +40,7 @@ from topdown.errors import DataError, TopDownError
 from topdown.measurement.read import read_data
 from topdown.outputs.microdata import write_table
 from topdown.product.output_claim import FileClaim
+from topdown.support.leftovers import owner_tag, remove_leftovers
 from topdown.support.optional import require
 
 __all__ = ["add_synth_parser", "run_synth", "main", "METHODS", "METHOD_OPTIONS", "write_outputs"]
@@ -265,6 +266,7 @@ def run_synth(args: argparse.Namespace) -> int:
     args.workload = _read_workload(args.workload)
     with FileClaim(out):  # held until the outputs are in place: a second run is refused
         _check_out(out, args.overwrite)  # again, now that the output is ours
+        _remove_leftovers(out)
         domains = _read_domains(args.domains)
         data = read_data(args.data)
         try:
@@ -289,7 +291,8 @@ def write_outputs(out: Path, table: pd.DataFrame, ledger: Ledger, report: str) -
     placed: list[Path] = []  # targets renamed into place that did not exist before
     try:
         for target in targets:
-            fd, name = tempfile.mkstemp(prefix=f".{target.name}.partial-", dir=target.parent)
+            prefix = f".{target.name}.partial-{owner_tag()}-"  # named after this process
+            fd, name = tempfile.mkstemp(prefix=prefix, dir=target.parent)
             os.close(fd)
             temps.append(Path(name))
         # the project's table writer (CSV or Parquet, Parquet only with its extra installed)
@@ -308,6 +311,15 @@ def write_outputs(out: Path, table: pd.DataFrame, ledger: Ledger, report: str) -
             path.unlink(missing_ok=True)
         raise
     log.info("wrote %s and its ledger and report", out)
+
+
+def _remove_leftovers(out: Path) -> None:
+    """Remove the temporary files of a killed run of ``out`` (``write_outputs``' own and the
+    table writer's, named after them): the caller holds the claim, so no other run writes
+    them, and those of a process that still runs are left alone all the same."""
+    names = [target.name for target in _outputs(out)]  # all three in the output's folder
+    prefixes = tuple(f"{dots}{name}.partial-" for name in names for dots in (".", ".."))
+    remove_leftovers(out.parent, prefixes, claimed=True)
 
 
 def _png(fig: Any) -> str:

@@ -119,6 +119,7 @@ from topdown.streaming.tasks import (
     subtree_tasks,
     write_part,
 )
+from topdown.support.leftovers import owner_tag, remove_leftovers
 from topdown.support.progress import Progress
 from topdown.support.timing import PhaseClock
 
@@ -231,7 +232,10 @@ def release_streamed(
         solver=choice, solver_options=dict(solver_options or {}), failsafe=failsafe
     )
     first_pass = {i: ls.first_pass for i, ls in enumerate(strategy.levels)}
-    tmp = final.parent / f".{final.name}.streaming-{os.getpid()}"
+    # the working folder is named after this process: a run killed with SIGKILL cannot
+    # remove it, and the next run of the same ``out`` removes it once its process is gone
+    remove_leftovers(final.parent, (f".{final.name}.streaming-",))
+    tmp = final.parent / f".{final.name}.streaming-{owner_tag()}"
     tmp.mkdir(parents=True)
     common = TaskCommon(
         geo,
