@@ -2,7 +2,7 @@
 
 The output is claimed for the whole run (``FileClaim``: a lock beside it), so a second run of
 the same ``--out`` is refused, naming the first. Writes three files, each to a temporary name
-in the output's folder, then all renamed (on an
+in the output's folder, then all renamed, the table last (on an
 error the temporary files and any output that did not exist before are removed; with
 ``--overwrite`` an output already replaced stays replaced): the synthetic table (CSV, or
 Parquet for a ``.parquet`` name), its ledger (``NAME.ledger.json``) and a short report
@@ -285,7 +285,8 @@ def run_synth(args: argparse.Namespace) -> int:
 
 
 def write_outputs(out: Path, table: pd.DataFrame, ledger: Ledger, report: str) -> None:
-    """Write the table, ledger and report under temporary names, then rename them all."""
+    """Write the table, ledger and report under temporary names, then rename them all, the
+    table last."""
     targets = _outputs(out)
     temps: list[Path] = []
     placed: list[Path] = []  # targets renamed into place that did not exist before
@@ -300,7 +301,9 @@ def write_outputs(out: Path, table: pd.DataFrame, ledger: Ledger, report: str) -
         write_table(table, temps[0], fmt=fmt)
         temps[1].write_text(json.dumps(ledger.to_dict(), indent=2, default=str), encoding="utf-8")
         temps[2].write_text(report, encoding="utf-8")
-        for temp, target in zip(temps, targets, strict=True):
+        # the table last: a run killed between two renames never leaves a table in place
+        # without its ledger and report beside it
+        for temp, target in reversed(list(zip(temps, targets, strict=True))):
             os.chmod(temp, 0o644)
             existed = target.exists()
             os.replace(temp, target)
