@@ -409,7 +409,7 @@ class Adaptive:
         if n is None:
             rows = int(round(self.model.total))
         else:
-            rows = check_rows(n)
+            rows = check_rows(n, columns=len(self.columns))
             disclose_rows(self.ledger, rows)
         codes = self.model.sample(rows, self._rng)
         return decode(codes, self.domains, self.columns)

@@ -249,6 +249,7 @@ def _fit(method: str, args: argparse.Namespace, data: pd.DataFrame, domains: Any
 
 def run_synth(args: argparse.Namespace) -> int:
     """Run ``topdown synth`` (see the module docstring); returns 0, raises on errors."""
+    from synth.class_conditional import check_rows
     from synth.crosstab import check_epsilon
 
     method = args.method
@@ -259,8 +260,8 @@ def run_synth(args: argparse.Namespace) -> int:
         out, {"data": args.data, "--domains": args.domains, "--workload": args.workload}
     )
     _check_options(method, args)
-    if args.rows is not None and args.rows < 0:
-        raise SynthError(f"--rows ({args.rows}) must be >= 0")
+    if args.rows is not None:  # a table of no rows publishes nothing; a huge one cannot fit
+        check_rows(args.rows, "--rows", least=1)
     if method == "adaptive":
         args.delta = _read_delta(args.delta)
     args.workload = _read_workload(args.workload)
@@ -269,6 +270,8 @@ def run_synth(args: argparse.Namespace) -> int:
         _remove_leftovers(out)
         domains = _read_domains(args.domains)
         data = read_data(args.data)
+        if args.rows is not None:  # the bound for the data's columns, before fitting
+            check_rows(args.rows, "--rows", columns=max(1, data.shape[1]), least=1)
         try:
             table, ledger, synthetic = _fit(method, args, data, domains)
         except (DataError, SynthError) as err:

@@ -103,6 +103,11 @@ SPLITS = ("auto", "budget", "users")
 """How the publication group's budget meets the clusters (see :class:`DP2Pub`)."""
 
 
+def _width(data: object) -> int:
+    """The number of columns of ``data`` (1 when it is not a table: refused later)."""
+    return len(getattr(data, "columns", ())) or 1
+
+
 def entropy(distribution: np.ndarray) -> float:
     """Shannon entropy in nats of a distribution (zeros add nothing)."""
     p = np.asarray(distribution, dtype=float).reshape(-1)
@@ -308,7 +313,7 @@ class DP2Pub:
     def fit_transform(self, data: pd.DataFrame, rows: int | None = None) -> pd.DataFrame:
         """The post-randomized records of ``rows`` people (default: a noisy total), in an
         order unrelated to the input's, with the data's columns (module docstring)."""
-        rows = None if rows is None else check_rows(rows, "rows")
+        rows = None if rows is None else check_rows(rows, "rows", columns=_width(data))
         self.ledger = Ledger(NoiseSource.from_seed(self.seed))
         records = encode_records(data, self.domains_declared, self.ledger)
         self.columns, self.domains = records.columns, records.domains
@@ -542,7 +547,7 @@ def grr_pram_baseline(
 
     eps = check_epsilon(epsilon)
     share = check_share(total_share, "total_share")
-    rows = None if rows is None else check_rows(rows, "rows")
+    rows = None if rows is None else check_rows(rows, "rows", columns=_width(data))
     ledger = Ledger(NoiseSource.from_seed(seed))
     records = encode_records(data, domains, ledger)
     columns, resolved = records.columns, records.domains
