@@ -279,7 +279,11 @@ class DP2Pub:
         self._report_epsilon = self.epsilon
         if isinstance(k, bool) or not isinstance(k, int) or k < 0:
             raise SynthError(f"k ({k!r}) must be an integer >= 0")
-        if not 0 < structure_fraction < 1:
+        if (
+            isinstance(structure_fraction, bool)
+            or not isinstance(structure_fraction, (int, float, Fraction))
+            or not 0 < structure_fraction < 1
+        ):
             raise SynthError(f"structure_fraction ({structure_fraction!r}) must be in (0, 1)")
         if randomizer not in ("joint", "attribute"):
             raise SynthError(f"randomizer ({randomizer!r}) must be 'joint' or 'attribute'")
