@@ -123,6 +123,7 @@ from topdown.streaming.tasks import (
 from topdown.support.leftovers import owner_tag, remove_leftovers
 from topdown.support.progress import Progress
 from topdown.support.timing import PhaseClock
+from topdown.support.writing import write_text
 
 __all__ = ["release_streamed", "MAX_SUBTREE_CELLS"]
 
@@ -299,8 +300,9 @@ def release_streamed(
             root_total=root_total,
         )
         # the ledger with its summary (estimator, the root total held), as every release folder
-        (tmp / "ledger.json").write_text(
-            json.dumps(ledger_document(streamed.top_release()), indent=1, default=str)
+        write_text(
+            tmp / "ledger.json",
+            json.dumps(ledger_document(streamed.top_release()), indent=1, default=str),
         )
         os.replace(tmp, final)
     except BaseException:
