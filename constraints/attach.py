@@ -25,7 +25,7 @@ from constraints.constraint import Constraint
 from constraints.errors import ConstraintError
 from constraints.logical_expressions.base import Expression
 
-__all__ = ["Attachment", "ConstraintSet"]
+__all__ = ["Attachment", "ConstraintSet", "check_constraint_set"]
 
 
 def _check_level(level: object, what: str = "level") -> int:
@@ -256,3 +256,29 @@ def _preview(labels: Iterable[Hashable], limit: int = 10) -> str:
     shown = ", ".join(repr(v) for v in vals[:limit])
     more = f", ... ({len(vals)} in all)" if len(vals) > limit else ""
     return f"[{shown}{more}]"
+
+
+def check_constraint_set(constraints: object, n_levels: int) -> ConstraintSet | None:
+    """``constraints`` checked as a release's argument: None, or a ``ConstraintSet`` valid on
+    a tree of ``n_levels`` levels (``ConstraintSet.validate``).
+
+    Why: a list of constraints (what a caller may well pass) had no ``validate`` and ended in
+    an ``AttributeError`` from inside the release.
+
+    Raises:
+        ConstraintError: ``constraints`` is not a ``ConstraintSet``, or does not fit the tree.
+    """
+    if constraints is None:
+        return None
+    if not isinstance(constraints, ConstraintSet):
+        raise ConstraintError(
+            f"constraints ({_shown(constraints)}) must be a ConstraintSet or None; build one "
+            "with ConstraintSet().add(constraint, level=...)"
+        )
+    constraints.validate(n_levels)
+    return constraints
+
+
+def _shown(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else f"{text[:57]}..."

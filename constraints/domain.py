@@ -66,6 +66,14 @@ class Domain:
                     f"values of attribute {name!r} ({values!r}) must be a list of values"
                 )
             vals = tuple(_plain(v) for v in values)
+            for v in vals:  # a value is a key of the lookup below: a list would raise TypeError
+                try:
+                    hash(v)
+                except TypeError:
+                    raise DomainError(
+                        f"values of attribute {name!r} hold {v!r}, which is not hashable: a "
+                        "value must be a number, a string or another hashable value"
+                    ) from None
             if len(vals) == 0:
                 raise DomainError(f"values of attribute {name!r} (empty) must not be empty")
             lookup = {v: i for i, v in enumerate(vals)}

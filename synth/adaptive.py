@@ -48,7 +48,7 @@ from mechanisms.accounting import ZCDP, zcdp_to_approx_dp
 from mechanisms.ledger import Ledger, NoiseSource
 from mechanisms.rng import make_rng
 from mechanisms.selection import exponential_mechanism
-from synth._domains import Domains, SynthError, decode, encode_records
+from synth._domains import Domains, SynthError, check_seed, decode, encode_records
 from synth._estimate import histogram, measure_marginals
 from synth.class_conditional import check_rows, disclose_rows
 from synth.crosstab import check_epsilon, check_share
@@ -159,7 +159,7 @@ class Adaptive:
         self.delta = _check_delta(delta)
         self.degree = _check_int(degree, "degree", 1)
         if workload is not None:
-            workload = [list(w) for w in workload]
+            workload = _check_workload(workload)
             if not workload:
                 raise SynthError("workload ([]) must list at least one marginal")
             for i, w in enumerate(workload):
@@ -169,7 +169,7 @@ class Adaptive:
                     )
         self.workload_declared = workload
         self.domains_declared = domains
-        self.seed = seed
+        self.seed = check_seed(seed)
         self.rounds = None if rounds is None else _check_int(rounds, "rounds", 1)
         self.measure_share = check_share(measure_share, "measure_share")
         self.max_cells = _check_int(max_cells, "max_cells", 1)
@@ -182,7 +182,7 @@ class Adaptive:
         self.columns: list[str] = []
         self.measured: list[tuple[str, ...]] = []
         self.model: GraphicalModel | None = None
-        self._rng = make_rng(seed)
+        self._rng = make_rng(self.seed)
 
     def _workload(self, columns: list[str]) -> list[tuple[int, ...]]:
         """The workload as sorted position tuples (unknown columns refused)."""
@@ -409,7 +409,25 @@ class Adaptive:
         if n is None:
             rows = int(round(self.model.total))
         else:
-            rows = check_rows(n)
+            rows = check_rows(n, columns=len(self.columns))
             disclose_rows(self.ledger, rows)
         codes = self.model.sample(rows, self._rng)
         return decode(codes, self.domains, self.columns)
+
+
+def _check_workload(workload: object) -> list[list[str]]:
+    """A workload as lists of column names: a list (or tuple) of lists (or tuples) of strings.
+
+    Why: a number raised ``TypeError`` from ``list()``, and a string was read as its characters.
+    """
+    sequence = (list, tuple)
+    if not isinstance(workload, sequence) or not all(
+        isinstance(w, sequence) and all(isinstance(c, str) for c in w) for w in workload
+    ):
+        shown = repr(workload)
+        shown = shown if len(shown) <= 60 else f"{shown[:57]}..."
+        raise SynthError(
+            f"workload ({shown}) must be a list of marginals, each a list of column names, "
+            "such as [['age', 'sex'], ['race']]"
+        )
+    return [list(w) for w in workload]

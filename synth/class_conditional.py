@@ -13,6 +13,7 @@ class, as in naive Bayes.
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Hashable, Mapping, Sequence
 from fractions import Fraction
 
@@ -37,15 +38,49 @@ from synth._estimate import (
 )
 from synth.crosstab import check_epsilon
 
-__all__ = ["ClassConditional", "generate", "check_rows", "disclose_rows", "ROWS_DISCLOSURE"]
+__all__ = [
+    "ClassConditional",
+    "generate",
+    "check_rows",
+    "max_rows",
+    "CELL_BYTES",
+    "disclose_rows",
+    "ROWS_DISCLOSURE",
+]
 
 logger = logging.getLogger(__name__)
 
 
-def check_rows(n: object, name: str = "n") -> int:
-    """A number of rows: an integer >= 0 (bools refused)."""
-    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0:
-        raise SynthError(f"{name} ({n!r}) must be an integer >= 0")
+#: Bytes one synthetic cell costs while it is sampled: its int64 code, then its value in the
+#: output frame (an upper estimate for the integer and category columns the generators make).
+CELL_BYTES = 16
+
+
+def max_rows(columns: int = 1) -> int:
+    """The most synthetic rows of ``columns`` columns that fit in half of this machine's
+    physical memory, at ``CELL_BYTES`` a cell (16 GiB is assumed where it cannot be read)."""
+    try:
+        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, OSError, ValueError):
+        memory = 16 << 30
+    return max(1, memory // 2 // (CELL_BYTES * max(1, columns)))
+
+
+def check_rows(n: object, name: str = "n", *, columns: int = 1, least: int = 0) -> int:
+    """A number of rows: an integer >= ``least`` (bools refused) that fits in memory.
+
+    Why the bound: a size is the caller's, not the data's, and an absurd one (10**11) ended in
+    numpy's allocation error (or the machine's swap) after the whole fit; it is refused before
+    anything is fitted or allocated, naming the limit (``max_rows``).
+    """
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < least:
+        raise SynthError(f"{name} ({n!r}) must be an integer >= {least}")
+    limit = max_rows(columns)
+    if n > limit:
+        raise SynthError(
+            f"{name} ({n}) is more rows than this machine holds: at most {limit:,} rows of "
+            f"{columns} column(s) (about {CELL_BYTES} bytes a cell in half of its memory)"
+        )
     return int(n)
 
 
@@ -160,7 +195,7 @@ class ClassConditional:
         if n is None:
             n = self.total
         else:
-            n = check_rows(n)
+            n = check_rows(n, columns=len(self.columns))
             disclose_rows(self.ledger, n)
         per_class = largest_remainder(self.class_totals, n)
         t = self.columns.index(str(self.target))
@@ -211,6 +246,6 @@ def generate(
         target = str(df.columns[int(numClass)])
     else:
         target = str(numClass)
-    n = None if numTuples is None else check_rows(numTuples, "numTuples")
+    n = None if numTuples is None else check_rows(numTuples, "numTuples", columns=df.shape[1])
     model = ClassConditional(epsilon, target=target, seed=random_state).fit(df)
     return model.sample(n)

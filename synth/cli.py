@@ -2,7 +2,7 @@
 
 The output is claimed for the whole run (``FileClaim``: a lock beside it), so a second run of
 the same ``--out`` is refused, naming the first. Writes three files, each to a temporary name
-in the output's folder, then all renamed (on an
+in the output's folder, then all renamed, the table last (on an
 error the temporary files and any output that did not exist before are removed; with
 ``--overwrite`` an output already replaced stays replaced): the synthetic table (CSV, or
 Parquet for a ``.parquet`` name), its ledger (``NAME.ledger.json``) and a short report
@@ -40,6 +40,7 @@ from topdown.errors import DataError, TopDownError
 from topdown.measurement.read import read_data
 from topdown.outputs.microdata import write_table
 from topdown.product.output_claim import FileClaim
+from topdown.support.leftovers import owner_tag, remove_leftovers
 from topdown.support.optional import require
 
 __all__ = ["add_synth_parser", "run_synth", "main", "METHODS", "METHOD_OPTIONS", "write_outputs"]
@@ -248,6 +249,7 @@ def _fit(method: str, args: argparse.Namespace, data: pd.DataFrame, domains: Any
 
 def run_synth(args: argparse.Namespace) -> int:
     """Run ``topdown synth`` (see the module docstring); returns 0, raises on errors."""
+    from synth.class_conditional import check_rows
     from synth.crosstab import check_epsilon
 
     method = args.method
@@ -258,15 +260,18 @@ def run_synth(args: argparse.Namespace) -> int:
         out, {"data": args.data, "--domains": args.domains, "--workload": args.workload}
     )
     _check_options(method, args)
-    if args.rows is not None and args.rows < 0:
-        raise SynthError(f"--rows ({args.rows}) must be >= 0")
+    if args.rows is not None:  # a table of no rows publishes nothing; a huge one cannot fit
+        check_rows(args.rows, "--rows", least=1)
     if method == "adaptive":
         args.delta = _read_delta(args.delta)
     args.workload = _read_workload(args.workload)
     with FileClaim(out):  # held until the outputs are in place: a second run is refused
         _check_out(out, args.overwrite)  # again, now that the output is ours
+        _remove_leftovers(out)
         domains = _read_domains(args.domains)
         data = read_data(args.data)
+        if args.rows is not None:  # the bound for the data's columns, before fitting
+            check_rows(args.rows, "--rows", columns=max(1, data.shape[1]), least=1)
         try:
             table, ledger, synthetic = _fit(method, args, data, domains)
         except (DataError, SynthError) as err:
@@ -283,13 +288,15 @@ def run_synth(args: argparse.Namespace) -> int:
 
 
 def write_outputs(out: Path, table: pd.DataFrame, ledger: Ledger, report: str) -> None:
-    """Write the table, ledger and report under temporary names, then rename them all."""
+    """Write the table, ledger and report under temporary names, then rename them all, the
+    table last."""
     targets = _outputs(out)
     temps: list[Path] = []
     placed: list[Path] = []  # targets renamed into place that did not exist before
     try:
         for target in targets:
-            fd, name = tempfile.mkstemp(prefix=f".{target.name}.partial-", dir=target.parent)
+            prefix = f".{target.name}.partial-{owner_tag()}-"  # named after this process
+            fd, name = tempfile.mkstemp(prefix=prefix, dir=target.parent)
             os.close(fd)
             temps.append(Path(name))
         # the project's table writer (CSV or Parquet, Parquet only with its extra installed)
@@ -297,7 +304,9 @@ def write_outputs(out: Path, table: pd.DataFrame, ledger: Ledger, report: str) -
         write_table(table, temps[0], fmt=fmt)
         temps[1].write_text(json.dumps(ledger.to_dict(), indent=2, default=str), encoding="utf-8")
         temps[2].write_text(report, encoding="utf-8")
-        for temp, target in zip(temps, targets, strict=True):
+        # the table last: a run killed between two renames never leaves a table in place
+        # without its ledger and report beside it
+        for temp, target in reversed(list(zip(temps, targets, strict=True))):
             os.chmod(temp, 0o644)
             existed = target.exists()
             os.replace(temp, target)
@@ -308,6 +317,15 @@ def write_outputs(out: Path, table: pd.DataFrame, ledger: Ledger, report: str) -
             path.unlink(missing_ok=True)
         raise
     log.info("wrote %s and its ledger and report", out)
+
+
+def _remove_leftovers(out: Path) -> None:
+    """Remove the temporary files of a killed run of ``out`` (``write_outputs``' own and the
+    table writer's, named after them): the caller holds the claim, so no other run writes
+    them, and those of a process that still runs are left alone all the same."""
+    names = [target.name for target in _outputs(out)]  # all three in the output's folder
+    prefixes = tuple(f"{dots}{name}.partial-" for name in names for dots in (".", ".."))
+    remove_leftovers(out.parent, prefixes, claimed=True)
 
 
 def _png(fig: Any) -> str:

@@ -152,6 +152,8 @@ class NoisyCrosstab:
                 f"columns ({columns!r:.200}) must be a list of column names, not "
                 f"{type(columns).__name__}"
             )
+        if columns is not None and not all(isinstance(c, str) for c in columns):
+            raise SynthError(f"columns ({columns!r:.200}) must be column names (strings)")
         self.columns = None if columns is None else list(columns)
         self.domains_declared = domains
         self.margins = bool(margins)

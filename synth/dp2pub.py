@@ -103,6 +103,11 @@ SPLITS = ("auto", "budget", "users")
 """How the publication group's budget meets the clusters (see :class:`DP2Pub`)."""
 
 
+def _width(data: object) -> int:
+    """The number of columns of ``data`` (1 when it is not a table: refused later)."""
+    return len(getattr(data, "columns", ())) or 1
+
+
 def entropy(distribution: np.ndarray) -> float:
     """Shannon entropy in nats of a distribution (zeros add nothing)."""
     p = np.asarray(distribution, dtype=float).reshape(-1)
@@ -274,7 +279,11 @@ class DP2Pub:
         self._report_epsilon = self.epsilon
         if isinstance(k, bool) or not isinstance(k, int) or k < 0:
             raise SynthError(f"k ({k!r}) must be an integer >= 0")
-        if not 0 < structure_fraction < 1:
+        if (
+            isinstance(structure_fraction, bool)
+            or not isinstance(structure_fraction, (int, float, Fraction))
+            or not 0 < structure_fraction < 1
+        ):
             raise SynthError(f"structure_fraction ({structure_fraction!r}) must be in (0, 1)")
         if randomizer not in ("joint", "attribute"):
             raise SynthError(f"randomizer ({randomizer!r}) must be 'joint' or 'attribute'")
@@ -308,7 +317,7 @@ class DP2Pub:
     def fit_transform(self, data: pd.DataFrame, rows: int | None = None) -> pd.DataFrame:
         """The post-randomized records of ``rows`` people (default: a noisy total), in an
         order unrelated to the input's, with the data's columns (module docstring)."""
-        rows = None if rows is None else check_rows(rows, "rows")
+        rows = None if rows is None else check_rows(rows, "rows", columns=_width(data))
         self.ledger = Ledger(NoiseSource.from_seed(self.seed))
         records = encode_records(data, self.domains_declared, self.ledger)
         self.columns, self.domains = records.columns, records.domains
@@ -542,7 +551,7 @@ def grr_pram_baseline(
 
     eps = check_epsilon(epsilon)
     share = check_share(total_share, "total_share")
-    rows = None if rows is None else check_rows(rows, "rows")
+    rows = None if rows is None else check_rows(rows, "rows", columns=_width(data))
     ledger = Ledger(NoiseSource.from_seed(seed))
     records = encode_records(data, domains, ledger)
     columns, resolved = records.columns, records.domains

@@ -290,7 +290,7 @@ class PrivBayes:
         if n is None:
             n = self.total
         else:
-            n = check_rows(n)
+            n = check_rows(n, columns=len(self.columns))
             disclose_rows(self.ledger, n)
         codes = sample_network(self._network, self._conditionals, n, self._rng)
         return decode(codes, self.domains, self.columns)

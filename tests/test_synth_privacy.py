@@ -129,7 +129,16 @@ def _sorted_data(n: int = 1500) -> pd.DataFrame:
 
 
 @pytest.mark.parametrize(
-    "name", ["classcond", "generate", "privbayes", "dp2pub", "dp2pub_rows", "grr_pram_baseline"]
+    "name",
+    [
+        "classcond",
+        "generate",
+        "privbayes",
+        "dp2pub",
+        "dp2pub_rows",
+        "grr_pram_baseline",
+        "adaptive",
+    ],
 )
 def test_output_order_is_independent_of_the_input_order(name):
     """A2: on records sorted by ``a``, a row's position says nothing about its ``a`` (before
@@ -146,6 +155,7 @@ def test_output_order_is_independent_of_the_input_order(name):
             data, rows=len(data)
         ),
         "grr_pram_baseline": lambda: grr_pram_baseline(data, 8, DOMAINS, 1)[0],
+        "adaptive": lambda: Adaptive(8, domains=DOMAINS, seed=1, rounds=4).fit(data).sample(),
     }
     out = runs[name]()
     assert len(out) > 1000

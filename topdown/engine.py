@@ -20,7 +20,7 @@ from typing import Any
 import pandas as pd
 
 import solvers
-from constraints.attach import ConstraintSet
+from constraints.attach import ConstraintSet, check_constraint_set
 from constraints.constraint import Constraint
 from constraints.contextual_constraints import ContextualConstraint
 from mechanisms.ledger import Ledger, NoiseSource
@@ -28,6 +28,7 @@ from mechanisms.rng import new_release_key
 from topdown.errors import DataError, DomainError, StrategyError
 from topdown.estimation.estimate import EstimateOptions, SolverChoice, estimate
 from topdown.estimation.estimators import DEFAULT_ESTIMATOR, check_estimator, prepare_inputs
+from topdown.estimation.passes import check_solver_options
 from topdown.estimation.root_total import decide, with_root_total
 from topdown.execution.executors import make_executor
 from topdown.execution.process_memory import hugepage_advice_off
@@ -112,10 +113,10 @@ def release(
     strategy.check(schema.domain, schema.n_levels)
     budget_bounds.check(strategy)
     choice = SolverChoice.of(solver, strict=solver_strict)
+    solver_options = check_solver_options(solver_options)  # before any data is read
     for name in choice.named():  # an unknown name is an error now, not after measurement
         solvers.get(name, problem="release(solver=...)")
-    if constraints is not None:
-        constraints.validate(schema.n_levels)
+    constraints = check_constraint_set(constraints, schema.n_levels)
     noise = NoiseSource.from_seed(seed)  # checks the seed; a seeded source records a disclosure
     ledger = Ledger(noise)
     if domain_inferred:
@@ -131,7 +132,7 @@ def release(
     clock = PhaseClock(timings)
     options = EstimateOptions(
         solver=choice,
-        solver_options=dict(solver_options or {}),
+        solver_options=dict(solver_options),
         failsafe=failsafe,
         capture=capture,
     )

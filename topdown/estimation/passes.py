@@ -18,7 +18,14 @@ import numpy as np
 
 from topdown.errors import OptionsError
 
-__all__ = ["PASSES", "EstimateOptions", "LevelStats", "SolveStats", "SolverChoice"]
+__all__ = [
+    "PASSES",
+    "EstimateOptions",
+    "LevelStats",
+    "SolveStats",
+    "SolverChoice",
+    "check_solver_options",
+]
 
 #: The passes a solver can be chosen for. The failsafe's slack LP follows ``rounding``.
 PASSES: tuple[str, ...] = ("l2", "rounding")
@@ -215,3 +222,25 @@ def controlled_window(total: np.ndarray | float) -> tuple[np.ndarray, np.ndarray
     that integer. One rule for every rounding path (per family, level-batched, root), so their
     answers agree."""
     return np.floor(np.asarray(total) + 1e-9), np.ceil(np.asarray(total) - 1e-9)
+
+
+def check_solver_options(options: object) -> dict[str, Any]:
+    """A release's ``solver_options`` as a plain dict: None (no options) or a mapping from
+    option names (strings) to values, which each backend reads.
+
+    Why: ``dict(options)`` of a list, a bool or a mapping with other keys raised ``TypeError``
+    or ``ValueError`` from inside the release.
+
+    Raises:
+        OptionsError: ``options`` is not a mapping with string keys.
+    """
+    if options is None:
+        return {}
+    if not isinstance(options, Mapping) or not all(isinstance(k, str) for k in options):
+        shown = repr(options)
+        shown = shown if len(shown) <= 60 else f"{shown[:57]}..."
+        raise OptionsError(
+            f"solver_options ({shown}) must be None or a mapping option name -> value, such "
+            "as {'time_limit': 60}"
+        )
+    return dict(options)

@@ -35,7 +35,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
@@ -53,6 +53,8 @@ from topdown.measurement.read import read_data
 from topdown.measurement.tree import ROOT_LABEL
 from topdown.product.config import DEFAULT_CONFIG, ConfigError, RunConfig, load_config
 from topdown.product.config_geography import GEOGRAPHY_KEY
+from topdown.product.interrupts import TeardownFilter, handling_signals, received
+from topdown.product.interrupts import Terminated as _Terminated
 
 __all__ = ["main", "load_data", "EXIT_OK", "EXIT_FAILURE", "EXIT_USAGE"]
 
@@ -76,18 +78,6 @@ class _Parser(argparse.ArgumentParser):
 
 class _UsageError(Exception):
     pass
-
-
-class _Terminated(KeyboardInterrupt):
-    """SIGTERM, raised where the program is, so it unwinds like Ctrl-C: the partial folder is
-    removed and the claim on the output is given up."""
-
-
-def _on_sigterm(signum: int, frame: FrameType | None) -> None:
-    raise _Terminated
-
-
-_Handler = Callable[[int, FrameType | None], Any] | int | None
 
 
 #: The output claims of the running command: an interrupt's message says whether its output
@@ -123,14 +113,6 @@ def run() -> NoReturn:
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, late)
     sys.exit(code)
-
-
-def _handle_sigterm() -> _Handler:
-    """Install the SIGTERM handler (main thread only); returns the previous one."""
-    try:
-        return signal.signal(signal.SIGTERM, _on_sigterm)
-    except ValueError:  # not the main thread (an embedding application): leave it alone
-        return None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -253,10 +235,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         "bench": _cmd_bench,
         "synth": run_synth,
     }[args.command]
-    previous = _handle_sigterm()
     _CLAIMS.clear()
     try:
-        return command(args)
+        with handling_signals():
+            code = command(args)
+        signum = received()  # a signal Python could not raise where it landed (a __del__)
+        if signum is None:
+            return code
+        terminated = signum == signal.SIGTERM
+        what = "terminated (SIGTERM)" if terminated else "interrupted"
+        if code == EXIT_OK and not any(getattr(c, "installed", False) for c in _CLAIMS):
+            what += " after the command had finished; its output is complete and in place"
+            print(f"topdown: {what}", file=sys.stderr)
+        else:
+            print(interrupted_line(what), file=sys.stderr)
+        return EXIT_TERMINATED if terminated else EXIT_INTERRUPTED
     except _Terminated:
         print(interrupted_line("terminated (SIGTERM)"), file=sys.stderr)
         return EXIT_TERMINATED
@@ -273,9 +266,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             log.exception("traceback")
         print(f"topdown: error: {err}", file=sys.stderr)
         return code
-    finally:
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
 
 
 def _setup_logging(quiet: bool, verbose: bool) -> None:
@@ -291,6 +281,7 @@ def _setup_logging(quiet: bool, verbose: bool) -> None:
         else "%(levelname)s: %(message)s"
     )
     handler.setFormatter(logging.Formatter(fmt, "%H:%M:%S"))
+    handler.addFilter(TeardownFilter(verbose))  # a Dask cluster's INFO lines, its teardown's
     root.addHandler(handler)
     root.setLevel(logging.DEBUG if verbose else logging.WARNING if quiet else logging.INFO)
     for noisy in ("matplotlib", "PIL", "numexpr", "distributed", "asyncio"):

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from topdown.errors import TopDownError
+from topdown.support.leftovers import owner_tag, remove_leftovers
 
 __all__ = ["OutputExistsError", "OutputClaim", "FileClaim", "check_output", "claim_output"]
 
@@ -159,15 +160,17 @@ class OutputClaim(FileClaim):
         self.existed = _identity(self.out)
 
     def _remove_leftovers(self) -> None:
-        for pattern in (f".{self.out.name}.partial-*", f".{self.out.name}.old-*"):
-            for path in self.out.parent.glob(pattern):
-                if path.is_dir() and not path.is_symlink():
-                    log.warning("removing %s, left over by an interrupted run", path)
-                    shutil.rmtree(path, ignore_errors=True)
+        # the run's folder, the replaced release's trash and a streamed run's working folder
+        # (named after the run's folder): under the claim, no other run writes these names
+        name = self.out.name
+        prefixes = (f".{name}.partial-", f".{name}.old-", f"..{name}.partial-")
+        remove_leftovers(self.out.parent, prefixes, claimed=True)
 
     def new_partial(self) -> Path:
-        """A fresh hidden folder beside the output, for the run to write into."""
-        return Path(tempfile.mkdtemp(prefix=f".{self.out.name}.partial-", dir=self.out.parent))
+        """A fresh hidden folder beside the output, for the run to write into (named after
+        this process, so that a later run can tell it is a leftover once the process is gone)."""
+        prefix = f".{self.out.name}.partial-{owner_tag()}-"
+        return Path(tempfile.mkdtemp(prefix=prefix, dir=self.out.parent))
 
     def install(self, tmp: Path) -> None:
         """Move the finished folder ``tmp`` to the output path, re-checking that path first."""
@@ -180,7 +183,8 @@ class OutputClaim(FileClaim):
         trash: Path | None = None
         try:
             if now is not None:
-                trash = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.parent))
+                prefix = f".{out.name}.old-{owner_tag()}-"
+                trash = Path(tempfile.mkdtemp(prefix=prefix, dir=out.parent))
                 os.replace(out, trash / out.name)
             os.replace(tmp, out)  # fails if a non-empty folder appeared at ``out`` meanwhile
             self.installed = True

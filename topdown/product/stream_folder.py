@@ -47,6 +47,7 @@ from mechanisms.ledger import Ledger
 from topdown.errors import ReleaseError
 from topdown.measurement.measure import Measurements
 from topdown.measurement.tree import Level, Tree
+from topdown.outputs.microdata import write_table
 from topdown.product.config import RunConfig
 from topdown.product.release_folder import (
     Loaded,
@@ -60,6 +61,7 @@ from topdown.product.release_folder import (
 )
 from topdown.product.stream_report import build_streamed_report
 from topdown.streaming.result import StreamedRelease, dense_counts, table_dir
+from topdown.support.writing import write_text
 
 __all__ = ["FORMAT", "is_streamed_folder", "write_streamed_extras", "verify_streamed_folder"]
 
@@ -97,12 +99,14 @@ def write_streamed_extras(
     folder = Path(folder)
     top = rel.top_release()
     config = dict(cfg.resolved(), seed=noise_config_value(top))
-    (folder / "config.json").write_text(json.dumps(config, indent=1))
-    hierarchy_frame(rel.tree).to_parquet(folder / "hierarchy.parquet", index=False)
-    pd.DataFrame([s.to_dict() for s in rel.stats]).to_csv(folder / "solver_stats.csv", index=False)
+    # every file through a writer whose errors name it (a full disk, say, as much as a write
+    # error reports it, has no file name of its own)
+    write_text(folder / "config.json", json.dumps(config, indent=1))
+    write_table(hierarchy_frame(rel.tree), folder / "hierarchy.parquet")
+    write_table(pd.DataFrame([s.to_dict() for s in rel.stats]), folder / "solver_stats.csv")
     # ledger.json: written complete (with its summary) by topdown.streaming.run
     write_invariants(folder, rel.tree, rel.invariants)
-    _subtree_frame(rel).to_csv(folder / "subtrees.csv", index=False)
+    write_table(_subtree_frame(rel), folder / "subtrees.csv")
     timings.update({k: v for k, v in rel.timings.items() if k not in timings})
     for r in rel.subtrees:
         timings.update({f"subtree {r.label}: {k}": v for k, v in sorted(r.timings.items())})
@@ -123,7 +127,7 @@ def write_streamed_extras(
         "files": files,
         "versions": {"python": platform.python_version(), "numpy": np.__version__},
     }
-    (folder / "manifest.json").write_text(json.dumps(manifest, indent=1))
+    write_text(folder / "manifest.json", json.dumps(manifest, indent=1))
 
 
 def verify_streamed_folder(folder: Path) -> Verdict:

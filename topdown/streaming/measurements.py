@@ -37,6 +37,7 @@ from topdown.errors import ReleaseError
 from topdown.measurement.measure import Measurements, QueryMeasurement, make_level_mechanisms
 from topdown.measurement.tree import ROOT_LABEL, Tree, lookup
 from topdown.strategy import Strategy
+from topdown.support.writing import naming
 
 __all__ = [
     "ROW_GROUP",
@@ -96,33 +97,34 @@ def write_measurements(
         # one integer type per file: each query's answers are stored in the smallest type that
         # holds them (topdown.measurement.measure), which may differ between the level's queries
         dtype = np.result_type(*(m.noisy.dtype for m in queries)) if queries else np.int64
-        writer: pq.ParquetWriter | None = None
-        try:
-            for j, m in enumerate(queries):
-                nodes, answers = m.noisy.shape
-                step = max(1, ROW_GROUP // max(answers, 1))
-                for first in range(0, nodes, step):
-                    rows = np.ascontiguousarray(m.noisy[first : first + step], dtype=dtype)
-                    n = rows.shape[0]
-                    offsets = pa.array(np.arange(n + 1, dtype=np.int32) * answers)
-                    batch = pa.table(
-                        {
-                            "node": pa.DictionaryArray.from_arrays(
-                                np.arange(first, first + n, dtype=np.int32), labels
-                            ),
-                            "query": pa.DictionaryArray.from_arrays(
-                                np.full(n, j, dtype=np.int16), names
-                            ),
-                            "variance": np.full(n, m.variance),
-                            "noisy": pa.ListArray.from_arrays(offsets, pa.array(rows.ravel())),
-                        }
-                    )
-                    if writer is None:
-                        writer = pq.ParquetWriter(path, batch.schema, compression="zstd")
-                    writer.write_table(batch, row_group_size=max(n, 1))
-        finally:
-            if writer is not None:
-                writer.close()
+        with naming(path):  # a full disk names the part being written
+            writer: pq.ParquetWriter | None = None
+            try:
+                for j, m in enumerate(queries):
+                    nodes, answers = m.noisy.shape
+                    step = max(1, ROW_GROUP // max(answers, 1))
+                    for first in range(0, nodes, step):
+                        rows = np.ascontiguousarray(m.noisy[first : first + step], dtype=dtype)
+                        n = rows.shape[0]
+                        offsets = pa.array(np.arange(n + 1, dtype=np.int32) * answers)
+                        batch = pa.table(
+                            {
+                                "node": pa.DictionaryArray.from_arrays(
+                                    np.arange(first, first + n, dtype=np.int32), labels
+                                ),
+                                "query": pa.DictionaryArray.from_arrays(
+                                    np.full(n, j, dtype=np.int16), names
+                                ),
+                                "variance": np.full(n, m.variance),
+                                "noisy": pa.ListArray.from_arrays(offsets, pa.array(rows.ravel())),
+                            }
+                        )
+                        if writer is None:
+                            writer = pq.ParquetWriter(path, batch.schema, compression="zstd")
+                        writer.write_table(batch, row_group_size=max(n, 1))
+            finally:
+                if writer is not None:
+                    writer.close()
 
 
 def read_measurements(path: Path) -> pd.DataFrame:

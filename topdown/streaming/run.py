@@ -81,13 +81,14 @@ import numpy as np
 import pandas as pd
 
 import solvers
-from constraints.attach import ConstraintSet
+from constraints.attach import ConstraintSet, check_constraint_set
 from mechanisms.ledger import Ledger, NoiseSource
 from mechanisms.rng import new_release_key
 from topdown.blue.estimate import NodeSummary
 from topdown.errors import DataError, ReleaseError
 from topdown.estimation.estimate import EstimateOptions, LevelStats, SolverChoice, estimate
 from topdown.estimation.estimators import DEFAULT_ESTIMATOR, check_estimator, prepare_inputs
+from topdown.estimation.passes import check_solver_options
 from topdown.estimation.root_total import RootTotal
 from topdown.execution.executors import Executor, make_executor
 from topdown.execution.process_memory import hugepage_advice_off
@@ -119,8 +120,10 @@ from topdown.streaming.tasks import (
     subtree_tasks,
     write_part,
 )
+from topdown.support.leftovers import owner_tag, remove_leftovers
 from topdown.support.progress import Progress
 from topdown.support.timing import PhaseClock
+from topdown.support.writing import write_text
 
 __all__ = ["release_streamed", "MAX_SUBTREE_CELLS"]
 
@@ -205,10 +208,10 @@ def release_streamed(
     strategy.check(schema.domain, schema.n_levels)
     budget_bounds.check(strategy)
     choice = SolverChoice.of(solver)
+    solver_options = check_solver_options(solver_options)  # before any data is read
     for name in choice.named():
         solvers.get(name, problem="release_streamed(solver=...)")
-    if constraints is not None:
-        constraints.validate(schema.n_levels)
+    constraints = check_constraint_set(constraints, schema.n_levels)
     top_constraints, low_constraints = split_constraints(constraints, stream_level)
     final = Path(out)
     if final.exists() and (not final.is_dir() or any(final.iterdir())):
@@ -227,11 +230,12 @@ def release_streamed(
         by_label = partitions_by_node(parts, tree.levels[stream_level].labels, stream_by)
         truth = top_histograms(top_tree, parts, by_label, schema)
     release_key = new_release_key(seed)
-    options = EstimateOptions(
-        solver=choice, solver_options=dict(solver_options or {}), failsafe=failsafe
-    )
+    options = EstimateOptions(solver=choice, solver_options=dict(solver_options), failsafe=failsafe)
     first_pass = {i: ls.first_pass for i, ls in enumerate(strategy.levels)}
-    tmp = final.parent / f".{final.name}.streaming-{os.getpid()}"
+    # the working folder is named after this process: a run killed with SIGKILL cannot
+    # remove it, and the next run of the same ``out`` removes it once its process is gone
+    remove_leftovers(final.parent, (f".{final.name}.streaming-",))
+    tmp = final.parent / f".{final.name}.streaming-{owner_tag()}"
     tmp.mkdir(parents=True)
     common = TaskCommon(
         geo,
@@ -296,8 +300,9 @@ def release_streamed(
             root_total=root_total,
         )
         # the ledger with its summary (estimator, the root total held), as every release folder
-        (tmp / "ledger.json").write_text(
-            json.dumps(ledger_document(streamed.top_release()), indent=1, default=str)
+        write_text(
+            tmp / "ledger.json",
+            json.dumps(ledger_document(streamed.top_release()), indent=1, default=str),
         )
         os.replace(tmp, final)
     except BaseException:

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-__all__ = ["naming"]
+__all__ = ["naming", "write_text"]
 
 
 @contextmanager
@@ -24,3 +24,9 @@ def naming(path: str | Path) -> Iterator[None]:
         if err.filename is not None and str(err.filename) == str(path):
             raise
         raise OSError(err.errno, err.strerror or str(err), str(path)) from err
+
+
+def write_text(path: Path, text: str) -> None:
+    """``path.write_text(text)`` (UTF-8) whose errors name ``path`` (see ``naming``)."""
+    with naming(path):
+        path.write_text(text, encoding="utf-8")
