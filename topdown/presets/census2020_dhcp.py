@@ -64,6 +64,7 @@ from fractions import Fraction as Fr
 from typing import Any
 
 from topdown.presets.production import ProductionStrategy, build_strategy, data_columns
+from topdown.query import Query
 from topdown.schema import Attribute, Schema
 from topdown.strategy import Strategy
 
@@ -141,8 +142,8 @@ def _age_bands(*edges: int) -> dict[str, tuple[int, ...]]:
 
 
 #: ``age.py``: 5-year bands from 20 (with 60-61, 62-64, 65-66, 67-69) to 110-115.
-_ADULT_EDGES = (18, 20, 25, 30, 35, 40, 45, 50, 55, 60, 62, 65, 67, 70, 75, 80, 85, 90, 95, 100)
-_ADULT_EDGES += (105, 110, 116)
+_ADULT_EDGES: tuple[int, ...] = (18, 20, 25, 30, 35, 40, 45, 50, 55, 60, 62, 65, 67, 70, 75)
+_ADULT_EDGES += (80, 85, 90, 95, 100, 105, 110, 116)
 AGE_RECODES: dict[str, dict[str, tuple[int, ...]]] = {
     # recodeAge18_64_116
     "age_18_64_116": {
@@ -237,10 +238,11 @@ def _query(das: str) -> str:
     return " x ".join(_TERM[t.strip()] for t in das.split("*"))
 
 
-def _queries(geolevel: str) -> tuple[tuple[str, Fr], ...]:
+def _queries(geolevel: str) -> tuple[tuple[Query, Fr], ...]:
     allocations = _ALLOCATIONS[geolevel]
     level = sum(allocations)
-    return tuple((_query(q), Fr(a, level)) for q, a in zip(_DAS_QUERIES, allocations, strict=True))
+    pairs = zip(_DAS_QUERIES, allocations, strict=True)
+    return tuple((Query.parse(_query(q)), Fr(a, level)) for q, a in pairs)
 
 
 #: The production strategy in the source's terms.

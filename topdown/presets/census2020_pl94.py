@@ -45,6 +45,7 @@ from fractions import Fraction as Fr
 from typing import Any
 
 from topdown.presets.production import ProductionStrategy, build_strategy, data_columns
+from topdown.query import Query
 from topdown.schema import Attribute, Schema
 from topdown.strategy import Strategy
 
@@ -142,9 +143,9 @@ PL94_COLUMNS = {
 }
 
 
-def _queries(geolevel: str) -> tuple[tuple[str, Fr], ...]:
+def _queries(geolevel: str) -> tuple[tuple[Query, Fr], ...]:
     names = _DAS_QUERIES[1:] if geolevel == "US" else _DAS_QUERIES
-    return tuple((_QUERY[n], s) for n, s in zip(names, _SHARES[geolevel], strict=True))
+    return tuple((Query.parse(_QUERY[n]), s) for n, s in zip(names, _SHARES[geolevel], strict=True))
 
 
 #: The production strategy in the source's terms.

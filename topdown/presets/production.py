@@ -24,6 +24,7 @@ from fractions import Fraction
 from typing import Any
 
 from topdown.errors import DomainError, StrategyError
+from topdown.query import Query
 from topdown.strategy import LevelStrategy, Strategy, parse_budget
 
 __all__ = ["ProductionStrategy", "build_strategy", "data_columns"]
@@ -51,7 +52,7 @@ class ProductionStrategy:
     citation: str
     geolevels: tuple[str, ...]
     budgets: tuple[Fraction, ...]
-    queries: Mapping[str, tuple[tuple[str, Fraction], ...]]
+    queries: Mapping[str, tuple[tuple[Query, Fraction], ...]]
     first_pass: Mapping[str, tuple[str, ...]]
     default_geolevels: tuple[str, ...]
 
