@@ -299,8 +299,8 @@ def census2020_dhcp(
         >>> schema, strategy = census2020_dhcp(("STATE", "COUNTY", "TRACT"))
         >>> schema.domain.size
         1227744
-        >>> strategy.meta["geolevels"]
-        ['US', 'State', 'County', 'Tract_Subset']
+        >>> " > ".join(strategy.meta["geolevels"])
+        'US > State > County > Tract_Subset'
     """
     cols = data_columns(DHCP.name, DHCP_COLUMNS, columns)
     schema = Schema(

@@ -201,10 +201,10 @@ def census2020_pl94(
 
     Example:
         >>> schema, strategy = census2020_pl94(("STATE", "COUNTY", "TRACT"))
-        >>> [q.name for q, _ in strategy.levels[0].queries][:3]
-        ['CENRACE', 'HISPANIC', 'VOTINGAGE']
-        >>> strategy.meta["omitted_geolevels"]
-        ['Block_Group', 'Block']
+        >>> ", ".join(q.name for q, _ in strategy.levels[0].queries[:3])
+        'CENRACE, HISPANIC, VOTINGAGE'
+        >>> ", ".join(strategy.meta["omitted_geolevels"])
+        'Block_Group, Block'
     """
     cols = data_columns(PL94.name, PL94_COLUMNS, columns)
     schema = Schema(
