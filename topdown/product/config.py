@@ -7,7 +7,8 @@ Layout (see ``topdown/data/default.toml`` for a commented example)::
     [schema]     hierarchy = [...], geography (the published units: a file or inline tables,
                  see topdown.product.config_geography),
                  [[schema.attributes]] name, column, values | range | bins, labels, recodes
-    [strategy]   mechanism, neighbouring, budgets + queries + first_pass, or [[strategy.levels]]
+    [strategy]   mechanism, neighbouring, budgets + queries + first_pass, or [[strategy.levels]];
+                 or preset (a Census production strategy: topdown.product.config_preset)
     [[constraints]]                    # see topdown.product.config_constraints
     [estimation] method ("blue" | "topdown")
     [solver]     name (one backend, or a table per pass: l2, rounding), strict, options,
@@ -43,6 +44,7 @@ from topdown.execution.executors import EXECUTORS, address_rule, shown, workers_
 from topdown.measurement import budget_bounds
 from topdown.product.config_constraints import parse_constraints
 from topdown.product.config_geography import GEOGRAPHY_KEY, GeographySpec
+from topdown.product.config_preset import PRESET_KEYS, SCHEMA_KEYS, parse_preset
 from topdown.product.config_text import text_problem
 from topdown.schema import Attribute, Schema, attributes_from_dictionary
 from topdown.strategy import MECHANISMS, NEIGHBOURING, LevelStrategy, Query, Strategy, parse_budget
@@ -383,9 +385,22 @@ def parse_config(raw: Mapping[str, Any], file: str, *, base: Path) -> RunConfig:
     data_spec = DataSpec(_path(data["path"], base), fmt, sep, derive)
 
     schema_table = _table(raw, "schema", bad)
-    schema = _schema(schema_table, dictionary, base, fail, bad)
+    strategy_table = _table(raw, "strategy", bad)
+    if "preset" in strategy_table:
+        _known(strategy_table, PRESET_KEYS, "strategy", bad)
+        if "attributes" in schema_table:
+            bad(
+                "schema.attributes",
+                f"strategy.preset {strategy_table['preset']!r} declares the attributes; map "
+                'them to the data\'s columns with [schema] columns = {key = "COLUMN"} instead',
+            )
+        _known(schema_table, SCHEMA_KEYS, "schema", bad)
+        hierarchy = _hierarchy(schema_table, bad)
+        schema, strategy = parse_preset(strategy_table, schema_table, hierarchy, bad)
+    else:
+        schema = _schema(schema_table, dictionary, base, fail, bad)
+        strategy = _strategy(strategy_table, schema, fail, bad)
     geography = GeographySpec.parse(schema_table.get("geography"), schema.hierarchy, base, bad)
-    strategy = _strategy(_table(raw, "strategy", bad), schema, fail, bad)
     specs = raw.get("constraints", [])
     constraints = parse_constraints(specs, schema.domain, schema.n_levels, fail)
 
@@ -468,12 +483,7 @@ def parse_config(raw: Mapping[str, Any], file: str, *, base: Path) -> RunConfig:
 
 def _schema(spec: Mapping, dictionary: Any, base: Path, fail: _Fail, bad: _Bad) -> Schema:
     _known(spec, {"hierarchy", "attributes", "geography"}, "schema", bad)
-    hierarchy = spec.get("hierarchy")
-    if not isinstance(hierarchy, list) or not all(isinstance(h, str) and h for h in hierarchy):
-        bad(
-            "schema.hierarchy",
-            f"must be a list of column names, top level first; got {hierarchy!r}",
-        )
+    hierarchy = _hierarchy(spec, bad)
     attrs_spec = spec.get("attributes")
     if not isinstance(attrs_spec, list) or not attrs_spec:
         bad("schema.attributes", "must list the query attributes ([[schema.attributes]] tables)")
@@ -561,6 +571,17 @@ def _schema(spec: Mapping, dictionary: Any, base: Path, fail: _Fail, bad: _Bad) 
         return Schema(tuple(attrs), tuple(hierarchy))
     except ValueError as err:
         raise fail("schema", str(err)) from None
+
+
+def _hierarchy(spec: Mapping, bad: _Bad) -> tuple[str, ...]:
+    """``[schema] hierarchy``: column names, top level first."""
+    hierarchy = spec.get("hierarchy")
+    if not isinstance(hierarchy, list) or not all(isinstance(h, str) and h for h in hierarchy):
+        bad(
+            "schema.hierarchy",
+            f"must be a list of column names, top level first; got {hierarchy!r}",
+        )
+    return tuple(hierarchy)
 
 
 def _strategy(spec: Mapping, schema: Schema, fail: _Fail, bad: _Bad) -> Strategy:
