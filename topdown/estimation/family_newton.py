@@ -92,7 +92,7 @@ def _split(
     marginals = []
     for Q, Y, W in measurements:
         W = np.asarray(W, dtype=float)
-        if W.shape[1] == 0 or not np.all(W == W[:, :1]) or not np.all(np.isfinite(W)):
+        if W.shape[1] == 0 or not np.all(W[:, :1] == W) or not np.all(np.isfinite(W)):
             return None
         weight = W[:, 0].copy()
         groups = _partition(Q, n)
