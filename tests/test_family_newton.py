@@ -164,3 +164,23 @@ def test_many_cell_family_settles_from_the_detailed_answer():
     assert ok[0]
     assert np.all(x >= 0)
     np.testing.assert_allclose(x[0].sum(axis=0), p, atol=1e-8)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_root_newton_step_built_or_by_conjugate_gradients(seed, monkeypatch):
+    """The root's Newton step solved with H built (up to ``DENSE_GROUPS`` groups) and by
+    conjugate gradients (beyond) reach the same answer, bounds on the total or not."""
+    from topdown.estimation import root_marginals
+
+    task = _task(seed, k=1, root=True)
+    (_, y, w), *rest = task.measurements
+    marginals = [
+        root_marginals.RootMarginal(sp.csc_matrix(Q).indices.astype(np.int64), Y[0], float(W[0, 0]))
+        for Q, Y, W in rest
+    ]
+    bounds = (-np.inf, np.inf) if seed == 0 else (0.9 * y.sum(), 0.9 * y.sum())
+    built = root_marginals.root_marginal_l2(y[0], float(w[0, 0]), marginals, *bounds)
+    monkeypatch.setattr(root_marginals, "DENSE_GROUPS", 0)
+    by_cg = root_marginals.root_marginal_l2(y[0], float(w[0, 0]), marginals, *bounds)
+    assert built is not None and by_cg is not None
+    np.testing.assert_allclose(built, by_cg, atol=1e-7 * (1 + np.abs(y).max()))
