@@ -168,8 +168,8 @@ def test_many_cell_family_settles_from_the_detailed_answer():
 
 @pytest.mark.parametrize("seed", range(3))
 def test_root_newton_step_built_or_by_conjugate_gradients(seed, monkeypatch):
-    """The root's Newton step solved with H built (up to ``DENSE_GROUPS`` groups) and by
-    conjugate gradients (beyond) reach the same answer, bounds on the total or not."""
+    """The root's Newton step solved with H built (few groups against the cells) and by
+    conjugate gradients (otherwise) reach the same answer, bounds on the total or not."""
     from topdown.estimation import root_marginals
 
     task = _task(seed, k=1, root=True)
@@ -179,8 +179,56 @@ def test_root_newton_step_built_or_by_conjugate_gradients(seed, monkeypatch):
         for Q, Y, W in rest
     ]
     bounds = (-np.inf, np.inf) if seed == 0 else (0.9 * y.sum(), 0.9 * y.sum())
+    monkeypatch.setattr(root_marginals, "DENSE_PER_CELL", 10**12)
     built = root_marginals.root_marginal_l2(y[0], float(w[0, 0]), marginals, *bounds)
     monkeypatch.setattr(root_marginals, "DENSE_GROUPS", 0)
     by_cg = root_marginals.root_marginal_l2(y[0], float(w[0, 0]), marginals, *bounds)
     assert built is not None and by_cg is not None
     np.testing.assert_allclose(built, by_cg, atol=1e-7 * (1 + np.abs(y).max()))
+
+
+def test_unsettled_batched_families_take_the_matrix_free_route(monkeypatch):
+    """A release with recoded queries whose batched marginal Newton is given one step (so no
+    family settles there): every family the batch leaves is solved by the per-family path's
+    Newton route, not by a general solver, and the release stays consistent."""
+    import pandas as pd
+
+    from topdown import release
+    from topdown.estimation.batched import chunk_tasks
+    from topdown.strategy import Strategy
+
+    one_step = marginal_newton_chunk
+
+    def hurried(*args, **kwargs):
+        return one_step(*args, **{**kwargs, "max_iter": 1})
+
+    monkeypatch.setattr(chunk_tasks, "marginal_newton_chunk", hurried)
+    rng = np.random.default_rng(0)
+    n = 4000
+    county = rng.integers(0, 3, n)
+    data = pd.DataFrame(
+        {
+            "COUNTY": county,
+            "TRACT": county * 10 + rng.integers(0, 3, n),
+            "HHGQ": rng.choice(8, n, p=[0.86] + [0.02] * 7),
+            "VA": rng.integers(0, 2, n),
+            "SEX": rng.integers(1, 3, n),
+        }
+    )
+    schema = Schema(
+        (
+            Attribute("HHGQ", values=tuple(range(8)), recodes={"hhinst": HHINST}),
+            Attribute("VA", values=(0, 1)),
+            Attribute("SEX", values=(1, 2)),
+        ),
+        ("COUNTY", "TRACT"),
+    )
+    strategy = Strategy.from_budgets(
+        [1, 1, 1], queries=[("detailed", "1/2"), ("hhinst", "1/4"), ("HHGQ:hhinst x VA", "1/4")]
+    )
+    rel = release(data, schema, strategy, estimator="topdown", seed=2)
+    assert rel.check_correctness().ok
+    for level in (1, 2):
+        solved = rel.stats[level].solved_in("l2")
+        assert set(solved) == {MARGINAL_NEWTON}, solved
+        assert solved[MARGINAL_NEWTON] == rel.stats[level].families
