@@ -36,6 +36,7 @@ from constraints.constraint import LinearRows
 from solvers import InfeasibleError, Problem, SolverError, SolveStatus
 from solvers.builders import children_l2_problem, is_identity, rounding_problem, rounding_solution
 from topdown.estimation import capture
+from topdown.estimation.family_newton import newton_l2
 from topdown.estimation.passes import EstimateOptions, SolveStats, controlled_window
 
 __all__ = ["FamilyTask", "FamilyResult", "solve_family"]
@@ -181,6 +182,11 @@ def _l2(task: FamilyTask, parent: np.ndarray | None) -> tuple[np.ndarray, SolveS
     marginal query), whose Hessian stays diagonal: the plain form's blocks Q'WQ are dense
     (a total query alone makes an n x n block per child)."""
     start = time.perf_counter()
+    fast = _newton(task, parent)
+    if fast is not None:
+        x, solver = fast
+        took = SolveStats(l2_time=time.perf_counter() - start)
+        return np.maximum(x, 0.0), SolveStats.one_solve("l2", solver) + took
     rows = task.rows
     stats = SolveStats()
     if task.first_pass:
@@ -213,6 +219,20 @@ def _l2(task: FamilyTask, parent: np.ndarray | None) -> tuple[np.ndarray, SolveS
     took = SolveStats(l2_time=time.perf_counter() - start)
     # interior-point answers sit a hair outside the bounds; the rounding pass needs x >= 0
     return np.maximum(x, 0.0), stats + last + took
+
+
+def _newton(task: FamilyTask, parent: np.ndarray | None) -> tuple[np.ndarray, str] | None:
+    """The matrix-free L2 pass (``topdown.estimation.family_newton``) when the pass is left to
+    ``auto``, no capture is asked for (a capture records the general problem) and nothing but
+    the queries binds the family; None otherwise or when it does not settle."""
+    options = task.options
+    if options.solver.l2 != "auto" or options.capture is not None:
+        return None
+    if task.first_pass or task.rows is not None:
+        return None
+    if task.ub is not None and not np.all(np.isinf(task.ub)):
+        return None
+    return newton_l2(parent, task.measurements, task.k, task.n)
 
 
 def _round(
