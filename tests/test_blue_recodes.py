@@ -16,17 +16,17 @@ from topdown.measurement.estimator_inputs import EstimatorInputs, QueryEstimate
 from topdown.measurement.tree import Level, Tree
 from topdown.strategy import Query
 
-#: HHGQ-like axis with the Census ``hhinst`` recode (groups of 1, 4 and 3 values), a nested
+#: An HHGQ-like axis with an ``hhinst``-like recode (groups of 1, 3 and 2 values), a nested
 #: coarser one (household / group quarters), one not nested in it (bands), and a one-group
 #: recode (a total through a recode)
 DOMAIN = Domain(
-    {"A": [0, 1], "H": list(range(8)), "C": [0, 1, 2]},
+    {"A": [0, 1], "H": list(range(6)), "C": [0, 1, 2]},
     {
         "H": {
-            "hhinst": {"h": [0], "i": [1, 2, 3, 4], "o": [5, 6, 7]},
-            "gq": {"h": [0], "g": [1, 2, 3, 4, 5, 6, 7]},
-            "band": {"lo": [0, 1, 2], "hi": [3, 4, 5, 6, 7]},
-            "all": {"all": list(range(8))},
+            "hhinst": {"h": [0], "i": [1, 2, 3], "o": [4, 5]},
+            "gq": {"h": [0], "g": [1, 2, 3, 4, 5]},
+            "band": {"lo": [0, 1], "hi": [2, 3, 4, 5]},
+            "all": {"all": list(range(6))},
         },
         "C": {"c2": {"x": [0], "y": [1, 2]}},
     },
@@ -78,7 +78,7 @@ def test_blue_of_recoded_queries_equals_dense_gls(name: str, seed: int) -> None:
 
 def test_answers_of_unequal_groups_have_unequal_variances() -> None:
     """The point of the matrix blocks: under ``hhinst`` a household cell (a group of 1) and
-    an institutional one (a group of 4) are not estimated equally well, and the plain
+    an institutional one (a group of 3) are not estimated equally well, and the plain
     groups' one variance per node would be wrong for both (the dense test checks each)."""
     rng = np.random.default_rng(4)
     tree = tb.random_tree(rng, (2,), only_child=False)
@@ -86,9 +86,9 @@ def test_answers_of_unequal_groups_have_unequal_variances() -> None:
     est = blue(tree, DOMAIN, inputs)
     hh = est.answer_variance(1, "hhinst")
     assert np.ptp(hh[0]) > 0.05 * hh[0].mean()
-    cells = est.cell_variance(1).reshape(-1, 2, 8, 3)
+    cells = est.cell_variance(1).reshape(-1, 2, 6, 3)
     assert not np.allclose(cells[:, :, 0], cells[:, :, 1])  # household vs institutional
-    np.testing.assert_allclose(cells[:, :, 1], cells[:, :, 4])  # same group, same variance
+    np.testing.assert_allclose(cells[:, :, 1], cells[:, :, 3])  # same group, same variance
 
 
 def test_nodes_without_some_queries_have_infinite_variance_there() -> None:
