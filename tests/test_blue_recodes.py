@@ -130,7 +130,9 @@ def test_exact_totals_are_kept_with_variance_zero(seed: int) -> None:
     near = EstimatorInputs(
         tuple(
             tuple(
-                QueryEstimate(m.level, m.query, m.noisy, np.where(m.variance == 0, 1e-7, m.variance))
+                QueryEstimate(
+                    m.level, m.query, m.noisy, np.where(m.variance == 0, 1e-7, m.variance)
+                )
                 for m in lv
             )
             for lv in _with_exact_totals(inputs, tree, exact).levels

@@ -19,9 +19,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from constraints.domain import Domain
-from topdown.blue.block_recursions import NodeInfo, matrix_downward, matrix_upward
+from topdown.blue.block_recursions import MatrixUp, NodeInfo, matrix_downward, matrix_upward
 from topdown.blue.blocks import Block
-from topdown.blue.recursions import downward, sum_matrices, upward
+from topdown.blue.recursions import _Upward, downward, sum_matrices, upward
 from topdown.errors import StrategyError
 from topdown.measurement.estimator_inputs import EstimatorInputs, QueryEstimate, precision
 from topdown.measurement.tree import Tree
@@ -115,32 +115,38 @@ def _where(tree: Tree, level: int) -> str:
     return f"level {lv.number} ({lv.column or 'root'})"
 
 
-def _upward(
+def _scalar_upward(
     tree: Tree,
     domain: Domain,
     inputs: EstimatorInputs,
     block: Block,
     below: tuple[np.ndarray, np.ndarray] | None,
-):
-    sums = sum_matrices(tree)
-    if block.k == 1:
-        levels = [
-            _scalar_level(block, inputs.at(i), domain, lv.size) for i, lv in enumerate(tree.levels)
-        ]
-        pis = [p for p, _ in levels]
-        return upward(lambda level: levels[level][1], pis, sums, below), sums
-    return (
-        matrix_upward(
-            lambda level: _matrix_level(
-                block, inputs.at(level), domain, tree.levels[level].size, _where(tree, level)
-            ),
-            tree.n_levels,
-            sums,
-            block.total_direction(),
-            lambda level: _where(tree, level),
-            below,
+) -> _Upward:
+    """A ``k = 1`` block's upward recursion: the plain scalar one, on the block's cells."""
+    levels = [
+        _scalar_level(block, inputs.at(i), domain, lv.size) for i, lv in enumerate(tree.levels)
+    ]
+    pis = [p for p, _ in levels]
+    return upward(lambda level: levels[level][1], pis, sum_matrices(tree), below)
+
+
+def _matrix_upward(
+    tree: Tree,
+    domain: Domain,
+    inputs: EstimatorInputs,
+    block: Block,
+    below: tuple[np.ndarray, np.ndarray] | None,
+) -> MatrixUp:
+    """A ``k > 1`` block's upward recursion in matrix form."""
+    return matrix_upward(
+        lambda level: _matrix_level(
+            block, inputs.at(level), domain, tree.levels[level].size, _where(tree, level)
         ),
-        sums,
+        tree.n_levels,
+        sum_matrices(tree),
+        block.total_direction(),
+        lambda level: _where(tree, level),
+        below,
     )
 
 
@@ -150,7 +156,8 @@ def block_summary(
     """Per block, a subtree's top's estimate from its descendants and its covariance."""
     est, var = [], []
     for block in blocks:
-        up, _ = _upward(tree, domain, inputs, block, None)
+        upward_of = _scalar_upward if block.k == 1 else _matrix_upward
+        up = upward_of(tree, domain, inputs, block, None)
         est.append(np.asarray(up.est[0], dtype=float))
         var.append(up.var[0])
     return tuple(est), tuple(var)
@@ -170,6 +177,7 @@ def solve_blocks(
     block, the first level's final estimates, covariances and subtree covariances."""
     shape = tuple(int(n) for n in domain.shape)
     parents = [lv.parent for lv in tree.levels]
+    sums = sum_matrices(tree)
     last = tree.n_levels - 1
     cells = [np.zeros((lv.size,) + shape) for lv in tree.levels]
     scale: list[list[np.ndarray]] = [[] for _ in tree.levels]
@@ -177,23 +185,26 @@ def solve_blocks(
     ends = []
     for b, block in enumerate(blocks):
         child = None if below is None else (below[0][b], below[1][b])
-        up, sums = _upward(tree, domain, inputs, block, child)
         given = None if top is None else (top[0][b], top[1][b])
-        if top is not None:  # the top's whole-tree subtree covariance
-            up.var[0] = top[2][b]
         if block.k == 1:
+            up = _scalar_upward(tree, domain, inputs, block, child)
+            if top is not None:  # the top's whole-tree subtree variance
+                up.var[0] = top[2][b]
             u, f, _ = downward(up, parents, sums, False, given)
+            var = up.var
         else:
-            u, f = matrix_downward(up, parents, sums, block.total_direction(), given)
+            mup = _matrix_upward(tree, domain, inputs, block, child)
+            if top is not None:
+                mup.var[0] = top[2][b]
+            u, f = matrix_downward(mup, parents, sums, block.total_direction(), given)
+            var = mup.var
         if below is not None:
-            ends.append((np.array(u[last], dtype=float), f[last], np.array(up.var[last])))
+            ends.append((np.array(u[last], dtype=float), f[last], np.array(var[last])))
         for level in range(last + 1):
             values = u[level]
             if block.k > 1:
                 values = block.from_matrix(values)
             cells[level] += block.expand(values.reshape((-1,) + block.shape))
             scale[level].append(f[level])
-            subtree[level].append(up.var[level])
-    return BlockSolution(
-        [c.reshape(c.shape[0], -1) for c in cells], scale, subtree, ends
-    )
+            subtree[level].append(var[level])
+    return BlockSolution([c.reshape(c.shape[0], -1) for c in cells], scale, subtree, ends)

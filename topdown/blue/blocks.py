@@ -123,9 +123,7 @@ class Block:
     @property
     def shape(self) -> tuple[int, ...]:
         """The block's array per node, in axis order: contrast axes whole, span axes as g."""
-        return tuple(
-            s.n if i in self.contrast else s.g for i, s in enumerate(self.splits)
-        )
+        return tuple(s.n if i in self.contrast else s.g for i, s in enumerate(self.splits))
 
     @property
     def copies(self) -> int:
@@ -172,10 +170,7 @@ class Block:
         x = values
         for i in self.span:
             s = self.splits[i]
-            if s.g > 1:
-                x = _along(x, s.basis(), 1 + i)
-            else:
-                x = x / np.sqrt(s.n)
+            x = _along(x, s.basis(), 1 + i) if s.g > 1 else x / np.sqrt(s.n)
         return x
 
     def to_matrix(self, values: np.ndarray) -> np.ndarray:

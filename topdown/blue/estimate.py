@@ -34,7 +34,6 @@ from constraints.domain import Domain
 from topdown.blue.block_solve import solve_blocks
 from topdown.blue.blocks import Block
 from topdown.blue.plan import BluePlan, coefficient, kept_axes
-from topdown.blue.variance_terms import plain_variance_terms, summed_variance_terms
 from topdown.blue.recursions import (
     LeafShift,
     Means,
@@ -46,6 +45,7 @@ from topdown.blue.recursions import (
     upward,
     z_of,
 )
+from topdown.blue.variance_terms import plain_variance_terms, summed_variance_terms
 from topdown.measurement.estimator_inputs import EstimatorInputs, QueryEstimate, as_inputs
 from topdown.measurement.measure import Measurements
 from topdown.measurement.tree import Tree
@@ -175,9 +175,7 @@ class Blue:
         factors = q.factors(self.domain)
         if self.blocks:
             scales = (self.block_subtree_scale if subtree else self.block_scale)[level]
-            terms = [
-                (block, scale[rows]) for block, scale in zip(self.blocks, scales, strict=True)
-            ]
+            terms = [(block, scale[rows]) for block, scale in zip(self.blocks, scales, strict=True)]
             out, size = summed_variance_terms(terms, factors)
         else:
             scale = (self.subtree_scale if subtree else self.scale)[level][:, rows]
