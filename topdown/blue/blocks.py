@@ -33,6 +33,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
@@ -137,11 +138,7 @@ class Block:
 
     def gram(self, factors: Sequence[Factor]) -> np.ndarray:
         """``Q'Q`` on the block (k, k): the Kronecker product of the span axes' ``U'F'FU``."""
-        out = np.ones((1, 1))
-        for i in self.span:
-            fu = factors[i].matrix().toarray() @ self.splits[i].basis()
-            out = np.kron(out, fu.T @ fu)
-        return out
+        return _gram(self, tuple(factors))
 
     def total_direction(self) -> np.ndarray:
         """``w`` (k,): the node total of a block vector is ``w' c`` (span axes only)."""
@@ -156,11 +153,20 @@ class Block:
         axes (the query keeps them whole: subtract the finest groups' means)."""
         x = answers
         for i in self.span:
-            f = factors[i].matrix().toarray()
-            x = _along(x, self.splits[i].basis().T @ f.T, 1 + i)
+            f, split = factors[i], self.splits[i]
+            if split.g == 1 and f.identity:  # the mean direction's coordinate
+                x = x.sum(axis=1 + i, keepdims=True) / np.sqrt(split.n)
+            elif split.g == 1 and not f.kept:  # a summed axis: already one value
+                x = x * np.sqrt(split.n)
+            else:
+                x = _along(x, _span_map(split, f), 1 + i)
         for i in sorted(self.contrast):
-            u = self.splits[i].basis()
-            x = x - _along(_along(x, u.T, 1 + i), u, 1 + i)
+            split = self.splits[i]
+            if split.g == 1:
+                x = x - x.mean(axis=1 + i, keepdims=True)
+            else:
+                u = split.basis()
+                x = x - _along(_along(x, u.T, 1 + i), u, 1 + i)
         return x
 
     def expand(self, values: np.ndarray) -> np.ndarray:
@@ -194,13 +200,39 @@ class Block:
         span axes (``F U`` per axis, Kronecker), and the product over the contrast axes of
         ``diag(F P_contrast F')`` (n_out of the contrast axes, flattened). An answer's
         variance from this block is then ``d[contrast index] * (B Phi B')[span index]``."""
-        b = np.ones((1, 1))
-        for i in self.span:
-            b = np.kron(b, factors[i].matrix().toarray() @ self.splits[i].basis())
-        d = np.ones(1)
-        for i in sorted(self.contrast):
-            d = np.kron(d, axis_diag(factors[i], self.splits[i].contrast()))
-        return b, d
+        return _answer_terms(self, tuple(factors))
+
+
+def _frozen(a: np.ndarray) -> np.ndarray:
+    """A cached array, made read-only: every caller shares it."""
+    a.flags.writeable = False
+    return a
+
+
+@lru_cache(maxsize=4096)
+def _span_map(split: AxisSplit, factor: Factor) -> np.ndarray:
+    """``U'F'`` (g, n_out): an axis's answers to the span coordinates."""
+    return _frozen(split.basis().T @ factor.matrix().toarray().T)
+
+
+@lru_cache(maxsize=4096)
+def _gram(block: Block, factors: tuple[Factor, ...]) -> np.ndarray:
+    out = np.ones((1, 1))
+    for i in block.span:
+        fu = factors[i].matrix().toarray() @ block.splits[i].basis()
+        out = np.kron(out, fu.T @ fu)
+    return _frozen(out)
+
+
+@lru_cache(maxsize=4096)
+def _answer_terms(block: Block, factors: tuple[Factor, ...]) -> tuple[np.ndarray, np.ndarray]:
+    b = np.ones((1, 1))
+    for i in block.span:
+        b = np.kron(b, factors[i].matrix().toarray() @ block.splits[i].basis())
+    d = np.ones(1)
+    for i in sorted(block.contrast):
+        d = np.kron(d, axis_diag(factors[i], block.splits[i].contrast()))
+    return _frozen(b), _frozen(d)
 
 
 def blocks_of(domain: Domain, queries: Sequence[Query]) -> tuple[Block, ...]:

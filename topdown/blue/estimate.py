@@ -45,7 +45,7 @@ from topdown.blue.recursions import (
     upward,
     z_of,
 )
-from topdown.blue.variance_terms import plain_variance_terms, summed_variance_terms
+from topdown.blue.variance_terms import mean_variance, plain_variance_terms, summed_variance_terms
 from topdown.measurement.estimator_inputs import EstimatorInputs, QueryEstimate, as_inputs
 from topdown.measurement.measure import Measurements
 from topdown.measurement.tree import Tree
@@ -146,7 +146,13 @@ class Blue:
         sizes: this is then their mean over the node's answers (the passes' one weight per
         node and query); ``answer_variance`` gives each answer's."""
         q = Query.parse(query)
-        if self.blocks or q.recoded(self.domain):
+        if self.blocks:
+            scales = (self.block_subtree_scale if subtree else self.block_scale)[level]
+            mean, size = mean_variance(
+                list(zip(self.blocks, scales, strict=True)), q.factors(self.domain)
+            )
+            return np.where((mean < EXACT_VARIANCE) | (mean <= 1e-20 * size), 0.0, mean)
+        if q.recoded(self.domain):
             return self.answer_variance(level, q, subtree=subtree).mean(axis=1)
         kept = kept_axes(q, self.domain)
         scale = (self.subtree_scale if subtree else self.scale)[level]

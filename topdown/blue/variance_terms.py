@@ -23,21 +23,46 @@ import numpy as np
 from topdown.blue.blocks import Block, axis_diag
 from topdown.query import Factor
 
-__all__ = ["summed_variance_terms", "plain_variance_terms"]
+__all__ = ["summed_variance_terms", "plain_variance_terms", "mean_variance"]
 
 
 def _times(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """``a * b`` with ``0 * inf = 0``: an answer that does not read a direction the
     measurements leave unidentified (infinite variance) gets nothing from it."""
     with np.errstate(invalid="ignore"):
-        return np.where(np.broadcast_to(a, np.broadcast_shapes(a.shape, b.shape)) == 0, 0.0, a * b)
+        product = a * b
+    if np.isfinite(b).all():
+        return product
+    return np.where(np.isnan(product), 0.0, product)
 
 
 def _span_variance(b: np.ndarray, phi: np.ndarray) -> np.ndarray:
     """``diag(B Phi B')`` per node (nodes, span answers); a scalar ``Phi`` may be infinite."""
     if phi.ndim == 1:
         return _times((b[:, 0] ** 2)[None, :], phi[:, None])
-    return np.einsum("ik,nkl,il->ni", b, phi, b)
+    return (np.matmul(phi, b.T) * b.T[None]).sum(axis=1)
+
+
+def mean_variance(
+    terms: Sequence[tuple[Block, np.ndarray]], factors: Sequence[Factor]
+) -> tuple[np.ndarray, np.ndarray]:
+    """The mean over a query's answers of ``summed_variance_terms`` (and of its sizes),
+    without the answers: an answer is a pair (contrast answer, span answer), so a block's
+    mean is ``mean(d)`` times ``mean(diag(B Phi B')) = trace(B'B Phi) / rows(B)``."""
+    out = size = None
+    for block, phi in terms:
+        b, d = block.answer_terms(factors)
+        gram, gram_abs = b.T @ b / b.shape[0], np.abs(b).T @ np.abs(b) / b.shape[0]
+        if phi.ndim == 1:
+            span, span_abs = _times(gram[0, 0], phi), _times(gram_abs[0, 0], np.abs(phi))
+        else:
+            span = np.einsum("kl,nlk->n", gram, phi)
+            span_abs = np.einsum("kl,nlk->n", gram_abs, np.abs(phi))
+        term, mag = _times(d.mean(), span), _times(np.abs(d).mean(), span_abs)
+        out = term if out is None else out + term
+        size = mag if size is None else size + mag
+    assert out is not None and size is not None
+    return out, size
 
 
 def _placed(
