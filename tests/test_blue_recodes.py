@@ -209,7 +209,8 @@ def test_leaves_that_cannot_identify_their_cells_are_refused() -> None:
     rng = np.random.default_rng(1)
     tree = tb.random_tree(rng, (2,), only_child=False)
     inputs = tb.random_inputs(rng, tree, [["detailed"], ["hhinst", "C"]], per_node=False)
-    with pytest.raises(StrategyError, match=r"level 1 \(L1\).*Measure 'detailed'"):
+    match = r"level 1 \(L1\), which measures \['hhinst', 'C'\].*Measure 'detailed'"
+    with pytest.raises(StrategyError, match=match):
         blue(tree, DOMAIN, inputs)
 
 

@@ -126,11 +126,11 @@ def matrix_upward(
             bad = eig[:, 0] <= _PD_TOLERANCE * np.maximum(eig[:, -1], 1e-300)
             if bad.any():
                 raise StrategyError(
-                    f"the BLUE of recoded queries needs every node without children to measure "
-                    f"enough to identify its cells within the recodes' groups; "
-                    f"{int(bad.sum())} node(s) of {where(level)} do not (they measure "
-                    "nothing that separates some groups). Measure 'detailed' there (as the "
-                    "Census strategies do), or use estimator 'topdown'"
+                    "the BLUE of recoded queries needs every node without children to "
+                    "identify, by its own measurements, how its cells split between the "
+                    "recodes' groups within every combination of the other attributes' values; "
+                    f"{int(bad.sum())} node(s) of {where(level)} do not. Measure 'detailed' "
+                    "there (as the Census strategies do), or use estimator 'topdown'"
                 )
             inv = np.linalg.inv(pi[leaf])
             var[leaf] = _sym(inv)

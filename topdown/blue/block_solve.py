@@ -110,9 +110,13 @@ def _matrix_level(
     return NodeInfo(pi, block.to_matrix(r), exact if exact.any() else None, total)
 
 
-def _where(tree: Tree, level: int) -> str:
+def _where(tree: Tree, level: int, inputs: EstimatorInputs | None = None) -> str:
+    """A level as an error names it: its number and column, and what it measures."""
     lv = tree.levels[level]
-    return f"level {lv.number} ({lv.column or 'root'})"
+    out = f"level {lv.number} ({lv.column or 'root'})"
+    if inputs is not None:
+        out += f", which measures {[m.query.name for m in inputs.at(level)]},"
+    return out
 
 
 def _scalar_upward(
@@ -145,7 +149,7 @@ def _matrix_upward(
         tree.n_levels,
         sum_matrices(tree),
         block.total_direction(),
-        lambda level: _where(tree, level),
+        lambda level: _where(tree, level, inputs),
         below,
     )
 
