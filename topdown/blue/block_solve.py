@@ -75,12 +75,28 @@ def _scalar_level(
     pi = np.zeros(nodes)
     for _, factors, prec in terms:
         pi = pi + prec * float(block.gram(factors)[0, 0])
-    z = np.zeros((nodes,) + block.shape)
+    z: np.ndarray | None = None
     with np.errstate(divide="ignore", invalid="ignore"):
         for m, factors, prec in terms:
             weight = np.where(pi > 0, prec / pi, 0.0).reshape((nodes,) + (1,) * len(block.shape))
-            z += weight * block.rep(factors, _answers(m, factors, prec))
+            part = _weighted(block.rep(factors, _answers(m, factors, prec)), weight, m.noisy)
+            if z is None and part.shape[1:] == block.shape:
+                z = part
+            elif z is None:
+                z = np.zeros((nodes,) + block.shape) + part
+            else:
+                z += part
+    if z is None:
+        return pi, np.zeros((nodes, int(np.prod(block.shape))))
     return pi, z.reshape(nodes, -1)
+
+
+def _weighted(rep: np.ndarray, weight: np.ndarray, source: np.ndarray) -> np.ndarray:
+    """``weight * rep``, in place when ``rep`` is a fresh array (not the answers themselves)."""
+    if np.shares_memory(rep, source) or rep.dtype != np.float64:
+        return weight * rep
+    rep *= weight
+    return rep
 
 
 def _matrix_level(
@@ -104,9 +120,8 @@ def _matrix_level(
             total[hard] = np.asarray(m.noisy, dtype=float)[hard, 0]
         soft = np.where(hard, 0.0, prec)
         pi += soft[:, None, None] * block.gram(factors)[None]
-        r += soft.reshape((nodes,) + (1,) * len(block.shape)) * block.rep(
-            factors, _answers(m, factors, soft)
-        )
+        weight = soft.reshape((nodes,) + (1,) * len(block.shape))
+        r += _weighted(block.rep(factors, _answers(m, factors, soft)), weight, m.noisy)
     return NodeInfo(pi, block.to_matrix(r), exact if exact.any() else None, total)
 
 
