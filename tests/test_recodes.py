@@ -140,7 +140,10 @@ def test_release_with_recoded_queries_is_consistent() -> None:
     assert err.mean() < 5
 
 
-def test_blue_refuses_recodes_clearly() -> None:
+def test_blue_release_with_recoded_queries() -> None:
+    """``estimator="blue"`` takes recoded queries: a consistent release whose per-cell
+    standard errors differ between a household cell (a group of 1) and an institutional one
+    (a group of 4) of the same node, and equal the BLUE's own cell variances."""
     schema = Schema(
         (
             Attribute("HHGQ", values=tuple(range(8)), recodes={"hhinst": HHINST}),
@@ -148,9 +151,18 @@ def test_blue_refuses_recodes_clearly() -> None:
         ),
         ("COUNTY", "TRACT"),
     )
-    strategy = Strategy.from_budgets([1, 1, 1], queries=[("detailed", "1/2"), ("hhinst", "1/2")])
-    with pytest.raises(StrategyError, match="recode"):
-        release(_data(500), schema, strategy, estimator="blue", seed=5)
+    strategy = Strategy.from_budgets(
+        [1, 1, 1], queries=[("detailed", "1/2"), ("hhinst", "1/4"), ("HHGQ:hhinst x VA", "1/4")]
+    )
+    rel = release(_data(2000), schema, strategy, estimator="blue", seed=5)
+    assert rel.check_correctness().ok
+    assert rel.blue is not None and rel.blue.blocks
+    cell_se = np.sqrt(rel.blue.cell_variance(2))
+    by_value = cell_se.reshape(-1, 8, 2)  # (tracts, HHGQ, VA)
+    np.testing.assert_allclose(by_value[:, 1], by_value[:, 4])  # one group, one stderr
+    assert np.all(np.abs(by_value[:, 0] - by_value[:, 1]) > 0.01)  # groups of 1 and 4 differ
+    table = rel.long_table(2)
+    np.testing.assert_allclose(table["stderr"], np.round(cell_se[rel.counts[2] > 0], 4))
 
 
 def test_schema_round_trip_names_recodes() -> None:

@@ -133,7 +133,11 @@ class Release:
         ):
             frame[attr.name] = np.asarray(attr.domain_values, dtype=object)[code]
         frame["count"] = counts[node, cell].astype(np.int64)  # one type in every table file
-        if self.blue is not None:
+        if self.blue is not None and self.blue.blocks:
+            # under recodes a cell's standard error depends on its groups' sizes
+            cell_se = np.sqrt(self.blue.cell_variance(level)[node, cell])
+            frame["stderr"] = np.round(cell_se, 4)
+        elif self.blue is not None:
             # the BLUE's standard error of the cell (the same for every cell of a node)
             frame["stderr"] = np.round(self.blue.stderr(level)[node], 4)
         return pd.DataFrame(frame)

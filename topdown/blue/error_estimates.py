@@ -30,7 +30,9 @@ _BLOCK_VALUES = 2**21  # BLUE cells computed at once by error_summary (16 MiB of
 
 def node_error_table(tree: Tree, counts: list[np.ndarray], estimate: Blue) -> pd.DataFrame:
     """One row per node of every level: the published total, the BLUE's total, its stderr and
-    90% interval, and the stderr of each of the node's cells."""
+    90% interval, and the stderr of each of the node's cells (under recodes, where cells'
+    stderrs differ with their groups' sizes, their root mean square; the long tables carry
+    each cell's)."""
     frames = []
     for lv in tree.levels:
         total_se = np.sqrt(estimate.variance(lv.number, Query(())))
@@ -71,8 +73,14 @@ def error_summary(tree: Tree, counts: list[np.ndarray], estimate: Blue) -> pd.Da
             cell_diff = counts[level][rows_] - estimate.cells_at(level, rows_)
             abs_sum += float(np.abs(cell_diff).sum())
             diff_sum += float(cell_diff.sum())
+            # under recodes each cell's own stderr (it depends on its groups' sizes)
+            se = (
+                np.sqrt(estimate.cell_variance(level, rows_))
+                if estimate.blocks
+                else cell_se[rows_, None]
+            )
             with np.errstate(invalid="ignore"):
-                inside += float((np.abs(cell_diff) <= Z90 * cell_se[rows_, None]).sum())
+                inside += float((np.abs(cell_diff) <= Z90 * se).sum())
         n_values = max(1, counts[level].size)
         rows.append(
             {

@@ -31,6 +31,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from constraints.domain import Domain
+from topdown.blue.block_solve import solve_blocks
+from topdown.blue.blocks import Block
 from topdown.blue.metric import metric_weights
 from topdown.blue.plan import BluePlan, coefficient, kept_axes
 from topdown.blue.recursions import (
@@ -44,6 +46,7 @@ from topdown.blue.recursions import (
     upward,
     z_of,
 )
+from topdown.blue.variance_terms import mean_variance, plain_variance_terms, summed_variance_terms
 from topdown.measurement.estimator_inputs import EstimatorInputs, QueryEstimate, as_inputs
 from topdown.measurement.measure import Measurements
 from topdown.measurement.tree import Tree
@@ -86,6 +89,11 @@ class Blue:
         subtree_scale: the same for each node's estimate from its own subtree's measurements
             only (the upward recursion): siblings' subtree estimates are independent.
         leaf_shift: set when ``fitted[-1]`` holds the leaves' subtree estimates.
+        blocks: with recoded queries, the blocks of ``topdown.blue.blocks`` (``groups``,
+            ``scale`` and ``subtree_scale`` are then empty).
+        block_scale: per level, per block, the final estimate's covariance in the block
+            ((nodes,) for k = 1, else (nodes, k, k)).
+        block_subtree_scale: the same for the subtree estimates.
     """
 
     domain: Domain
@@ -94,6 +102,9 @@ class Blue:
     scale: tuple[np.ndarray, ...]
     subtree_scale: tuple[np.ndarray, ...]
     leaf_shift: LeafShift | None = None
+    blocks: tuple[Block, ...] = ()
+    block_scale: tuple[tuple[np.ndarray, ...], ...] = ()
+    block_subtree_scale: tuple[tuple[np.ndarray, ...], ...] = ()
 
     @property
     def n_levels(self) -> int:
@@ -129,8 +140,22 @@ class Blue:
 
     def variance(self, level: int, query: Query | str, *, subtree: bool = False) -> np.ndarray:
         """Variance of each answer of ``query`` at every node of ``level`` (nodes,); with
-        ``subtree``, that of the node's estimate from its own subtree only."""
-        kept = kept_axes(Query.parse(query), self.domain)
+        ``subtree``, that of the node's estimate from its own subtree only.
+
+        A plain marginal's answers at a node all have the same variance under a strategy
+        without recodes. Under recodes (or for a recoded query) they differ with the groups'
+        sizes: this is then their mean over the node's answers (the passes' one weight per
+        node and query); ``answer_variance`` gives each answer's."""
+        q = Query.parse(query)
+        if self.blocks:
+            scales = (self.block_subtree_scale if subtree else self.block_scale)[level]
+            mean, size = mean_variance(
+                list(zip(self.blocks, scales, strict=True)), q.factors(self.domain)
+            )
+            return np.where((mean < EXACT_VARIANCE) | (mean <= 1e-20 * size), 0.0, mean)
+        if q.recoded(self.domain):
+            return self.answer_variance(level, q, subtree=subtree).mean(axis=1)
+        kept = kept_axes(q, self.domain)
         scale = (self.subtree_scale if subtree else self.scale)[level]
         out = np.zeros(scale.shape[1])
         for g, subsets in enumerate(self.groups):
@@ -138,6 +163,39 @@ class Blue:
             if c > 0:
                 out = out + c * scale[g]
         return np.where(out < EXACT_VARIANCE, 0.0, out)  # an answer an invariant publishes
+
+    def answer_variance(
+        self,
+        level: int,
+        query: Query | str,
+        *,
+        subtree: bool = False,
+        nodes: slice | None = None,
+    ) -> np.ndarray:
+        """Variance of every answer of ``query`` at the nodes of ``level`` (all, or the slice
+        ``nodes``): float (nodes, answers), 0 for an answer an invariant publishes."""
+        q = Query.parse(query)
+        rows = slice(None) if nodes is None else nodes
+        if not self.blocks and not q.recoded(self.domain):
+            per_node = self.variance(level, q, subtree=subtree)[rows]
+            return np.repeat(per_node[:, None], q.n_answers(self.domain), axis=1)
+        factors = q.factors(self.domain)
+        if self.blocks:
+            scales = (self.block_subtree_scale if subtree else self.block_scale)[level]
+            terms = [(block, scale[rows]) for block, scale in zip(self.blocks, scales, strict=True)]
+            out, size = summed_variance_terms(terms, factors)
+        else:
+            scale = (self.subtree_scale if subtree else self.scale)[level][:, rows]
+            out, size = plain_variance_terms(self.groups, scale, factors)
+        out = out.reshape(out.shape[0], -1)
+        size = size.reshape(out.shape)
+        # an answer an invariant publishes: what is left is rounding of the exact direction
+        return np.where((out < EXACT_VARIANCE) | (out <= 1e-20 * size), 0.0, out)
+
+    def cell_variance(self, level: int, nodes: slice | None = None) -> np.ndarray:
+        """The variance of every cell of the nodes of ``level`` (all, or the slice
+        ``nodes``): float (nodes, cells)."""
+        return self.answer_variance(level, Query(None), nodes=nodes)
 
     def answer(self, level: int, query: Query | str) -> QueryEstimate:
         """The BLUE of ``query``'s answers at every node of ``level``, with their variance."""
@@ -150,7 +208,9 @@ class Blue:
         )
 
     def stderr(self, level: int) -> np.ndarray:
-        """Standard error of each cell at every node of ``level`` (nodes,)."""
+        """Standard error of each cell at every node of ``level`` (nodes,); under recodes,
+        where cells differ, the root mean square over the node's cells (``cell_variance``
+        gives each cell's)."""
         return np.sqrt(self.variance(level, Query(None)))
 
 
@@ -251,6 +311,8 @@ def solve(
     """The recursions of every group over ``tree``: its last level's children summarised by
     ``below`` (else they are leaves), its top's final estimate given by ``top`` (else it is
     the root). Returns the BLUE and, with ``below``, the last level's final estimates."""
+    if plan.blocks:
+        return _solve_blocks(tree, domain, inputs, plan, below=below, top=top)
     shape = plan.shape
     sums = sum_matrices(tree)
     parents = [lv.parent for lv in tree.levels]
@@ -291,6 +353,44 @@ def solve(
     )
     return estimate, NodeSummary(
         tuple(e for e, _, _ in ends), tuple(v for _, v, _ in ends), tuple(s for _, _, s in ends)
+    )
+
+
+def _solve_blocks(
+    tree: Tree,
+    domain: Domain,
+    inputs: EstimatorInputs,
+    plan: BluePlan,
+    *,
+    below: NodeSummary | None,
+    top: NodeSummary | None,
+) -> tuple[Blue, NodeSummary]:
+    """``solve`` for a plan with recoded queries: the blocks of ``topdown.blue.blocks``."""
+    sol = solve_blocks(
+        tree,
+        domain,
+        inputs,
+        plan.blocks,
+        below=None if below is None else (below.est, below.var),
+        top=None if top is None else (top.est, top.var, top.subtree),
+    )
+    log.debug("BLUE: %d block(s) over %d level(s)", len(plan.blocks), tree.n_levels)
+    empty = tuple(np.zeros((0, lv.size)) for lv in tree.levels)
+    estimate = Blue(
+        domain,
+        tuple(sol.cells),
+        (),
+        empty,
+        empty,
+        None,
+        plan.blocks,
+        tuple(tuple(s) for s in sol.scale),
+        tuple(tuple(s) for s in sol.subtree_scale),
+    )
+    return estimate, NodeSummary(
+        tuple(e for e, _, _ in sol.ends),
+        tuple(v for _, v, _ in sol.ends),
+        tuple(s for _, _, s in sol.ends),
     )
 
 
@@ -377,8 +477,12 @@ def blue_inputs(
         )
         fed = []
         queries = [Query.parse(name) for name in names]
-        weights = metric_weights(
-            estimate.domain, estimate.groups, estimate.subtree_scale[level], queries
+        weights = (
+            None  # recoded queries: matrix blocks, each answer's own variance (metric module)
+            if estimate.blocks
+            else metric_weights(
+                estimate.domain, estimate.groups, estimate.subtree_scale[level], queries
+            )
         )
         for i, (name, query) in enumerate(zip(names, queries, strict=True)):
             values = query.answer(cells, estimate.domain)  # the cells themselves: no copy

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from constraints.domain import Domain
+from topdown.blue.blocks import Block, blocks_of
 from topdown.errors import StrategyError
 from topdown.strategy import Query
 
@@ -32,11 +33,13 @@ __all__ = ["BluePlan", "kept_axes", "lift", "coefficient"]
 
 
 def kept_axes(query: Query, domain: Domain) -> frozenset[int]:
+    """The axes a plain marginal keeps. A recoded query has no such set: a plan with one goes
+    through the blocks of ``topdown.blue.blocks`` (``BluePlan.blocks``), never here."""
     recoded = query.recoded(domain)
     if recoded:
         raise StrategyError(
-            f"query {query.name!r} measures {sorted(recoded)} through recodes, which the "
-            "'blue' estimator does not take yet; use estimator 'topdown'"
+            f"query {query.name!r} measures {sorted(recoded)} through recodes: the plain "
+            "subspace groups cannot hold it (a plan with recoded queries uses blocks)"
         )
     kept = set(query.kept(domain))
     return frozenset(i for i, a in enumerate(domain.names) if a in kept)
@@ -83,11 +86,15 @@ class BluePlan:
     Attributes:
         signatures: per group, the (level, query index) pairs whose queries see its subsets.
         members: per group, its attribute subsets (the group on the most cells first).
+        shape: the domain's shape.
+        blocks: when a query is recoded, the blocks of ``topdown.blue.blocks`` instead of
+            the groups (``signatures`` and ``members`` are then empty).
     """
 
     signatures: tuple[tuple[tuple[int, int], ...], ...]
     members: tuple[tuple[frozenset[int], ...], ...]
     shape: tuple[int, ...]
+    blocks: tuple[Block, ...] = ()
 
     @classmethod
     def of(
@@ -102,6 +109,9 @@ class BluePlan:
             list(qs) + ([Query(())] if (exact_totals or {}).get(level) else [])
             for level, qs in enumerate(queries)
         ]
+        if any(q.recoded(domain) for qs in per_level for q in qs):
+            every = [q for qs in per_level for q in qs]
+            return cls((), (), tuple(int(n) for n in domain.shape), blocks_of(domain, every))
         subsets = _subsets(domain)
         signature: dict[frozenset[int], list[tuple[int, int]]] = {s: [] for s in subsets}
         for level, qs in enumerate(per_level):
@@ -126,7 +136,7 @@ class BluePlan:
         )
 
     def __len__(self) -> int:
-        return len(self.members)
+        return len(self.blocks) if self.blocks else len(self.members)
 
     def reduced(self, g: int) -> tuple[int, ...]:
         """The cell shape group ``g`` is solved on: every cell for the first group, its own

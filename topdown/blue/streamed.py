@@ -18,6 +18,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from constraints.domain import Domain
+from topdown.blue.block_solve import block_summary
 from topdown.blue.estimate import Blue, NodeSummary, checked_inputs, solve
 from topdown.blue.plan import BluePlan
 from topdown.blue.recursions import Means, pis_of, sum_matrices, upward, z_of
@@ -39,6 +40,8 @@ def subtree_summary(
     empty (it is measured with the levels above). ``plan``: the whole tree's.
     """
     inputs = checked_inputs(tree, measurements, None)
+    if plan.blocks:
+        return NodeSummary(*block_summary(tree, domain, inputs, plan.blocks))
     sums = sum_matrices(tree)
     est, var = [], []
     means: Means = {}  # the answers' averages, shared by every group's z

@@ -1,0 +1,116 @@
+"""The streamed BLUE of recoded queries (``release_streamed(estimator="blue")``): its pieces
+share the whole tree's block plan, so they give the whole-tree BLUE of the same measurements,
+estimates and every answer's variance, with the state totals held exactly."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import numpy as np
+import pytest
+from test_stream import QUIET, _geography, _records, _state_total
+from test_stream_blue import _assembled
+
+from topdown.blue.estimate import NodeSummary, blue
+from topdown.blue.streamed import blue_above, blue_below, subtree_summary
+from topdown.estimation.estimators import exact_totals
+from topdown.measurement.measure import Measurements
+from topdown.measurement.tree import Tree
+from topdown.schema import Attribute, Schema
+from topdown.strategy import LevelStrategy, Query, Strategy
+from topdown.streaming.measurements import read_part
+from topdown.streaming.result import streamed_plan
+from topdown.streaming.run import release_streamed
+
+pytestmark = pytest.mark.extra("parquet")
+
+#: AGE banded into a child value and three adult ones: groups of unequal sizes
+SCHEMA = Schema(
+    (
+        Attribute("AGE", values=(0, 1, 2, 3), recodes={"band": {"child": [0], "adult": [1, 2, 3]}}),
+        Attribute("SEX", values=(0, 1)),
+    ),
+    ("STATE", "COUNTY", "TRACT", "BLOCK"),
+)
+QUERIES = ["detailed", "total", "band", "AGE:band x SEX", "AGE"]
+
+
+def _strategy() -> Strategy:
+    queries = (
+        (Query.parse("detailed"), Fraction(2, 3)),
+        (Query.parse("AGE:band x SEX"), Fraction(1, 3)),
+    )
+    return Strategy(tuple(LevelStrategy(Fraction(1, 2), queries) for _ in range(5)))
+
+
+def test_streamed_blue_of_recoded_queries_is_the_whole_tree_blue(tmp_path) -> None:
+    geo = _geography()
+    rel = release_streamed(
+        _records(geo),
+        SCHEMA,
+        _strategy(),
+        stream_by="COUNTY",
+        out=tmp_path / "rel",
+        geography=geo,
+        constraints=_state_total(),
+        seed=7,
+        progress=QUIET,
+    )
+    assert rel.check_correctness().ok
+    domain, s = rel.schema.domain, rel.stream_level
+    measurements = _assembled(rel)
+    exact = exact_totals(rel.invariants, domain)
+    whole = blue(rel.tree, domain, measurements, exact_totals=exact)
+    assert whole.blocks
+    for state, total in exact[1].items():  # the invariant, kept with variance 0
+        assert whole.cells_at(1)[state].sum() == pytest.approx(total, abs=1e-8)
+        assert whole.answer_variance(1, "total")[state, 0] == 0.0
+    top_tree = Tree(rel.tree.levels[: s + 1])
+    top = Measurements(measurements.levels[: s + 1])
+    plan = streamed_plan(domain, rel.strategy, top, rel.tree.n_levels, rel.invariants)
+    assert plan.blocks
+    labels = rel.tree.levels[s].labels.astype(str).tolist()
+    lower = range(s + 1, rel.tree.n_levels)
+    parts = {
+        label: read_part(rel.folder, rel.subtree_tree(label), lower, label, rel.strategy, domain)
+        for label in labels
+    }
+    below = NodeSummary.stack(
+        [
+            subtree_summary(
+                Tree(rel.subtree_tree(label).levels[s:]),
+                domain,
+                Measurements(parts[label].levels[s:]),
+                plan,
+            )
+            for label in labels
+        ]
+    )
+    above, stream = blue_above(top_tree, domain, top, below, plan, exact_totals=exact)
+    for level in range(s + 1):
+        np.testing.assert_allclose(above.cells_at(level), whole.cells_at(level), atol=1e-8)
+        for q in QUERIES:
+            np.testing.assert_allclose(
+                above.answer_variance(level, q), whole.answer_variance(level, q), rtol=1e-8
+            )
+    for node, label in enumerate(labels):
+        sub = blue_below(
+            Tree(rel.subtree_tree(label).levels[s:]),
+            domain,
+            Measurements(parts[label].levels[s:]),
+            stream.row(node),
+            plan,
+        )
+        for level in lower:
+            nodes = rel.nodes_of(level, label)
+            np.testing.assert_allclose(
+                sub.cells_at(level - s), whole.cells_at(level)[nodes], atol=1e-8
+            )
+            for q in QUERIES:
+                for subtree in (False, True):
+                    np.testing.assert_allclose(
+                        sub.answer_variance(level - s, q, subtree=subtree),
+                        whole.answer_variance(level, q, subtree=subtree)[nodes],
+                        rtol=1e-8,
+                        atol=1e-12,
+                    )

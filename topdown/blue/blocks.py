@@ -1,0 +1,253 @@
+"""The block split of the whole-tree BLUE when queries group an attribute's values by recodes.
+
+The plain split (``topdown.blue.plan``) puts every axis in its mean direction or the mean's
+orthogonal complement, on which an identity and a row of ones both act as scalars. A grouping
+with groups of unequal sizes does not: ``G'G`` (all-ones blocks) and ``11'`` do not commute.
+What holds instead, per axis, with the axis's *finest partition* (the common refinement of
+every recode of the axis the strategy uses; a single group for an axis never recoded):
+
+- the within-group contrasts (dimension ``n - g``): the identity acts as 1, every grouping by
+  a recode of the strategy and the row of ones as 0 (each is constant on a finest group);
+- the span of the ``g`` group indicators, in the orthonormal basis ``f_k = e_k / sqrt(s_k)``
+  (``s_k`` the group's size): the identity is ``I_g``, a grouping ``H`` is
+  ``U'H'HU`` (``diag(s)`` for the finest one), the row of ones ``sqrt(s) sqrt(s)'``.
+
+So the cell space splits into blocks, one per set S of axes taken in their contrast part (the
+others in their span part). In a block every query's ``Q'Q`` is zero (the query merges cells
+of a contrast axis) or ``prod_{a not in S} K_a``, a ``k x k`` matrix with ``k = prod_{a not in S}
+g_a``, the same for each of the block's copies (the contrast axes' values): the whole-tree GLS
+is one tree problem per block, with a ``k x k`` precision per node (``k = 1``: a scalar, Hay's
+recursions as before; ``topdown.blue.block_recursions`` for ``k > 1``). An axis never recoded
+has ``g = 1``: its span is the mean, and the split is the plain one.
+
+A block's vector at a node is held as an array of the block's shape: the contrast axes whole
+(the projection itself), the span axes in the ``f`` coordinates; ``rep`` maps a query's
+answers ``Q'y`` there, ``expand`` maps an estimate back to the cells.
+
+Kept apart from ``topdown.blue.plan`` (the plain groups) because only strategies with recodes
+take it; the plain path keeps its speed.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+
+from constraints.domain import Domain
+from topdown.query import Factor, Query
+
+__all__ = ["AxisSplit", "Block", "blocks_of", "axis_diag"]
+
+
+@dataclass(frozen=True)
+class AxisSplit:
+    """One axis's finest partition: the group of each value and the groups' sizes.
+
+    Attributes:
+        groups: int (n,), the finest group of each value.
+        sizes: int (g,), the size of each group.
+    """
+
+    groups: tuple[int, ...]
+    sizes: tuple[int, ...]
+
+    @property
+    def n(self) -> int:
+        return len(self.groups)
+
+    @property
+    def g(self) -> int:
+        return len(self.sizes)
+
+    def basis(self) -> np.ndarray:
+        """``U`` (n, g): the orthonormal basis ``f_k = e_k / sqrt(s_k)`` of the groups' span."""
+        u = np.zeros((self.n, self.g))
+        u[np.arange(self.n), list(self.groups)] = 1.0
+        return u / np.sqrt(np.asarray(self.sizes, dtype=float))
+
+    def contrast(self) -> np.ndarray:
+        """The projector (n, n) onto the within-group contrasts: ``I - U U'``."""
+        u = self.basis()
+        return np.eye(self.n) - u @ u.T
+
+    @classmethod
+    def of(cls, factors: Sequence[Factor], n: int) -> AxisSplit:
+        """The common refinement of the groupings in ``factors`` (one group when none)."""
+        labels = [f.groups for f in factors if f.kept and f.recode is not None]
+        if not labels:
+            return cls((0,) * n, (n,))
+        keys = list(zip(*labels, strict=True))
+        index: dict[tuple[int, ...], int] = {}
+        groups = tuple(index.setdefault(k, len(index)) for k in keys)
+        sizes = tuple(int(c) for c in np.bincount(groups, minlength=len(index)))
+        return cls(groups, sizes)
+
+
+def _along(x: np.ndarray, matrix: np.ndarray, axis: int) -> np.ndarray:
+    """``matrix`` (out, in) applied along ``axis`` of ``x`` (the axis keeps its position)."""
+    moved = np.moveaxis(x, axis, -1)
+    return np.moveaxis(moved @ matrix.T, -1, axis)
+
+
+def axis_diag(factor: Factor, projector: np.ndarray) -> np.ndarray:
+    """``diag(F P F')`` of an axis factor ``F`` and a projector ``P`` of the axis (n_out,)."""
+    f = factor.matrix().toarray()
+    return np.einsum("ij,jk,ik->i", f, projector, f)
+
+
+@dataclass(frozen=True)
+class Block:
+    """One block of the split: the axes in their contrast part (``contrast``), the others in
+    their span part.
+
+    Attributes:
+        contrast: the axes taken in their contrast part.
+        splits: every axis's finest partition.
+    """
+
+    contrast: frozenset[int]
+    splits: tuple[AxisSplit, ...]
+
+    @property
+    def span(self) -> tuple[int, ...]:
+        return tuple(i for i in range(len(self.splits)) if i not in self.contrast)
+
+    @property
+    def k(self) -> int:
+        """The size of the per-node precision matrix: the product of the span axes' groups."""
+        return int(np.prod([self.splits[i].g for i in self.span], dtype=np.int64))
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """The block's array per node, in axis order: contrast axes whole, span axes as g."""
+        return tuple(s.n if i in self.contrast else s.g for i, s in enumerate(self.splits))
+
+    @property
+    def copies(self) -> int:
+        """How many copies of the k-vector one node's array holds."""
+        return int(np.prod([self.splits[i].n for i in self.contrast], dtype=np.int64))
+
+    def sees(self, factors: Sequence[Factor]) -> bool:
+        """Whether a query's ``Q'Q`` is non-zero on this block: it keeps every contrast axis
+        whole (a grouping or a sum is constant on each finest group, so zero there)."""
+        return all(factors[i].identity for i in self.contrast)
+
+    def gram(self, factors: Sequence[Factor]) -> np.ndarray:
+        """``Q'Q`` on the block (k, k): the Kronecker product of the span axes' ``U'F'FU``."""
+        return _gram(self, tuple(factors))
+
+    def total_direction(self) -> np.ndarray:
+        """``w`` (k,): the node total of a block vector is ``w' c`` (span axes only)."""
+        out = np.ones(1)
+        for i in self.span:
+            out = np.kron(out, np.sqrt(np.asarray(self.splits[i].sizes, dtype=float)))
+        return out
+
+    def rep(self, factors: Sequence[Factor], answers: np.ndarray) -> np.ndarray:
+        """``Q'y`` projected on the block, per node: answers (nodes, *n_out) -> (nodes,
+        *shape). The span axes first (``U'F'``: they shrink the array), then the contrast
+        axes (the query keeps them whole: subtract the finest groups' means)."""
+        x = answers
+        for i in self.span:
+            f, split = factors[i], self.splits[i]
+            if split.g == 1 and f.identity:  # the mean direction's coordinate
+                x = x.sum(axis=1 + i, keepdims=True) / np.sqrt(split.n)
+            elif split.g == 1 and not f.kept:  # a summed axis: already one value
+                x = x * np.sqrt(split.n)
+            else:
+                x = _along(x, _span_map(split, f), 1 + i)
+        if self.contrast:  # in place, on a float array of our own (half the time, measured)
+            x = np.array(x, dtype=float) if x is answers else x.astype(float, copy=False)
+        for i in sorted(self.contrast):
+            split = self.splits[i]
+            if split.g == 1:
+                x -= x.sum(axis=1 + i, keepdims=True) * (1.0 / split.n)
+            else:
+                u = split.basis()
+                x -= _along(_along(x, u.T, 1 + i), u, 1 + i)
+        return np.asarray(x, dtype=float)
+
+    def expand(self, values: np.ndarray) -> np.ndarray:
+        """A block array (nodes, *shape) as its cells' vectors (nodes, *cells' shape) with
+        the contrast axes as they are and the span axes through ``U`` (broadcast where
+        ``g = 1``: the mean direction, a size-1 axis)."""
+        x = values
+        for i in self.span:
+            s = self.splits[i]
+            x = _along(x, s.basis(), 1 + i) if s.g > 1 else x / np.sqrt(s.n)
+        return x
+
+    def to_matrix(self, values: np.ndarray) -> np.ndarray:
+        """(nodes, *shape) -> (nodes, copies, k): the span axes last, flattened."""
+        nodes = values.shape[0]
+        span = [1 + i for i in self.span]
+        moved = np.moveaxis(values, span, list(range(values.ndim - len(span), values.ndim)))
+        return moved.reshape(nodes, self.copies, self.k)
+
+    def from_matrix(self, values: np.ndarray) -> np.ndarray:
+        """(nodes, copies, k) -> (nodes, *shape), the inverse of ``to_matrix``."""
+        nodes = values.shape[0]
+        contrast = [self.shape[i] for i in sorted(self.contrast)]
+        span = [self.shape[i] for i in self.span]
+        x = values.reshape([nodes] + contrast + span)
+        order = [0] + [1 + i for i in sorted(self.contrast)] + [1 + i for i in self.span]
+        return np.moveaxis(x, list(range(len(order))), order)
+
+    def answer_terms(self, factors: Sequence[Factor]) -> tuple[np.ndarray, np.ndarray]:
+        """How a query's answers read this block: ``B`` (n_out of the span axes, k) for the
+        span axes (``F U`` per axis, Kronecker), and the product over the contrast axes of
+        ``diag(F P_contrast F')`` (n_out of the contrast axes, flattened). An answer's
+        variance from this block is then ``d[contrast index] * (B Phi B')[span index]``."""
+        return _answer_terms(self, tuple(factors))
+
+
+def _frozen(a: np.ndarray) -> np.ndarray:
+    """A cached array, made read-only: every caller shares it."""
+    a.flags.writeable = False
+    return a
+
+
+@lru_cache(maxsize=4096)
+def _span_map(split: AxisSplit, factor: Factor) -> np.ndarray:
+    """``U'F'`` (g, n_out): an axis's answers to the span coordinates."""
+    return _frozen(split.basis().T @ factor.matrix().toarray().T)
+
+
+@lru_cache(maxsize=4096)
+def _gram(block: Block, factors: tuple[Factor, ...]) -> np.ndarray:
+    out = np.ones((1, 1))
+    for i in block.span:
+        fu = factors[i].matrix().toarray() @ block.splits[i].basis()
+        out = np.kron(out, fu.T @ fu)
+    return _frozen(out)
+
+
+@lru_cache(maxsize=4096)
+def _answer_terms(block: Block, factors: tuple[Factor, ...]) -> tuple[np.ndarray, np.ndarray]:
+    b = np.ones((1, 1))
+    for i in block.span:
+        b = np.kron(b, factors[i].matrix().toarray() @ block.splits[i].basis())
+    d = np.ones(1)
+    for i in sorted(block.contrast):
+        d = np.kron(d, axis_diag(factors[i], block.splits[i].contrast()))
+    return _frozen(b), _frozen(d)
+
+
+def blocks_of(domain: Domain, queries: Sequence[Query]) -> tuple[Block, ...]:
+    """The blocks of a strategy's queries over ``domain`` (the largest first: all axes in
+    their contrast part), skipping empty ones (a contrast of dimension 0)."""
+    factors = [q.factors(domain) for q in queries]
+    splits = tuple(
+        AxisSplit.of([f[i] for f in factors], int(n)) for i, n in enumerate(domain.shape)
+    )
+    possible = [i for i, s in enumerate(splits) if s.n > s.g]
+    subsets = [
+        frozenset(c)
+        for r in range(len(possible), -1, -1)
+        for c in itertools.combinations(possible, r)
+    ]
+    return tuple(Block(s, splits) for s in subsets)

@@ -1,0 +1,125 @@
+"""The variance of any query's answers from the BLUE's per-block (or per-group) covariances.
+
+The BLUE's covariance at a node is a sum over the blocks of the split (``topdown.blue.blocks``)
+of Kronecker products: per axis a projector (a contrast part, or the span part with the
+block's ``k x k`` covariance over the span axes jointly). The variance of a query's answers is
+the diagonal of ``Q C Q'``, and the diagonal of a Kronecker product is the Kronecker product of
+the diagonals, so each block gives ``diag(F P F')`` per contrast axis times ``diag(B Phi B')``
+over the span axes (``B`` the Kronecker product of their ``F U``): O(answers) per node, no
+matrix over the cells. The plain groups (``topdown.blue.plan``) are the case of one group per
+axis with scalar covariances; their formula is used for a recoded query asked of a BLUE whose
+strategy had none (its answers' variances differ with the groups' sizes).
+
+Each term comes with its absolute size, so an answer whose variance is rounding left over
+from an exact direction (an invariant's total) can be reported as 0.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from topdown.blue.blocks import Block, axis_diag
+from topdown.query import Factor
+
+__all__ = ["summed_variance_terms", "plain_variance_terms", "mean_variance"]
+
+
+def _times(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``a * b`` with ``0 * inf = 0``: an answer that does not read a direction the
+    measurements leave unidentified (infinite variance) gets nothing from it."""
+    with np.errstate(invalid="ignore"):
+        product = a * b
+    if np.isfinite(b).all():
+        return product
+    return np.where(np.isnan(product), 0.0, product)
+
+
+def _span_variance(b: np.ndarray, phi: np.ndarray) -> np.ndarray:
+    """``diag(B Phi B')`` per node (nodes, span answers); a scalar ``Phi`` may be infinite."""
+    if phi.ndim == 1:
+        return _times((b[:, 0] ** 2)[None, :], phi[:, None])
+    return (np.matmul(phi, b.T) * b.T[None]).sum(axis=1)
+
+
+def mean_variance(
+    terms: Sequence[tuple[Block, np.ndarray]], factors: Sequence[Factor]
+) -> tuple[np.ndarray, np.ndarray]:
+    """The mean over a query's answers of ``summed_variance_terms`` (and of its sizes),
+    without the answers: an answer is a pair (contrast answer, span answer), so a block's
+    mean is ``mean(d)`` times ``mean(diag(B Phi B')) = trace(B'B Phi) / rows(B)``."""
+    out = size = None
+    for block, phi in terms:
+        b, d = block.answer_terms(factors)
+        gram, gram_abs = b.T @ b / b.shape[0], np.abs(b).T @ np.abs(b) / b.shape[0]
+        if phi.ndim == 1:
+            span, span_abs = _times(gram[0, 0], phi), _times(gram_abs[0, 0], np.abs(phi))
+        else:
+            span = np.einsum("kl,nlk->n", gram, phi)
+            span_abs = np.einsum("kl,nlk->n", gram_abs, np.abs(phi))
+        term, mag = _times(d.mean(), span), _times(np.abs(d).mean(), span_abs)
+        out = term if out is None else out + term
+        size = mag if size is None else size + mag
+    assert out is not None and size is not None
+    return out, size
+
+
+def _placed(
+    contrast: Sequence[int],
+    span: Sequence[int],
+    d: np.ndarray,
+    span_var: np.ndarray,
+    factors: Sequence[Factor],
+) -> np.ndarray:
+    """``d`` over the contrast axes times ``span_var`` (nodes, span answers), as (nodes,
+    *answers per axis) in axis order."""
+    nodes = span_var.shape[0]
+    out_contrast = [factors[i].n_out for i in contrast]
+    out_span = [factors[i].n_out for i in span]
+    full = _times(
+        d.reshape([1] + out_contrast + [1] * len(out_span)),
+        span_var.reshape([nodes] + [1] * len(out_contrast) + out_span),
+    )
+    order = [0] + [1 + i for i in contrast] + [1 + i for i in span]
+    return np.moveaxis(full, list(range(len(order))), order)
+
+
+def summed_variance_terms(
+    terms: Sequence[tuple[Block, np.ndarray]], factors: Sequence[Factor]
+) -> tuple[np.ndarray, np.ndarray]:
+    """Each answer's variance summed over the blocks, and the sum of the terms' absolute
+    sizes: both (nodes, *answers per axis). ``terms``: each block with its covariance per
+    node, (nodes,) for k = 1 or (nodes, k, k)."""
+    out = size = None
+    for block, phi in terms:
+        b, d = block.answer_terms(factors)
+        contrast = sorted(block.contrast)
+        term = _placed(contrast, block.span, d, _span_variance(b, phi), factors)
+        mag = _placed(
+            contrast, block.span, np.abs(d), _span_variance(np.abs(b), np.abs(phi)), factors
+        )
+        out = term if out is None else out + term
+        size = mag if size is None else size + mag
+    assert out is not None and size is not None
+    return out, size
+
+
+def plain_variance_terms(
+    groups: Sequence[Sequence[frozenset[int]]], scale: np.ndarray, factors: Sequence[Factor]
+) -> tuple[np.ndarray, np.ndarray]:
+    """The same for the plain groups: ``scale`` (groups, nodes), each group a scalar times
+    the sum of its subsets' ANOVA projectors (per axis the complement of the mean when the
+    axis is in the subset, the mean otherwise)."""
+    nodes = scale.shape[1]
+    shape = [nodes] + [f.n_out for f in factors]
+    out = np.zeros(shape)
+    for g, subsets in enumerate(groups):
+        for subset in subsets:
+            d = np.ones([1] * len(shape))
+            for i, f in enumerate(factors):
+                mean = np.full((f.size, f.size), 1.0 / f.size)
+                diag = axis_diag(f, np.eye(f.size) - mean if i in subset else mean)
+                d = d * diag.reshape([1] * (1 + i) + [-1] + [1] * (len(factors) - i - 1))
+            out = out + _times(d, scale[g].reshape([nodes] + [1] * len(factors)))
+    return out, np.abs(out)
