@@ -16,6 +16,7 @@ import topdown.estimation.batched.level as level_batch
 from benchmarks.pl94 import make_state, pl94_schema, production_strategy, state_total_invariant
 from tests.test_batched_round import needing
 from topdown import release
+from topdown.estimation import family as family_module
 from topdown.estimation.batched.chunk_tasks import solve_chunk
 from topdown.estimation.batched.marginals import MARGINAL_NEWTON
 
@@ -39,8 +40,10 @@ def _release(state, estimator, **kwargs):
 
 
 def _per_family(monkeypatch):
-    """Force the per-family path on levels the marginal Newton iteration would take."""
+    """Force the per-family path on levels the marginal Newton iteration would take, with the
+    general solvers (not the per-family Newton route of ``topdown.estimation.family_newton``)."""
     real = level_batch._batched_fit
+    monkeypatch.setattr(family_module, "_newton", lambda task, parent: None)
 
     def fit(inputs):
         found = real(inputs)
@@ -152,6 +155,8 @@ def test_families_the_iteration_does_not_settle_go_to_the_per_family_path(state,
         return x, ok
 
     monkeypatch.setattr(chunk_tasks, "marginal_newton_chunk", unsettled_first)
+    # the per-family path by its general solvers, so its families are counted apart
+    monkeypatch.setattr(family_module, "_newton", lambda task, parent: None)
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)  # no NaN reaches an integer cast
         rel = _release(state, "blue")

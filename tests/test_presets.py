@@ -246,21 +246,7 @@ def tiny_state():
     return make_state(1_000, seed=2)
 
 
-@pytest.mark.parametrize(
-    "estimator",
-    [
-        "topdown",
-        pytest.param(
-            "blue",
-            marks=pytest.mark.xfail(
-                raises=StrategyError,
-                strict=True,
-                reason="the BLUE takes recoded queries once its matrix blocks land (issue 26): "
-                "remove this mark then",
-            ),
-        ),
-    ],
-)
+@pytest.mark.parametrize("estimator", ["topdown", "blue"])
 def test_a_small_pl94_release_with_the_preset_runs(tiny_state, estimator: str) -> None:
     schema, strategy = census2020_pl94(("STATE", "COUNTY", "TRACT"))
     geography = tiny_state.geography[list(schema.hierarchy)].drop_duplicates()
