@@ -18,6 +18,12 @@ The variance of every answer follows from the same split: within a group the est
 covariance is a scalar (per node) times the group's projector, so a marginal's answers all have
 the same variance at a node, given by ``Blue.variance(level, query)``.
 
+Recoded queries (an attribute through a grouping of its values) do not act as scalars on that
+split when the groups have unequal sizes: a strategy with one is solved over the blocks of
+``topdown.blue.blocks`` instead (``topdown.blue.block_solve``), some with a small matrix
+precision per node, and its answers' variances differ within a node
+(``Blue.answer_variance``; ``topdown.blue.variance_terms``).
+
 In pieces, for a streamed release: ``topdown.blue.streamed`` (the same ``solve``, with a
 subtree's summary below or its top's final estimate above, ``NodeSummary``).
 """

@@ -11,6 +11,10 @@ prod_{a not in K_q} n_a / Var_q(v)``. Subspaces with the same precisions everywh
 together (a group, ``BluePlan``). A detailed-only strategy is one group; detailed plus total is
 two (the second, the node totals' direction, is solved on one value per node).
 
+A query through a recode (a grouping of an attribute's values) is not a scalar on these
+subspaces when its groups have unequal sizes: a plan with one holds the blocks of
+``topdown.blue.blocks`` instead of groups (``BluePlan.blocks``).
+
 Kept apart from the recursions (``topdown.blue.recursions``) because the split depends only on
 the domain and the queries (public), never on values: the whole tree and every piece of a
 streamed BLUE (``topdown.blue.streamed``) share one plan.
