@@ -32,9 +32,10 @@ caller (``topdown.estimation.batched.chunk_tasks``) leaves them to the per-famil
 Bit for bit, alone or inside any chunk: every sum over cells, groups or multipliers is
 sequential (a cumulative sum's last entry, a loop over the children, or a sparse matrix's
 row, whose products add in index order: cells in cell order, a cell's groups in marginal
-order; padding cells sit past a family's own and point at its dummy slot) and per family (the one numpy sum, of a family's parent counts, adds integers: exact in any
-order), so padding (cells and group slots, exact zeros) does not change a family's
-iterates; conjugate gradients and Newton stop per family, converged families frozen.
+order; padding cells sit past a family's own and point at its dummy slot) and per family
+(the one numpy sum, of a family's parent counts, adds integers: exact in any order), so
+padding (cells and group slots, exact zeros) does not change a family's iterates; conjugate
+gradients and Newton stop per family, converged families frozen.
 """
 
 from __future__ import annotations
