@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import logging
 import math
+from fractions import Fraction
 
 import numpy as np
 
@@ -42,6 +43,7 @@ __all__ = [
     "sample_discrete_gaussian",
     "discrete_laplace_pmf",
     "discrete_gaussian_pmf",
+    "compiled_gaussian_sigma2",
 ]
 
 logger = logging.getLogger(__name__)
@@ -338,3 +340,27 @@ def discrete_gaussian_pmf(x: int | np.ndarray, sigma2: Exact) -> float | np.ndar
     values = np.asarray(x, dtype=float)
     result = np.exp(-(values * values) / (2.0 * s2)) / _gaussian_normaliser(s2)
     return float(result) if np.ndim(result) == 0 else result
+
+
+def compiled_gaussian_sigma2(sigma2: Exact) -> Fraction:
+    """The smallest dyadic rational ``>= sigma2`` whose draws the compiled kernel takes
+    (``sigma2`` itself when it does), or ``sigma2`` when none does (a huge scale).
+
+    Why: a budget split by exact shares (the Census's production strategies: rho 293764/114921
+    times 447/4099 times 754/4097) gives a sigma^2 of 40-bit numerator and denominator, beyond
+    the kernel's 62-bit integers, so every draw took the big-integer path (Python, one draw at a
+    time: hours for a state). Rounding sigma^2 up by less than 1e-7 of itself keeps every
+    decision exact and never adds less noise than calibrated: the privacy loss is at most the
+    recorded budget (``DiscreteGaussianMechanism.noise_sigma2``).
+    """
+    frac = as_fraction(sigma2, "sigma2")
+    a, b = frac.numerator, frac.denominator
+    t = math.isqrt(a // b) + 1
+    if 2 * a * b * t * t < _LIMIT:
+        return frac
+    for k in range(62, -1, -1):
+        den = 1 << k
+        num = -((-a * den) // b)  # ceil(sigma2 * den)
+        if 2 * num * den * t * t < _LIMIT and math.isqrt(num // den) + 1 == t:
+            return Fraction(num, den)
+    return frac
