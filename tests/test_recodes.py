@@ -112,7 +112,9 @@ def _data(n: int = 6000) -> pd.DataFrame:
     )
 
 
-def test_release_with_recoded_queries_is_consistent() -> None:
+def _schema_and_strategy() -> tuple[Schema, Strategy]:
+    """HHGQ with its hhinst recode and a voting age, county > tract; detailed 1/2, hhinst and
+    hhinst x VA 1/4 each, rho 1 per level."""
     schema = Schema(
         (
             Attribute("HHGQ", values=tuple(range(8)), recodes={"hhinst": HHINST}),
@@ -123,6 +125,11 @@ def test_release_with_recoded_queries_is_consistent() -> None:
     strategy = Strategy.from_budgets(
         [1, 1, 1], queries=[("detailed", "1/2"), ("hhinst", "1/4"), ("HHGQ:hhinst x VA", "1/4")]
     )
+    return schema, strategy
+
+
+def test_release_with_recoded_queries_is_consistent() -> None:
+    schema, strategy = _schema_and_strategy()
     rel = release(_data(), schema, strategy, estimator="topdown", seed=5)
     report = rel.check_correctness()
     assert report.ok, str(report)
@@ -144,16 +151,7 @@ def test_blue_release_with_recoded_queries() -> None:
     """``estimator="blue"`` takes recoded queries: a consistent release whose per-cell
     standard errors differ between a household cell (a group of 1) and an institutional one
     (a group of 4) of the same node, and equal the BLUE's own cell variances."""
-    schema = Schema(
-        (
-            Attribute("HHGQ", values=tuple(range(8)), recodes={"hhinst": HHINST}),
-            Attribute("VA", values=(0, 1)),
-        ),
-        ("COUNTY", "TRACT"),
-    )
-    strategy = Strategy.from_budgets(
-        [1, 1, 1], queries=[("detailed", "1/2"), ("hhinst", "1/4"), ("HHGQ:hhinst x VA", "1/4")]
-    )
+    schema, strategy = _schema_and_strategy()
     rel = release(_data(2000), schema, strategy, estimator="blue", seed=5)
     assert rel.check_correctness().ok
     assert rel.blue is not None and rel.blue.blocks
