@@ -30,7 +30,7 @@ import math
 
 import numpy as np
 
-from mechanisms import _bigint, _kernels
+from mechanisms import _bigint, _exp_tables, _kernels, _table_kernels
 from mechanisms._words import WordStream, bit_length_below
 from mechanisms.errors import MechanismError
 from mechanisms.exact import Exact, as_fraction
@@ -253,10 +253,16 @@ def _no_big(stream: WordStream, u: int, v: int) -> int | None:  # pragma: no cov
 
 
 def _laplace_compiled(t: int, s: int, n: int, rng: np.random.Generator) -> np.ndarray:
-    """n discrete Laplace samples of scale t/s, t and s < 2**62 (CKS20 Algorithm 2)."""
+    """n discrete Laplace samples of scale t/s, t and s < 2**62.
+
+    By table inversion (:mod:`mechanisms._table_kernels`) when the scale's table is small
+    enough, else by CKS20 Algorithm 2 (:mod:`mechanisms._kernels`).
+    """
     out = np.empty(n, dtype=np.int64)
     if n == 0:
         return out
+    if _exp_tables.table_size(t, s) <= _exp_tables.MAX_ENTRIES:
+        return _laplace_table(_exp_tables.geometric_table(t, s), n, rng, out)
     kt = bit_length_below(t)
     lemire = _lemire_threshold(t, kt)
     stream = WordStream(rng, int(n * (_WORDS_LAPLACE_BASE + _WORDS_PER_BIT * kt)) + 8)
@@ -271,6 +277,34 @@ def _laplace_compiled(t: int, s: int, n: int, rng: np.random.Generator) -> np.nd
         if negative and y == 0:
             return None
         return -y if negative else y
+
+    return _with_big(out, stream.run(kernel, out, finish))
+
+
+def _laplace_table(
+    table: _exp_tables.GeometricTable, n: int, rng: np.random.Generator, out: np.ndarray
+) -> np.ndarray:
+    """Fill ``out`` (n > 0) with discrete Laplace samples by inversion of ``table``."""
+    # 33 bits a candidate, 2 / (1 + q) candidates a sample; q >= 0 so at most 66 bits
+    stream = WordStream(rng, n * 33 * 2 // 64 * 7 // 8 + 8)
+    hi, lo, guide, k, size = table.hi, table.lo, table.guide, table.k, table.size
+
+    def kernel(words: np.ndarray, st: np.ndarray, dest: np.ndarray, i: int) -> tuple:
+        return _table_kernels.laplace_table_kernel(words, st, hi, lo, guide, k, size, dest, i)
+
+    def finish(reader: WordStream, m: int, total: int) -> int | None:
+        logger.debug("discrete Laplace: an inversion undecided on 64 bits, finished exactly")
+        g = size
+        if m < size:
+            prefix = (int(reader.state[3]) << 32) | int(reader.state[4])
+            g = _exp_tables.resolve_geometric(table, reader, m, prefix, 64)
+        total += g
+        if g == size:
+            total += _exp_tables.draw_geometric(table, reader)
+        negative = reader.bit() == 1
+        if negative and total == 0:
+            return None
+        return -total if negative else total
 
     return _with_big(out, stream.run(kernel, out, finish))
 
