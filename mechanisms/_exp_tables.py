@@ -23,6 +23,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 from fractions import Fraction
+from collections.abc import Callable
 from typing import Protocol
 
 import numpy as np
@@ -67,24 +68,51 @@ def _exp_neg_unit(x: Fraction, terms_bits: int) -> tuple[Fraction, Fraction]:
         total = following
 
 
+def _fixed(value: Fraction, precision: int, up: bool) -> int:
+    """2**precision * value rounded down (or up when ``up``), as an integer."""
+    scaled = value * 2**precision
+    if up:
+        return -(-scaled.numerator // scaled.denominator)
+    return scaled.numerator // scaled.denominator
+
+
+def _power_bounds(lo: int, hi: int, exponent: int, precision: int) -> tuple[int, int]:
+    """Bounds of 2**precision x**exponent from bounds (lo, hi) of 2**precision x, x > 0.
+
+    Square and multiply, each product rounded outwards: O(log exponent) products, so a huge
+    exponent costs little (the lower bound then reaches 0, still a bound).
+    """
+    result_lo = result_hi = 1 << precision
+    while exponent:
+        if exponent & 1:
+            result_lo = (result_lo * lo) >> precision
+            result_hi = -((-result_hi * hi) >> precision)
+        lo, hi = (lo * lo) >> precision, -((-hi * hi) >> precision)
+        exponent >>= 1
+    return result_lo, result_hi
+
+
 def exp_neg_bounds(x: Fraction, precision: int) -> tuple[int, int]:
     """Integers (lo, hi) with lo <= 2**precision * exp(-x) <= hi, for rational x >= 0.
 
     exp(-x) = exp(-f) * exp(-1)**w with w = floor(x), f = x - w; each factor is bracketed by
-    :func:`_exp_neg_unit` and the product's bounds rounded outwards.
+    :func:`_exp_neg_unit`, the power and the product are taken on integers rounded outwards,
+    with guard bits for the rounding errors of the power (about 2 log2(w) bits of them).
     """
     if x < 0:
         raise ValueError(f"x ({x}) must be >= 0")
     whole = x.numerator // x.denominator
-    frac = x - whole
-    extra = precision + 8 + 2 * whole.bit_length()
-    f_lo, f_hi = _exp_neg_unit(frac, extra)
-    lo, hi = f_lo, f_hi
+    guard = precision + 16 + 2 * whole.bit_length()
+    f_lo, f_hi = _exp_neg_unit(x - whole, guard)
+    lo, hi = _fixed(f_lo, guard, up=False), _fixed(f_hi, guard, up=True)
     if whole:
-        e_lo, e_hi = _exp_neg_unit(Fraction(1), extra + whole.bit_length() + 4)
-        lo, hi = lo * e_lo**whole, hi * e_hi**whole
-    scaled_lo, scaled_hi = lo * 2**precision, hi * 2**precision
-    return scaled_lo.numerator // scaled_lo.denominator, -(-scaled_hi.numerator // scaled_hi.denominator)
+        e_lo, e_hi = _exp_neg_unit(Fraction(1), guard)
+        p_lo, p_hi = _power_bounds(
+            _fixed(e_lo, guard, up=False), _fixed(e_hi, guard, up=True), whole, guard
+        )
+        lo, hi = (lo * p_lo) >> guard, -((-hi * p_hi) >> guard)
+    shift = guard - precision
+    return lo >> shift, -((-hi) >> shift)
 
 
 def floor_exp_neg(x: Fraction, n: int) -> int:
@@ -164,6 +192,75 @@ def geometric_table(t: int, s: int) -> GeometricTable:
     return GeometricTable(t, s, size, k, hi, lo, guide)
 
 
+@dataclass(frozen=True)
+class AcceptanceTable:
+    """CKS20 Algorithm 3's acceptance probabilities A(y) = exp(-(y b t - a)**2 / (2 a b t**2)).
+
+    For sigma2 = a/b and the proposal scale t, y in [0, size): ``hi[y]``, ``lo[y]`` the halves
+    of floor(2**64 A(y)); where A(y) = 1 (y b t = a) ``hi`` is 2**32, which every 32-bit
+    prefix is below (always accepted). ``geometric`` is the proposal's inversion table.
+    """
+
+    a: int
+    b: int
+    t: int
+    size: int
+    hi: np.ndarray
+    lo: np.ndarray
+    geometric: GeometricTable
+
+    def floor_at(self, y: int, n: int) -> int:
+        """floor(2**n A(y)) for y < size, A(y) < 1: from the table up to 64 bits, else exact."""
+        if n == 32:
+            return int(self.hi[y])
+        if n == 64:
+            return (int(self.hi[y]) << 32) | int(self.lo[y])
+        z = y * self.b * self.t - self.a
+        return floor_exp_neg(Fraction(z * z, 2 * self.a * self.b * self.t * self.t), n)
+
+
+def _exp_bounds_signed(num: int, den: int, p: int) -> tuple[int, int]:
+    """Bounds of 2**p exp(-num/den) for an integer num of either sign (exp(x) = 1/exp(-x))."""
+    if num >= 0:
+        return exp_neg_bounds(Fraction(num, den), p)
+    lo, hi = exp_neg_bounds(Fraction(-num, den), p)
+    return (1 << (2 * p)) // hi, -(-(1 << (2 * p)) // lo)
+
+
+@functools.lru_cache(maxsize=32)
+def acceptance_table(a: int, b: int, t: int) -> AcceptanceTable:
+    """The acceptance table of sigma2 = a/b with proposal scale t (cached: one per sigma2).
+
+    With z_y = y b t - a and den = 2 a b t**2, A(y + 1) = A(y) R(y) where R(y) = exp(-(2 z_y b t
+    + (b t)**2) / den), and R(y + 1) = R(y) C with C = exp(-2 (b t)**2 / den): two interval
+    recurrences on 128-bit fixed point, rounded outwards, as :func:`geometric_table`.
+    """
+    geometric = geometric_table(t, 1)
+    size = geometric.size
+    p = _PRECISION
+    bt, den = b * t, 2 * a * b * t * t
+    one = 1 << p
+    a_lo, a_hi = exp_neg_bounds(Fraction(a * a, den), p)
+    r_lo, r_hi = _exp_bounds_signed(bt * bt - 2 * a * bt, den, p)
+    c_lo, c_hi = exp_neg_bounds(Fraction(2 * bt * bt, den), p)
+    hi = np.empty(size, dtype=np.int64)
+    lo = np.zeros(size, dtype=np.int64)
+    for y in range(size):
+        z = y * bt - a
+        if z == 0:
+            hi[y] = 2**32  # A(y) = 1: every U is below it
+            floor = -1
+        elif (a_lo >> (p - 64)) == (min(a_hi, one - 1) >> (p - 64)):
+            floor = a_lo >> (p - 64)
+        else:  # pragma: no cover - the bounds are far tighter than 2**-64
+            floor = floor_exp_neg(Fraction(z * z, den), 64)
+        if floor >= 0:
+            hi[y], lo[y] = floor >> 32, floor & 0xFFFFFFFF
+        a_lo, a_hi = (a_lo * r_lo) >> p, -((-a_hi * r_hi) >> p)
+        r_lo, r_hi = (r_lo * c_lo) >> p, -((-r_hi * c_hi) >> p)
+    return AcceptanceTable(a, b, t, size, hi, lo, geometric)
+
+
 def _table_floor(table: GeometricTable, m: int, bits: int) -> int:
     """floor(2**bits F(m)): from the table up to 64 bits, else computed exactly."""
     if bits == 32:
@@ -171,6 +268,23 @@ def _table_floor(table: GeometricTable, m: int, bits: int) -> int:
     if bits == 64:
         return (int(table.hi[m]) << 32) | int(table.lo[m])
     return _floor_cdf(table.t, table.s, m, bits)
+
+
+def below_exact(
+    reader: BitReader, prefix: int, bits: int, floor_at: Callable[[int], int]
+) -> tuple[bool, int, int]:
+    """Whether U < p, given U's first ``bits`` bits ``prefix`` and floor(2**n p) = floor_at(n).
+
+    p is irrational (never 2**-n times an integer), so a prefix below the floor means U < p,
+    above it U > p; on equality 32 more bits of U are read from ``reader``, and so on.
+    Returns (U < p, the prefix, its length) so that a caller can go on comparing the same U.
+    """
+    while True:
+        floor = floor_at(bits)
+        if prefix != floor:
+            return prefix < floor, prefix, bits
+        prefix = (prefix << 32) | reader.bits(32)
+        bits += 32
 
 
 def resolve_geometric(
@@ -183,15 +297,12 @@ def resolve_geometric(
     is decided exactly. Returns ``table.size`` if U passes every entry (the escape).
     """
     while m < table.size:
-        while True:
-            floor = _table_floor(table, m, bits)
-            if prefix < floor:
-                return m
-            if prefix > floor:
-                break
-            prefix = (prefix << 32) | reader.bits(32)
-            bits += 32
-        m += 1
+        below, prefix, bits = below_exact(
+            reader, prefix, bits, functools.partial(_table_floor, table, m)
+        )
+        if below:
+            return m
+        m += 1  # U > F(m): the same U, its prefix perhaps longer, against the next entry
     return table.size
 
 

@@ -63,7 +63,7 @@ __all__ = [
 DONE = 0
 NEED_WORDS = 1
 BIG = 2
-STATE_SIZE = 5  # c, h, i, and two words a kernel may hand to its Python continuation
+STATE_SIZE = 8  # c, h, i, then words a kernel may hand to its Python continuation
 
 LIMIT = 2**62  # bound on every denominator and parameter the kernels take
 _INT64_MAX = 2**63 - 1

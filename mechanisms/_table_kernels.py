@@ -25,9 +25,20 @@ from __future__ import annotations
 
 import numpy as np
 
-from mechanisms._kernels import BIG, DONE, LIMIT, NEED_WORDS, _bit, _bits, _compiled, _inlined
+from mechanisms._kernels import (
+    _SQUARE_SAFE,
+    BIG,
+    DONE,
+    LIMIT,
+    NEED_WORDS,
+    _bern_exp,
+    _bit,
+    _bits,
+    _compiled,
+    _inlined,
+)
 
-__all__ = ["laplace_table_kernel"]
+__all__ = ["laplace_table_kernel", "gaussian_table_kernel", "PROPOSAL_TIE", "ACCEPT_TIE", "ACCEPT_BIG"]
 
 
 @_inlined
@@ -117,5 +128,92 @@ def laplace_table_kernel(
             g = -g
         out[n] = g
         n += 1
+    st[0], st[1], st[2] = c, h, i
+    return DONE, n, 0, 0
+
+
+# undecided Gaussian candidates, told apart by the finisher (third value of the BIG return)
+PROPOSAL_TIE = 0  # the proposal's inversion tied on 64 bits (st[3:5] = U's prefix, st[5] = m)
+ACCEPT_TIE = 1  # the acceptance comparison tied on 64 bits (st[3:5] = prefix, st[6] = sign)
+ACCEPT_BIG = 2  # |Y| beyond the table and its CKS20 integers beyond int64 (st[6] = sign)
+
+
+@_compiled
+def gaussian_table_kernel(
+    words: np.ndarray,
+    st: np.ndarray,
+    hi: np.ndarray,
+    lo: np.ndarray,
+    guide: np.ndarray,
+    k: int,
+    size: int,
+    ahi: np.ndarray,
+    alo: np.ndarray,
+    a: int,
+    b: int,
+    t: int,
+    out: np.ndarray,
+    start: int,
+) -> tuple[int, int, int, int]:
+    """Fill ``out[start:]`` with discrete Gaussian samples, sigma2 = a/b (CKS20 Algorithm 3).
+
+    The proposal Y = +-G, G geometric by inversion of the scale-t table (``hi``, ``lo``,
+    ``guide``, ``k``, ``size``), "-0" rejected; accepted with probability A(|Y|) =
+    exp(-(|Y| b t - a)**2 / (2 a b t**2)): for |Y| < size a fresh 32-bit prefix of a uniform
+    against floor(2**64 A) (``ahi``, ``alo``, 32 more bits on a tie), beyond the table by CKS20
+    Algorithm 1 on integers. Returns (status, next index, kind, value): on ``BIG`` the kind is
+    one of the constants above and the value the magnitude so far.
+    """
+    bt = b * t
+    den = 2 * a * bt * t
+    y_safe = LIMIT // bt
+    c, h, i = st[0], st[1], st[2]
+    end = 2 * words.size
+    n = start
+    while n < out.size:
+        c0, h0, i0 = c, h, i
+        g, m, w, w2, undecided, c, h, i = _invert(words, c, h, i, hi, lo, guide, k, size, end)
+        if i > end:
+            st[0], st[1], st[2] = c0, h0, i0
+            return NEED_WORDS, n, 0, 0
+        if undecided:
+            st[0], st[1], st[2], st[3], st[4], st[5] = c, h, i, w, w2, m
+            return BIG, n, PROPOSAL_TIE, g
+        negative, c, h, i = _bit(words, c, h, i)
+        accepted = False
+        if not (negative == 1 and g == 0):
+            if g < size:
+                w, c, h, i = _bits(words, c, h, i, 32)
+                fh = ahi[g]
+                if w != fh:
+                    accepted = w < fh
+                else:
+                    w2, c, h, i = _bits(words, c, h, i, 32)
+                    fl = alo[g]
+                    if w2 == fl:
+                        if i > end:
+                            st[0], st[1], st[2] = c0, h0, i0
+                            return NEED_WORDS, n, 0, 0
+                        st[0], st[1], st[2], st[3], st[4], st[6] = c, h, i, w, w2, negative
+                        return BIG, n, ACCEPT_TIE, g
+                    accepted = w2 < fl
+            elif g > y_safe or abs(g * bt - a) > _SQUARE_SAFE:
+                if i > end:
+                    st[0], st[1], st[2] = c0, h0, i0
+                    return NEED_WORDS, n, 0, 0
+                st[0], st[1], st[2], st[6] = c, h, i, negative
+                return BIG, n, ACCEPT_BIG, g
+            else:
+                z = g * bt - a
+                rem = z * z
+                whole = rem // den
+                rem -= whole * den
+                accepted, c, h, i = _bern_exp(words, c, h, i, whole, rem, den)
+        if i > end:
+            st[0], st[1], st[2] = c0, h0, i0
+            return NEED_WORDS, n, 0, 0
+        if accepted:
+            out[n] = -g if negative == 1 else g
+            n += 1
     st[0], st[1], st[2] = c, h, i
     return DONE, n, 0, 0
