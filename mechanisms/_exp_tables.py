@@ -21,9 +21,9 @@ recomputed from :func:`floor_exp_neg`, which raises the precision until the floo
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
-from collections.abc import Callable
 from typing import Protocol
 
 import numpy as np

@@ -1,5 +1,9 @@
 """Compiled (numba) kernels of the CKS20 samplers, reading random bits from raw 64-bit words.
 
+The samplers use these for Bernoulli(exp(-gamma)) and for discrete Laplace and Gaussian scales
+past the exact tables' cap (:mod:`mechanisms._table_kernels` below it, which also reuses the
+bit helpers here).
+
 The algorithms are those of Canonne, Kamath and Steinke, "The Discrete Gaussian for
 Differential Privacy" (NeurIPS 2020), hereafter CKS20: Algorithm 1 (Bernoulli(exp(-gamma))),
 Algorithm 2 (discrete Laplace) and Algorithm 3 (discrete Gaussian), one sample at a time in

@@ -38,7 +38,13 @@ from mechanisms._kernels import (
     _inlined,
 )
 
-__all__ = ["laplace_table_kernel", "gaussian_table_kernel", "PROPOSAL_TIE", "ACCEPT_TIE", "ACCEPT_BIG"]
+__all__ = [
+    "laplace_table_kernel",
+    "gaussian_table_kernel",
+    "PROPOSAL_TIE",
+    "ACCEPT_TIE",
+    "ACCEPT_BIG",
+]
 
 
 @_inlined
@@ -102,9 +108,10 @@ def laplace_table_kernel(
 ) -> tuple[int, int, int, int]:
     """Fill ``out[start:]`` with discrete Laplace samples by table inversion (module docstring).
 
-    ``hi``, ``lo``, ``guide``, ``k``, ``size`` are a :class:`mechanisms._exp_tables.GeometricTable`'s
-    fields. ``st`` holds the bit state (c, h, i) and, on ``BIG``, U's 64-bit prefix. Returns
-    (status, next index, m, total) as the CKS20 kernels return (status, next index, U, V).
+    ``hi``, ``lo``, ``guide``, ``k``, ``size``: the fields of a
+    :class:`mechanisms._exp_tables.GeometricTable`. ``st`` holds the bit state (c, h, i)
+    and, on ``BIG``, U's 64-bit prefix. Returns (status, next index, m, total) as the CKS20
+    kernels return (status, next index, U, V).
     """
     c, h, i = st[0], st[1], st[2]
     end = 2 * words.size

@@ -6,10 +6,14 @@ Algorithm 2 (discrete Laplace), Algorithm 3 (discrete Gaussian). Parameters are 
 Fractions exactly (:func:`mechanisms.exact.as_fraction`) and every decision is a comparison of
 integers, so no floating-point rounding can change an output (Mironov 2012).
 
-Speed comes from compiled kernels (:mod:`mechanisms._kernels`, numba) that run the algorithms
-one sample at a time on the generator's raw 64-bit words, drawn in bulk and read as a bit
-stream (:mod:`mechanisms._words`): a discrete Laplace sample takes about 20-66 random bits.
-The same Generator state gives the same samples on every machine and in every process.
+Speed comes from compiled kernels (numba) that run one sample at a time on the generator's
+raw 64-bit words, drawn in bulk and read as a bit stream (:mod:`mechanisms._words`). Up to a
+scale (or proposal scale) of about 2730 the discrete Laplace and Gaussian draw by inversion
+against exact fixed-point tables of exp(-x) (:mod:`mechanisms._table_kernels`,
+:mod:`mechanisms._exp_tables`: about 33 bits a Laplace candidate, integer comparisons, a
+comparison left undecided by 64 bits finished exactly in Python); beyond, and for
+Bernoulli(exp(-gamma)), CKS20's algorithms run in :mod:`mechanisms._kernels`. The same
+Generator state gives the same samples on every machine and in every process.
 
 Overflow: the kernels take parameters whose denominators and intermediate products stay below
 2**62; a candidate whose integers would not fit is finished with Python ints on the same bit
@@ -368,7 +372,9 @@ def _gaussian_table(
                 at = functools.partial(table.floor_at, y)
                 accepted, _, _ = _exp_tables.below_exact(reader, prefix, 64, at)
             else:
-                logger.debug("discrete Gaussian: acceptance beyond int64, finished with Python ints")
+                logger.debug(
+                    "discrete Gaussian: acceptance beyond int64, finished with Python ints"
+                )
                 z = y * bt - a
                 accepted = reader.bern_exp(z * z, den)
         if not accepted:
