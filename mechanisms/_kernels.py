@@ -1,5 +1,9 @@
 """Compiled (numba) kernels of the CKS20 samplers, reading random bits from raw 64-bit words.
 
+The samplers use these for Bernoulli(exp(-gamma)) and for discrete Laplace and Gaussian scales
+past the exact tables' cap (:mod:`mechanisms._table_kernels` below it, which also reuses the
+bit helpers here).
+
 The algorithms are those of Canonne, Kamath and Steinke, "The Discrete Gaussian for
 Differential Privacy" (NeurIPS 2020), hereafter CKS20: Algorithm 1 (Bernoulli(exp(-gamma))),
 Algorithm 2 (discrete Laplace) and Algorithm 3 (discrete Gaussian), one sample at a time in
@@ -63,7 +67,7 @@ __all__ = [
 DONE = 0
 NEED_WORDS = 1
 BIG = 2
-STATE_SIZE = 3  # c, h, i
+STATE_SIZE = 8  # c, h, i, then words a kernel may hand to its Python continuation
 
 LIMIT = 2**62  # bound on every denominator and parameter the kernels take
 _INT64_MAX = 2**63 - 1

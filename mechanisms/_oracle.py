@@ -6,8 +6,9 @@ of candidates is drawn with ``Generator.integers``, rejection masks drop the ref
 the loop repeats until ``n`` samples are filled; the inner loops of Algorithm 1 run in lockstep
 over the lanes still active. Lanes whose integers would pass int64 take the Python-int code of
 :mod:`mechanisms._bigint`. The tests compare the kernels with these functions (two-sample
-tests): an independent implementation of the same algorithms, reading randomness differently.
-Not used by any release.
+tests): for the CKS20 kernels an independent implementation of the same algorithms, for the
+table kernels (:mod:`mechanisms._table_kernels`, inversion) a different algorithm for the same
+law; both read randomness differently. Not used by any release.
 """
 
 from __future__ import annotations

@@ -17,7 +17,11 @@ __all__ = ["warm_up"]
 
 
 def warm_up() -> None:
-    """Call each compiled kernel once on a throwaway PCG64 stream (no secret randomness)."""
+    """Call each compiled kernel once on a throwaway PCG64 stream (no secret randomness).
+
+    Also builds the exact tables of scale 7/3 (milliseconds); other scales build theirs on
+    first use.
+    """
     from mechanisms.samplers import (
         sample_bernoulli_exp,
         sample_discrete_gaussian,
@@ -26,5 +30,7 @@ def warm_up() -> None:
 
     rng = np.random.Generator(np.random.PCG64(0))
     sample_bernoulli_exp(Fraction(1, 3), 4, rng)
-    sample_discrete_laplace(Fraction(7, 3), 4, rng)
-    sample_discrete_gaussian(Fraction(5, 2), 4, rng)
+    # the table kernels (small scales) and the CKS20 kernels (scales past the tables' cap)
+    for scale in (Fraction(7, 3), Fraction(2**20)):
+        sample_discrete_laplace(scale, 4, rng)
+        sample_discrete_gaussian(scale * scale, 4, rng)

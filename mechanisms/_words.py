@@ -41,7 +41,7 @@ class WordStream:
     def __init__(self, rng: np.random.Generator, first_words: int) -> None:
         self.rng = rng
         self.words = self._draw(max(int(first_words), 1))
-        self.state = np.zeros(STATE_SIZE, dtype=np.int64)  # c, h, i as in the kernels
+        self.state = np.zeros(STATE_SIZE, dtype=np.int64)  # c, h, i, ... as in the kernels
         self.dropped = 0  # words already read and dropped by extend()
 
     def _draw(self, count: int) -> np.ndarray:
@@ -76,6 +76,13 @@ class WordStream:
         st[0] >>= 1
         st[1] -= 1
         return bit
+
+    def bits(self, k: int) -> int:
+        """k bits as an integer, the first read lowest, as the kernels' ``_bits``."""
+        value = 0
+        for j in range(k):
+            value |= self.bit() << j
+        return value
 
     def bernoulli(self, r: int, d: int) -> bool:
         """Bernoulli(r/d), any size of r >= 0 and d >= 1, as the kernels' ``_bernoulli_bits``."""

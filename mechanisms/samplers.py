@@ -6,10 +6,14 @@ Algorithm 2 (discrete Laplace), Algorithm 3 (discrete Gaussian). Parameters are 
 Fractions exactly (:func:`mechanisms.exact.as_fraction`) and every decision is a comparison of
 integers, so no floating-point rounding can change an output (Mironov 2012).
 
-Speed comes from compiled kernels (:mod:`mechanisms._kernels`, numba) that run the algorithms
-one sample at a time on the generator's raw 64-bit words, drawn in bulk and read as a bit
-stream (:mod:`mechanisms._words`): a discrete Laplace sample takes about 20-66 random bits.
-The same Generator state gives the same samples on every machine and in every process.
+Speed comes from compiled kernels (numba) that run one sample at a time on the generator's
+raw 64-bit words, drawn in bulk and read as a bit stream (:mod:`mechanisms._words`). Up to a
+scale (or proposal scale) of about 2730 the discrete Laplace and Gaussian draw by inversion
+against exact fixed-point tables of exp(-x) (:mod:`mechanisms._table_kernels`,
+:mod:`mechanisms._exp_tables`: about 33 bits a Laplace candidate, integer comparisons, a
+comparison left undecided by 64 bits finished exactly in Python); beyond, and for
+Bernoulli(exp(-gamma)), CKS20's algorithms run in :mod:`mechanisms._kernels`. The same
+Generator state gives the same samples on every machine and in every process.
 
 Overflow: the kernels take parameters whose denominators and intermediate products stay below
 2**62; a candidate whose integers would not fit is finished with Python ints on the same bit
@@ -25,13 +29,14 @@ only.
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 from fractions import Fraction
 
 import numpy as np
 
-from mechanisms import _bigint, _kernels
+from mechanisms import _bigint, _exp_tables, _kernels, _table_kernels
 from mechanisms._words import WordStream, bit_length_below
 from mechanisms.errors import MechanismError
 from mechanisms.exact import Exact, as_fraction
@@ -210,6 +215,10 @@ _WORDS_BERNOULLI = 0.15
 _WORDS_LAPLACE_BASE = 0.3
 _WORDS_GAUSSIAN_BASE = 1.3
 _WORDS_PER_BIT = 0.06  # per bit of the uniform U on [0, t)
+# the table kernels: 33 bits a Laplace candidate, 2 / (1 + q) candidates a sample (0.52 words
+# at large scales, 0.75 at scale 1); about 65 bits a Gaussian candidate, 1.3-2 candidates
+_WORDS_LAPLACE_TABLE = 0.5
+_WORDS_GAUSSIAN_TABLE = 1.3
 
 
 def _lemire_threshold(t: int, kt: int) -> int:
@@ -255,10 +264,16 @@ def _no_big(stream: WordStream, u: int, v: int) -> int | None:  # pragma: no cov
 
 
 def _laplace_compiled(t: int, s: int, n: int, rng: np.random.Generator) -> np.ndarray:
-    """n discrete Laplace samples of scale t/s, t and s < 2**62 (CKS20 Algorithm 2)."""
+    """n discrete Laplace samples of scale t/s, t and s < 2**62.
+
+    By table inversion (:mod:`mechanisms._table_kernels`) when the scale's table is small
+    enough, else by CKS20 Algorithm 2 (:mod:`mechanisms._kernels`).
+    """
     out = np.empty(n, dtype=np.int64)
     if n == 0:
         return out
+    if _exp_tables.table_size(t, s) <= _exp_tables.MAX_ENTRIES:
+        return _laplace_table(_exp_tables.geometric_table(t, s), n, rng, out)
     kt = bit_length_below(t)
     lemire = _lemire_threshold(t, kt)
     stream = WordStream(rng, int(n * (_WORDS_LAPLACE_BASE + _WORDS_PER_BIT * kt)) + 8)
@@ -277,13 +292,113 @@ def _laplace_compiled(t: int, s: int, n: int, rng: np.random.Generator) -> np.nd
     return _with_big(out, stream.run(kernel, out, finish))
 
 
+def _geometric_finish(
+    table: _exp_tables.GeometricTable, reader: WordStream, m: int, total: int
+) -> int:
+    """The magnitude of a candidate whose table inversion the kernel left undecided at m.
+
+    ``total`` holds the escapes before it; m = table size means a fresh draw is due.
+    """
+    g = table.size
+    if m < table.size:
+        prefix = (int(reader.state[3]) << 32) | int(reader.state[4])
+        g = _exp_tables.resolve_geometric(table, reader, m, prefix, 64)
+    total += g
+    if g == table.size:
+        total += _exp_tables.draw_geometric(table, reader)
+    return total
+
+
+def _laplace_table(
+    table: _exp_tables.GeometricTable, n: int, rng: np.random.Generator, out: np.ndarray
+) -> np.ndarray:
+    """Fill ``out`` (n > 0) with discrete Laplace samples by inversion of ``table``."""
+    stream = WordStream(rng, int(n * _WORDS_LAPLACE_TABLE) + 8)
+    hi, lo, guide, k, size = table.hi, table.lo, table.guide, table.k, table.size
+
+    def kernel(words: np.ndarray, st: np.ndarray, dest: np.ndarray, i: int) -> tuple:
+        return _table_kernels.laplace_table_kernel(words, st, hi, lo, guide, k, size, dest, i)
+
+    def finish(reader: WordStream, m: int, total: int) -> int | None:
+        logger.debug("discrete Laplace: an inversion undecided on 64 bits, finished exactly")
+        total = _geometric_finish(table, reader, m, total)
+        negative = reader.bit() == 1
+        if negative and total == 0:
+            return None
+        return -total if negative else total
+
+    return _with_big(out, stream.run(kernel, out, finish))
+
+
+def _gaussian_table(
+    table: _exp_tables.AcceptanceTable, n: int, rng: np.random.Generator, out: np.ndarray
+) -> np.ndarray:
+    """Fill ``out`` (n > 0) with discrete Gaussian samples: tabled proposal and acceptance."""
+    geo = table.geometric
+    a, b, t = table.a, table.b, table.t
+    den, bt = 2 * a * b * t * t, b * t
+    stream = WordStream(rng, int(n * _WORDS_GAUSSIAN_TABLE) + 8)
+
+    def kernel(words: np.ndarray, st: np.ndarray, dest: np.ndarray, i: int) -> tuple:
+        return _table_kernels.gaussian_table_kernel(
+            words, st, geo.hi, geo.lo, geo.guide, geo.k, geo.size,
+            table.hi, table.lo, a, b, t, dest, i,
+        )  # fmt: skip
+
+    def accept(reader: WordStream, y: int) -> bool:
+        """Exact acceptance of |Y| = y, reading bits as the kernel does."""
+        if y >= table.size:
+            z = y * bt - a
+            return reader.bern_exp(z * z, den)
+        if y * bt == a:
+            return True
+        below, _, _ = _exp_tables.below_exact(
+            reader, reader.bits(32), 32, functools.partial(table.floor_at, y)
+        )
+        return below
+
+    def finish(reader: WordStream, kind: int, y: int) -> int | None:
+        st = reader.state
+        if kind == _table_kernels.PROPOSAL_TIE:
+            logger.debug("discrete Gaussian: a proposal undecided on 64 bits, finished exactly")
+            y = _geometric_finish(geo, reader, int(st[5]), y)
+            negative = reader.bit() == 1
+            if negative and y == 0:
+                return None
+            accepted = accept(reader, y)
+        else:
+            negative = int(st[6]) == 1
+            if kind == _table_kernels.ACCEPT_TIE:
+                logger.debug("discrete Gaussian: an acceptance undecided on 64 bits, exact")
+                prefix = (int(st[3]) << 32) | int(st[4])
+                at = functools.partial(table.floor_at, y)
+                accepted, _, _ = _exp_tables.below_exact(reader, prefix, 64, at)
+            else:
+                logger.debug(
+                    "discrete Gaussian: acceptance beyond int64, finished with Python ints"
+                )
+                z = y * bt - a
+                accepted = reader.bern_exp(z * z, den)
+        if not accepted:
+            return None
+        return -y if negative else y
+
+    return _with_big(out, stream.run(kernel, out, finish))
+
+
 def _gaussian_compiled(a: int, b: int, t: int, n: int, rng: np.random.Generator) -> np.ndarray:
-    """n discrete Gaussian samples, sigma2 = a/b, 2 a b t^2 < 2**62 (CKS20 Algorithm 3)."""
+    """n discrete Gaussian samples, sigma2 = a/b, 2 a b t^2 < 2**62 (CKS20 Algorithm 3).
+
+    With tables (:mod:`mechanisms._table_kernels`) when the proposal's table is small enough,
+    else with CKS20's Algorithms 1-2 for the proposal and the acceptance.
+    """
     out = np.empty(n, dtype=np.int64)
     if n == 0:
         return out
     kt = bit_length_below(t)
     lemire = _lemire_threshold(t, kt)
+    if _exp_tables.table_size(t, 1) <= _exp_tables.MAX_ENTRIES:
+        return _gaussian_table(_exp_tables.acceptance_table(a, b, t), n, rng, out)
     den, bt = 2 * a * b * t * t, b * t
     stream = WordStream(rng, int(n * _WORDS_GAUSSIAN_BASE) + 8)
 

@@ -221,6 +221,8 @@ def test_python_continuation_matches_the_kernel_distribution() -> None:
     [
         (sample_discrete_laplace, Fraction(7, 3), "_WORDS_LAPLACE_BASE"),
         (sample_discrete_gaussian, Fraction(5, 2), "_WORDS_GAUSSIAN_BASE"),
+        (sample_discrete_laplace, Fraction(5000), "_WORDS_LAPLACE_BASE"),  # CKS20 kernel
+        (sample_discrete_gaussian, Fraction(3000**2), "_WORDS_GAUSSIAN_BASE"),  # CKS20 kernel
         (sample_bernoulli_exp, Fraction(1, 3), "_WORDS_BERNOULLI"),
     ],
 )
@@ -228,8 +230,8 @@ def test_noise_does_not_depend_on_block_sizes(sampler, param, base, monkeypatch)
     """A first block of 8 words (hundreds of refills, candidates cut mid-way and redrawn)
     gives exactly the samples of the default block: the noise is a function of the stream."""
     expected = sampler(param, 5000, make_rng(14))
-    monkeypatch.setattr(samplers, base, 0.0)
-    monkeypatch.setattr(samplers, "_WORDS_PER_BIT", 0.0)
+    for name in (base, "_WORDS_PER_BIT", "_WORDS_LAPLACE_TABLE", "_WORDS_GAUSSIAN_TABLE"):
+        monkeypatch.setattr(samplers, name, 0.0)
     assert np.array_equal(sampler(param, 5000, make_rng(14)), expected)
 
 
