@@ -1,26 +1,32 @@
 """Benchmark of the synth generators on Adult, NLTCS and the ACS excerpt.
 
 For each data set and epsilon: each generator's mean 1-, 2- and 3-way marginal TVD, the train-
-on-synthetic / test-on-real AUC where the data set has a class, the wall time and this process's
-CPU time (``cpu_s``, what a fit costs on a shared machine; not counted for a peer, which runs in
-its own process). The Adaptive generator runs at (epsilon, 1e-9), as the peers, its rows i.i.d.
-and as many as its noisy total. Beside them: the bootstrap floor (a resample of the real data,
-what sampling noise alone costs), the independent-columns baseline (each column shuffled on its
-own: perfect 1-way marginals, no dependence) and, for the local-DP DP2-Pub, the GRR + per-
-attribute PRAM floor. A published peer (smartnoise-synth's MST and AIM, records drawn i.i.d.
-from the model) runs when the package is importable by ``--peer-python`` (a separate virtual
-environment: the project's dependencies do not change for it), at ``--peer-eps``; otherwise a
-message says it was skipped. Every generator runs once per seed; the table shows the mean ± its
+on-synthetic / test-on-real AUC where the data set has a class, the wall time and the CPU time
+(``cpu_s``, what a fit costs on a shared machine: this process's for the project's generators,
+the peer process's own, all threads, for a peer). The Adaptive generator runs at
+(epsilon, 1e-9), as the peers, its rows i.i.d. and as many as its noisy total. Beside them: the
+bootstrap floor (a resample of the real data, what sampling noise alone costs), the
+independent-columns baseline (each column shuffled on its own: perfect 1-way marginals, no
+dependence) and, for the local-DP DP2-Pub, the GRR + per-attribute PRAM floor.
+
+Published peers run under ``--peer-python`` (a separate virtual environment: the project's
+dependencies do not change for them), at ``--peer-eps``, once per seed, records drawn i.i.d.
+from their models: smartnoise-synth's MST (and its AIM with ``--aim``) when that package is
+importable, and private-pgm's own AIM (benchmarks/peer_pgm.py) with ``--pgm-mechanisms DIR``,
+a checkout of private-pgm's ``mechanisms`` folder. AIM at its published settings takes hours
+a fit on this machine, so its fits can be run before, one at a time in the background, by
+peer_pgm.py and scored here with ``--aim-saved DIR``. A peer reports its own peak resident
+memory (``peak_mib``). Every generator runs once per seed; the table shows the mean ± its
 standard error.
 
 Run from the repository root:
 
     /work/venv/bin/python -m benchmarks.bench_synth [--data adult nltcs acs] [--eps 0.1 1 5]
         [--seeds 0 1 2] [--peer-python /work/venv-peer/bin/python] [--aim]
-        [--methods adaptive]
+        [--pgm-mechanisms DIR | --aim-saved DIR] [--methods adaptive]
 
-The process's peak resident memory is printed at the end (run one method with ``--methods``
-to read it as that method's peak).
+The process's peak resident memory is printed at the end (run one method and one data set
+with ``--methods`` and ``--data`` to read it as that method's peak on that data).
 """
 
 from __future__ import annotations
