@@ -336,6 +336,24 @@ def _summary(rows: list[dict]) -> pd.DataFrame:
     return out.reset_index()
 
 
+def peer_ratios(rows: list[dict], ours: str = "Adaptive") -> pd.DataFrame:
+    """The issue's target figure: the mean 3-way TVD of the generator whose name starts with
+    ``ours`` over each peer's (whose name holds "(smartnoise" or "(private-pgm"), per data set
+    and epsilon where both ran (means over each one's own seeds)."""
+    frame = pd.DataFrame(rows)
+    if frame.empty or "data" not in frame:
+        return pd.DataFrame(columns=["data", "eps", "peer", "ratio_tvd3"])
+    means = frame.groupby(["data", "eps", "method"], sort=False)["tvd3"].mean()
+    out = []
+    for (data, eps, method), value in means.items():
+        if "(smartnoise" not in method and "(private-pgm" not in method:
+            continue
+        mine = [v for (d, e, m), v in means.items() if (d, e) == (data, eps) and m.startswith(ours)]
+        for v in mine:
+            out.append({"data": data, "eps": eps, "peer": method, "ratio_tvd3": v / value})
+    return pd.DataFrame(out, columns=["data", "eps", "peer", "ratio_tvd3"])
+
+
 def run(
     datasets: list[str],
     epsilons: list[float],
@@ -379,6 +397,10 @@ def run(
             for r in rows[start_rows:]:
                 r.setdefault("data", name)
             print(_summary(rows[start_rows:]).to_string(index=False), flush=True)
+    ratios = peer_ratios(rows)
+    if not ratios.empty:
+        print("\n# mean 3-way TVD of Adaptive / the peer's (target: <= 1 on every data set)")
+        print(ratios.round(3).to_string(index=False))
     return _summary(rows)
 
 

@@ -74,3 +74,18 @@ def test_every_peer_runs_once_per_seed(monkeypatch: pytest.MonkeyPatch) -> None:
     fake = table[table["method"] == "fake"]
     assert list(fake["runs"]) == [3]
     assert list(fake["peak_mib"]) == [1.0]
+
+
+def test_peer_ratios_divide_our_mean_by_each_peer_mean() -> None:
+    rows = [
+        {"data": "d", "eps": 1.0, "method": "Adaptive (ours)", "tvd3": 0.02},
+        {"data": "d", "eps": 1.0, "method": "Adaptive (ours)", "tvd3": 0.04},
+        {"data": "d", "eps": 1.0, "method": "AIM (private-pgm)", "tvd3": 0.05},
+        {"data": "d", "eps": 1.0, "method": "MST (smartnoise)", "tvd3": 0.12},
+        {"data": "d", "eps": 4.0, "method": "Adaptive (ours)", "tvd3": 0.01},  # no peer at 4
+        {"data": "e", "eps": 1.0, "method": "bootstrap floor", "tvd3": 0.01},
+    ]
+    table = bench_synth.peer_ratios(rows)
+    assert list(table["peer"]) == ["AIM (private-pgm)", "MST (smartnoise)"]
+    assert table["ratio_tvd3"].tolist() == pytest.approx([0.6, 0.25])
+    assert bench_synth.peer_ratios([]).empty
