@@ -202,6 +202,17 @@ def _peers(
     return out
 
 
+def write_peer_inputs(datasets: list[str], folder: Path) -> None:
+    """``folder/DATA.csv`` and ``folder/DATA.json`` for each data set: what peer_pgm.py reads
+    for a fit run on its own (the same data and domain file a live peer run is given)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in datasets:
+        real, domains, _ = DATASETS[name]()
+        real.to_csv(folder / f"{name}.csv", index=False)
+        _domain_file(real, domains, folder).rename(folder / f"{name}.json")
+        print(f"wrote {folder / name}.csv and .json")
+
+
 def _saved_peer(folder: Path, prefix: str) -> Peer:
     """A peer whose fits were run before (one at a time, in the background: private-pgm's AIM
     takes hours on this machine) by benchmarks/peer_pgm.py, read back from ``folder``:
@@ -430,6 +441,13 @@ def main(argv: list[str] | None = None) -> int:
         "(aim_DATA_sSEED.csv / .json): scored as the peer 'AIM (private-pgm, saved)'",
     )
     parser.add_argument(
+        "--write-peer-inputs",
+        type=Path,
+        default=None,
+        help="write DATA.csv and DATA.json (the peer's domain file) of every --data into this "
+        "folder, for peer_pgm.py fits run on their own, and stop",
+    )
+    parser.add_argument(
         "--peer-timeout", type=float, default=None, help="cap on one peer fit, in seconds"
     )
     parser.add_argument(
@@ -442,6 +460,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.ERROR)
     print("command:", " ".join(["python -m benchmarks.bench_synth", *(argv or sys.argv[1:])]))
+    if args.write_peer_inputs is not None:
+        write_peer_inputs(args.data, args.write_peer_inputs)
+        return 0
     peers = _peers(args.peer_python, args.pgm_mechanisms, args.peer_timeout)
     if not args.aim:
         peers.pop("AIM (smartnoise)", None)

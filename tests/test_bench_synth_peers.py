@@ -89,3 +89,15 @@ def test_peer_ratios_divide_our_mean_by_each_peer_mean() -> None:
     assert list(table["peer"]) == ["AIM (private-pgm)", "MST (smartnoise)"]
     assert table["ratio_tvd3"].tolist() == pytest.approx([0.6, 0.25])
     assert bench_synth.peer_ratios([]).empty
+
+
+def test_peer_inputs_are_the_data_and_its_domain_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(bench_synth.DATASETS, "small", _small)
+    bench_synth.write_peer_inputs(["small"], tmp_path / "inputs")
+    frame, _, _ = _small()
+    written = pd.read_csv(tmp_path / "inputs" / "small.csv")
+    pd.testing.assert_frame_equal(written, frame)
+    values = json.loads((tmp_path / "inputs" / "small.json").read_text())
+    assert values == {"a": ["2", "1", "0"], "b": ["x", "y"], "c": ["0", "1"]}
