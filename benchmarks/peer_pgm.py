@@ -5,8 +5,8 @@ This script imports nothing from the project and copies nothing from private-pgm
 the peer interpreter (/work/venv-peer/bin/python, which has ``mbi`` 1.1.0, the JAX rewrite of
 private-pgm) and imports the mechanism from a checkout of private-pgm's ``mechanisms`` folder
 (``aim.py``, ``mechanism.py``, ``cdp2adp.py``; the package does not ship them), given by
-``--mechanisms``. smartnoise-synth's AIM wraps the older NumPy private-pgm and took more than
-21 minutes for one NLTCS fit; this is the authors' current code on the JAX estimator.
+``--mechanisms``. smartnoise-synth 1.0.8's AIM is its own port on the same ``mbi`` (it took
+more than 21 minutes for one NLTCS fit); this is the authors' own mechanism, unchanged.
 
 Settings (the published ones): the workload is every 3-way marginal with at most
 ``--max-cells`` (10,000, the script's default) cells, each weighted 1; delta 1e-9 (passed by
