@@ -1,26 +1,32 @@
 """Benchmark of the synth generators on Adult, NLTCS and the ACS excerpt.
 
 For each data set and epsilon: each generator's mean 1-, 2- and 3-way marginal TVD, the train-
-on-synthetic / test-on-real AUC where the data set has a class, the wall time and this process's
-CPU time (``cpu_s``, what a fit costs on a shared machine; not counted for a peer, which runs in
-its own process). The Adaptive generator runs at (epsilon, 1e-9), as the peers, its rows i.i.d.
-and as many as its noisy total. Beside them: the bootstrap floor (a resample of the real data,
-what sampling noise alone costs), the independent-columns baseline (each column shuffled on its
-own: perfect 1-way marginals, no dependence) and, for the local-DP DP2-Pub, the GRR + per-
-attribute PRAM floor. A published peer (smartnoise-synth's MST and AIM, records drawn i.i.d.
-from the model) runs when the package is importable by ``--peer-python`` (a separate virtual
-environment: the project's dependencies do not change for it), at ``--peer-eps``; otherwise a
-message says it was skipped. Every generator runs once per seed; the table shows the mean ± its
+on-synthetic / test-on-real AUC where the data set has a class, the wall time and the CPU time
+(``cpu_s``, what a fit costs on a shared machine: this process's for the project's generators,
+the peer process's own, all threads, for a peer). The Adaptive generator runs at
+(epsilon, 1e-9), as the peers, its rows i.i.d. and as many as its noisy total. Beside them: the
+bootstrap floor (a resample of the real data, what sampling noise alone costs), the
+independent-columns baseline (each column shuffled on its own: perfect 1-way marginals, no
+dependence) and, for the local-DP DP2-Pub, the GRR + per-attribute PRAM floor.
+
+Published peers run under ``--peer-python`` (a separate virtual environment: the project's
+dependencies do not change for them), at ``--peer-eps``, once per seed, records drawn i.i.d.
+from their models: smartnoise-synth's MST (and its AIM with ``--aim``) when that package is
+importable, and private-pgm's own AIM (benchmarks/peer_pgm.py) with ``--pgm-mechanisms DIR``,
+a checkout of private-pgm's ``mechanisms`` folder. AIM at its published settings takes hours
+a fit on this machine, so its fits can be run before, one at a time in the background, by
+peer_pgm.py and scored here with ``--aim-saved DIR``. A peer reports its own peak resident
+memory (``peak_mib``). Every generator runs once per seed; the table shows the mean ± its
 standard error.
 
 Run from the repository root:
 
     /work/venv/bin/python -m benchmarks.bench_synth [--data adult nltcs acs] [--eps 0.1 1 5]
         [--seeds 0 1 2] [--peer-python /work/venv-peer/bin/python] [--aim]
-        [--methods adaptive]
+        [--pgm-mechanisms DIR | --aim-saved DIR] [--methods adaptive]
 
-The process's peak resident memory is printed at the end (run one method with ``--methods``
-to read it as that method's peak).
+The process's peak resident memory is printed at the end (run one method and one data set
+with ``--methods`` and ``--data`` to read it as that method's peak on that data).
 """
 
 from __future__ import annotations
@@ -44,6 +50,8 @@ from benchmarks.acs import AGE_BINS, shared_data
 from synth import Adaptive, ClassConditional, DP2Pub, PrivBayes
 from synth.dp2pub import grr_pram_baseline
 from synth.metrics import marginal_tvd, tstr_accuracy
+
+PEER_DELTA = 1e-9  # the delta every (epsilon, delta) method runs at, ours and the peers
 
 ACS_COLUMNS = [
     "PUMA",
@@ -113,38 +121,115 @@ DATASETS: dict[str, Callable[[], tuple[pd.DataFrame, dict, str | None]]] = {
 }
 
 
-def _peers(peer_python: str | None) -> dict[str, Callable[[pd.DataFrame, float], pd.DataFrame]]:
-    """smartnoise-synth's MST (and AIM with ``--aim``), run by ``peer_python`` (an interpreter
-    of a separate virtual environment that has smartnoise-synth, so the project's own
-    dependencies do not change) through benchmarks/peer_smartnoise.py."""
+Peer = Callable[[pd.DataFrame, dict, float, int], tuple[pd.DataFrame, dict]]
+"""A peer run: (real data, domains, epsilon, seed) -> (synthetic data, the peer process's
+``seconds``, ``cpu_s`` and ``peak_mib`` where it reports them)."""
+
+
+def _domain_file(df: pd.DataFrame, domains: dict, folder: Path) -> Path:
+    """Every column's values as strings, in the declared order (the ones not declared sorted
+    from the data, as the project's generators infer them), for the private-pgm peer."""
+    values = {
+        c: [str(v) for v in domains[c]] if c in domains else sorted(set(df[c].astype(str)))
+        for c in df.columns
+    }
+    path = folder / "domains.json"
+    path.write_text(json.dumps(values))
+    return path
+
+
+def _peer_run(
+    command: list[str], df: pd.DataFrame, folder: Path, timeout: float | None
+) -> tuple[pd.DataFrame, dict]:
+    """Run one peer command (its last two arguments name the output CSV) and read its output
+    and the JSON statistics on the last line of its stdout (if it prints them)."""
+    done = subprocess.run(command, check=True, capture_output=True, text=True, timeout=timeout)
+    out = pd.read_csv(folder / "out.csv", dtype=str, keep_default_na=False)
+    last = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else ""
+    stats = json.loads(last) if last.startswith("{") else {}
+    return out.astype(df.dtypes.to_dict()), stats
+
+
+def _peers(
+    peer_python: str | None,
+    pgm_mechanisms: Path | None,
+    timeout: float | None,
+) -> dict[str, Peer]:
+    """smartnoise-synth's MST and AIM (benchmarks/peer_smartnoise.py) and private-pgm's own
+    AIM (benchmarks/peer_pgm.py, with ``pgm_mechanisms``: a checkout of private-pgm's
+    ``mechanisms`` folder), each run by ``peer_python`` (an interpreter of a separate virtual
+    environment, so the project's own dependencies do not change), at most ``timeout`` seconds
+    a fit (None: no cap)."""
     if peer_python is None:
         print("no --peer-python given: MST / AIM peer runs skipped")
         return {}
+    out: dict[str, Peer] = {}
     check = subprocess.run(
         [peer_python, "-c", "import snsynth"], capture_output=True, text=True, check=False
     )
-    if check.returncode != 0:
-        print(f"smartnoise-synth is not importable by {peer_python}: MST / AIM peer runs skipped")
-        return {}
-    script = Path(__file__).with_name("peer_smartnoise.py")
+    if check.returncode == 0:
+        script = Path(__file__).with_name("peer_smartnoise.py")
 
-    def make(name: str) -> Callable[[pd.DataFrame, float], pd.DataFrame]:
-        def run(df: pd.DataFrame, eps: float) -> pd.DataFrame:
-            with tempfile.TemporaryDirectory() as folder:
-                source, target = Path(folder) / "in.csv", Path(folder) / "out.csv"
-                df.to_csv(source, index=False)
-                subprocess.run(
-                    [peer_python, str(script), name, str(eps), str(source), str(target)],
-                    check=True,
-                    capture_output=True,
-                    text=True,
-                )
-                out = pd.read_csv(target, dtype=str, keep_default_na=False)
-            return out.astype(df.dtypes.to_dict())
+        def smartnoise(name: str) -> Peer:
+            def run(df: pd.DataFrame, domains: dict, eps: float, seed: int) -> tuple:
+                with tempfile.TemporaryDirectory() as name_:
+                    folder = Path(name_)
+                    df.to_csv(folder / "in.csv", index=False)
+                    command = [peer_python, str(script), name, str(eps)]
+                    command += [str(folder / "in.csv"), str(folder / "out.csv"), str(seed)]
+                    return _peer_run(command, df, folder, timeout)
 
-        return run
+            return run
 
-    return {"MST (smartnoise)": make("mst"), "AIM (smartnoise)": make("aim")}
+        out["MST (smartnoise)"] = smartnoise("mst")
+        out["AIM (smartnoise)"] = smartnoise("aim")
+    else:
+        print(f"smartnoise-synth is not importable by {peer_python}: its peers skipped")
+    if pgm_mechanisms is not None:
+        script = Path(__file__).with_name("peer_pgm.py")
+
+        def aim(df: pd.DataFrame, domains: dict, eps: float, seed: int) -> tuple:
+            with tempfile.TemporaryDirectory() as name_:
+                folder = Path(name_)
+                df.to_csv(folder / "in.csv", index=False)
+                command = [peer_python, str(script), "aim", str(eps), str(PEER_DELTA)]
+                command += [str(folder / "in.csv"), str(_domain_file(df, domains, folder))]
+                command += [str(folder / "out.csv"), "--seed", str(seed)]
+                command += ["--mechanisms", str(pgm_mechanisms)]
+                return _peer_run(command, df, folder, timeout)
+
+        out["AIM (private-pgm)"] = aim
+    return out
+
+
+def write_peer_inputs(datasets: list[str], folder: Path) -> None:
+    """``folder/DATA.csv`` and ``folder/DATA.json`` for each data set: what peer_pgm.py reads
+    for a fit run on its own (the same data and domain file a live peer run is given)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in datasets:
+        real, domains, _ = DATASETS[name]()
+        real.to_csv(folder / f"{name}.csv", index=False)
+        _domain_file(real, domains, folder).rename(folder / f"{name}.json")
+        print(f"wrote {folder / name}.csv and .json")
+
+
+def _saved_peer(folder: Path, prefix: str) -> Peer:
+    """A peer whose fits were run before (one at a time, in the background: private-pgm's AIM
+    takes hours on this machine) by benchmarks/peer_pgm.py, read back from ``folder``:
+    ``{prefix}_{data}_s{seed}.csv`` (its synthetic data) and ``.json`` (its statistics). The
+    data set's name comes from the data's ``attrs``."""
+
+    def run(df: pd.DataFrame, domains: dict, eps: float, seed: int) -> tuple:
+        stem = folder / f"{prefix}_{df.attrs['name']}_s{seed}"
+        if not stem.with_suffix(".csv").exists():
+            raise FileNotFoundError(f"no saved fit {stem}.csv")
+        out = pd.read_csv(stem.with_suffix(".csv"), dtype=str, keep_default_na=False)
+        stats = json.loads(stem.with_suffix(".json").read_text().strip().splitlines()[-1])
+        if stats.get("epsilon", eps) != eps:
+            raise ValueError(f"{stem}.json is a fit at epsilon {stats['epsilon']}, not {eps}")
+        return out.astype(df.dtypes.to_dict()), stats
+
+    return run
 
 
 def _row(
@@ -155,6 +240,7 @@ def _row(
     seconds: float,
     target: str | None,
     cpu: float = float("nan"),
+    peak: float = float("nan"),
 ) -> dict:
     table = marginal_tvd(real, synthetic, (1, 2, 3))
     row = {
@@ -166,6 +252,7 @@ def _row(
         "tvd2_max": table.loc[2, "max"],
         "seconds": seconds,
         "cpu_s": cpu,
+        "peak_mib": peak,
     }
     if target is not None:
         scores = tstr_accuracy(synthetic, real, target)
@@ -217,32 +304,31 @@ def _timed(
     label: str,
     eps: object,
     real: pd.DataFrame,
-    make: Callable[[], pd.DataFrame],
+    make: Callable[[], pd.DataFrame | tuple[pd.DataFrame, dict]],
     target: str | None,
 ) -> dict | None:
+    """Run one fit and score it. A peer returns its own process's statistics beside its data:
+    its ``seconds``, ``cpu_s`` (all its threads) and ``peak_mib`` replace this process's
+    measures, which would count only the wait for it."""
     start, cpu = time.perf_counter(), time.process_time()
     try:
-        synthetic = make()
+        made = make()
     except Exception as err:  # a run's failure is reported, not fatal
         print(f"{label} at eps {eps} failed: {err}", flush=True)
         return None
     seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
-    # cpu_s: this process's CPU time (a peer's runs in its own process: not counted)
-    return _row(
-        label,
-        eps,
-        real,
-        synthetic,
-        seconds,
-        target,
-        cpu=cpu if "smartnoise" not in label else float("nan"),
-    )
+    synthetic, stats = made if isinstance(made, tuple) else (made, None)
+    if stats is not None:
+        seconds = stats.get("seconds", seconds)
+        cpu = stats.get("cpu_s", float("nan"))
+    peak = float("nan") if stats is None else stats.get("peak_mib", float("nan"))
+    return _row(label, eps, real, synthetic, seconds, target, cpu=cpu, peak=peak)
 
 
 def _summary(rows: list[dict]) -> pd.DataFrame:
     """Mean and standard error over the seeds of every (data, method, eps)."""
     frame = pd.DataFrame(rows)
-    columns = ("tvd1", "tvd2", "tvd3", "tvd2_max", "tstr_auc", "seconds", "cpu_s")
+    columns = ("tvd1", "tvd2", "tvd3", "tvd2_max", "tstr_auc", "seconds", "cpu_s", "peak_mib")
     metrics = [c for c in columns if c in frame]
     grouped = frame.groupby(["data", "method", "eps"], sort=False)[metrics]
     mean, sem = grouped.mean(), grouped.sem()
@@ -256,21 +342,41 @@ def _summary(rows: list[dict]) -> pd.DataFrame:
     out["tvd2_max"] = mean["tvd2_max"].round(4)
     out["seconds"] = mean["seconds"].round(1)
     out["cpu_s"] = mean["cpu_s"].round(1)
+    out["peak_mib"] = mean["peak_mib"].round(0)
     out["runs"] = grouped.size()
     return out.reset_index()
+
+
+def peer_ratios(rows: list[dict], ours: str = "Adaptive") -> pd.DataFrame:
+    """The issue's target figure: the mean 3-way TVD of the generator whose name starts with
+    ``ours`` over each peer's (whose name holds "(smartnoise" or "(private-pgm"), per data set
+    and epsilon where both ran (means over each one's own seeds)."""
+    frame = pd.DataFrame(rows)
+    if frame.empty or "data" not in frame:
+        return pd.DataFrame(columns=["data", "eps", "peer", "ratio_tvd3"])
+    means = frame.groupby(["data", "eps", "method"], sort=False)["tvd3"].mean()
+    out = []
+    for (data, eps, method), value in means.items():
+        if "(smartnoise" not in method and "(private-pgm" not in method:
+            continue
+        mine = [v for (d, e, m), v in means.items() if (d, e) == (data, eps) and m.startswith(ours)]
+        for v in mine:
+            out.append({"data": data, "eps": eps, "peer": method, "ratio_tvd3": v / value})
+    return pd.DataFrame(out, columns=["data", "eps", "peer", "ratio_tvd3"])
 
 
 def run(
     datasets: list[str],
     epsilons: list[float],
     seeds: list[int],
-    peers: dict[str, Callable[[pd.DataFrame, float], pd.DataFrame]],
+    peers: dict[str, Peer],
     peer_epsilons: list[float],
     methods: list[str] | None = None,
 ) -> pd.DataFrame:
     rows: list[dict] = []
     for name in datasets:
         real, domains, target = DATASETS[name]()
+        real.attrs["name"] = name  # for the saved peer fits, which are named by data set
         n = len(real)
         print(f"\n## {name}: {n} rows, {real.shape[1]} columns", flush=True)
         start_rows = len(rows)
@@ -293,12 +399,19 @@ def run(
                         )
             if eps in peer_epsilons:
                 for label, peer in peers.items():
-                    row = _timed(label, eps, real, functools.partial(peer, real, eps), target)
-                    if row is not None:
-                        rows.append(row)
+                    for seed in seeds:
+                        run_peer = functools.partial(peer, real, domains, eps, seed)
+                        row = _timed(label, eps, real, run_peer, target)
+                        if row is not None:
+                            rows.append(row)
+                            print(f"  {label} eps {eps} seed {seed}: tvd3 {row['tvd3']:.4f}")
             for r in rows[start_rows:]:
                 r.setdefault("data", name)
             print(_summary(rows[start_rows:]).to_string(index=False), flush=True)
+    ratios = peer_ratios(rows)
+    if not ratios.empty:
+        print("\n# mean 3-way TVD of Adaptive / the peer's (target: <= 1 on every data set)")
+        print(ratios.round(3).to_string(index=False))
     return _summary(rows)
 
 
@@ -313,7 +426,30 @@ def main(argv: list[str] | None = None) -> int:
         help="an interpreter with smartnoise-synth installed (e.g. /work/venv-peer/bin/python)",
     )
     parser.add_argument("--peer-eps", nargs="+", type=float, default=[1.0])
-    parser.add_argument("--aim", action="store_true", help="also run AIM (slow)")
+    parser.add_argument("--aim", action="store_true", help="also run smartnoise's AIM (slow)")
+    parser.add_argument(
+        "--pgm-mechanisms",
+        type=Path,
+        default=None,
+        help="private-pgm's mechanisms folder: also run its AIM (benchmarks/peer_pgm.py; hours)",
+    )
+    parser.add_argument(
+        "--aim-saved",
+        type=Path,
+        default=None,
+        help="a folder of private-pgm AIM fits run before by peer_pgm.py "
+        "(aim_DATA_sSEED.csv / .json): scored as the peer 'AIM (private-pgm, saved)'",
+    )
+    parser.add_argument(
+        "--write-peer-inputs",
+        type=Path,
+        default=None,
+        help="write DATA.csv and DATA.json (the peer's domain file) of every --data into this "
+        "folder, for peer_pgm.py fits run on their own, and stop",
+    )
+    parser.add_argument(
+        "--peer-timeout", type=float, default=None, help="cap on one peer fit, in seconds"
+    )
     parser.add_argument(
         "--skip-mst", action="store_true", help="do not run the MST peer (with --aim: AIM only)"
     )
@@ -324,11 +460,16 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.ERROR)
     print("command:", " ".join(["python -m benchmarks.bench_synth", *(argv or sys.argv[1:])]))
-    peers = _peers(args.peer_python)
+    if args.write_peer_inputs is not None:
+        write_peer_inputs(args.data, args.write_peer_inputs)
+        return 0
+    peers = _peers(args.peer_python, args.pgm_mechanisms, args.peer_timeout)
     if not args.aim:
         peers.pop("AIM (smartnoise)", None)
     if args.skip_mst:
         peers.pop("MST (smartnoise)", None)
+    if args.aim_saved is not None:
+        peers["AIM (private-pgm, saved)"] = _saved_peer(args.aim_saved, "aim")
     table = run(args.data, args.eps, args.seeds, peers, args.peer_eps, args.methods)
     print("\n# all results (mean ±SE over the seeds; peers and baselines as run)")
     print(table.to_string(index=False))

@@ -14,15 +14,22 @@ AIM runs with the 3-way workload of the AIM paper (``degree=3``; smartnoise-synt
 2-way), so it targets the benchmark's 3-way TVD as the project's Adaptive does; its other
 settings (delta 1e-9, max_model_size 80 MB, max_cells 10,000) are the package's defaults.
 
-    /work/venv-peer/bin/python benchmarks/peer_smartnoise.py mst 1.0 in.csv out.csv
+The optional fifth argument seeds NumPy's global generator (which the peer's noise and
+sampling draw from). The last line of stdout is the JSON of this fit's wall seconds, CPU
+seconds (all threads of this process) and peak resident memory in MiB.
+
+    /work/venv-peer/bin/python benchmarks/peer_smartnoise.py mst 1.0 in.csv out.csv [SEED]
 """
 
 from __future__ import annotations
 
+import json
+import resource
 import sys
 import time
 from typing import Any
 
+import numpy as np
 import pandas as pd
 from snsynth import Synthesizer
 
@@ -44,15 +51,19 @@ def _sample(synth: Any, method: str, rows: int, columns: list[str]) -> pd.DataFr
 
 
 def main(argv: list[str]) -> int:
-    method, eps, source, target = argv
+    method, eps, source, target = argv[:4]
+    if len(argv) > 4:
+        np.random.seed(int(argv[4]))
     df = pd.read_csv(source, dtype=str, keep_default_na=False)
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     options = {"degree": 3} if method == "aim" else {}
     synth = Synthesizer.create(method, epsilon=float(eps), **options)
     synth.fit(df, preprocessor_eps=0.0, categorical_columns=list(df.columns))
     out = _sample(synth, method, len(df), list(df.columns))
+    seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
     out.to_csv(target, index=False)
-    print(f"{time.perf_counter() - start:.3f}")
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(json.dumps({"seconds": seconds, "cpu_s": cpu, "peak_mib": peak}))
     return 0
 
 
