@@ -15,7 +15,7 @@ and totals, before the passes). ``pl94.py`` codes race as the bit mask of the ra
 
 Without ``--multipass`` the L2 pass is one pass per family (the level-batched Newton paths);
 production fitted the total alone first at State..Block_Group, which this engine solves family
-by family (much slower: see the closing note of issue 26).
+by family: on a 20,000-person state, 52.0 CPU-s against 46.9 without it, one run each.
 """
 
 from __future__ import annotations

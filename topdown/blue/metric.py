@@ -22,10 +22,12 @@ once per query, and over-weights the coarse answers against the cells. Measured 
 production PL94 strategy (``hhinstlevels`` folded into ``hhgq``, state total invariant, a
 750,000-person state, 6 paired seeds): block total MAE 8.68 against TopDown's 8.41 (+0.27 +-
 0.01), block-group totals +0.026 +- 0.012; with these weights 8.38 (-0.032 +- 0.002) and -0.034
-+- 0.014, and every level's totals, voting-age totals and cells no worse than TopDown's. On the
-synthetic sparse tracts the old weights gave tract totals 1.04-1.08 x TopDown's, these 0.99-1.00.
-The price: on the ACS excerpt the state and PUMA totals gain less (0.93-0.96 x TopDown's instead
-of 0.81), because the old over-weighted total also countered the clipping bias of small nodes.
++- 0.014, and every level's totals, voting-age totals and cells no worse than TopDown's.
+``benchmarks/bench_estimators.py`` (discrete Gaussian, rho 0.5 and 2, 8 seeds, the root's total
+held): on the synthetic sparse tracts the old weights gave tract totals 1.04-1.08 x TopDown's,
+these 0.99-1.00. The price: on the ACS excerpt, detailed only, the state and PUMA totals gain
+less (0.93-0.96 x TopDown's instead of 0.81-0.90), because the old over-weighted total also
+countered the clipping bias of small nodes.
 
 A strategy with recoded queries keeps each answer's own variance (its precision is not a sum of
 scalar projectors: see ``topdown.blue.plan``).

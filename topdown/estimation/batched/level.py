@@ -310,6 +310,8 @@ def _batched_fit(inputs: LevelInputs) -> _Fit | None:
         return None
     cells = inputs.measurements[detailed[0]]
     v_cells = _per_node(cells.variance, cells.noisy.shape[0])
+    if not np.all(np.isfinite(v_cells) & (v_cells > 0)):
+        return None
     others = [
         (m, M) for m, M in zip(inputs.measurements, inputs.matrices, strict=True) if M is not None
     ]
@@ -318,12 +320,8 @@ def _batched_fit(inputs: LevelInputs) -> _Fit | None:
     kept = [i for i, v in enumerate(variances) if not np.all(np.isinf(v))]
     others, variances = [others[i] for i in kept], [variances[i] for i in kept]
     if not others:
-        if not np.all(np.isfinite(v_cells) & (v_cells > 0)):
-            return None
         return _Fit("closed_form", cells.noisy, precision(v_cells))
-    if not np.all(np.isfinite(v_cells) & (v_cells > 0)) or not all(
-        np.all(v > 0) for v in variances
-    ):
+    if not all(np.all(v > 0) for v in variances):
         return None
     if len(others) == 1 and others[0][0].query.attributes == ():
         return _Fit(
