@@ -9,17 +9,15 @@ from fractions import Fraction
 import numpy as np
 import pytest
 from test_stream import QUIET, _geography, _records, _state_total
-from test_stream_blue import _assembled
+from test_stream_blue import _assembled, streamed_pieces
 
-from topdown.blue.estimate import NodeSummary, blue
-from topdown.blue.streamed import blue_above, blue_below, subtree_summary
+from topdown.blue.estimate import blue
+from topdown.blue.streamed import blue_below
 from topdown.estimation.estimators import exact_totals
 from topdown.measurement.measure import Measurements
 from topdown.measurement.tree import Tree
 from topdown.schema import Attribute, Schema
 from topdown.strategy import LevelStrategy, Query, Strategy
-from topdown.streaming.measurements import read_part
-from topdown.streaming.result import streamed_plan
 from topdown.streaming.run import release_streamed
 
 pytestmark = pytest.mark.extra("parquet")
@@ -65,28 +63,8 @@ def test_streamed_blue_of_recoded_queries_is_the_whole_tree_blue(tmp_path) -> No
     for state, total in exact[1].items():  # the invariant, kept with variance 0
         assert whole.cells_at(1)[state].sum() == pytest.approx(total, abs=1e-8)
         assert whole.answer_variance(1, "total")[state, 0] == 0.0
-    top_tree = Tree(rel.tree.levels[: s + 1])
-    top = Measurements(measurements.levels[: s + 1])
-    plan = streamed_plan(domain, rel.strategy, top, rel.tree.n_levels, rel.invariants)
+    plan, labels, lower, parts, above, stream = streamed_pieces(rel, measurements, exact)
     assert plan.blocks
-    labels = rel.tree.levels[s].labels.astype(str).tolist()
-    lower = range(s + 1, rel.tree.n_levels)
-    parts = {
-        label: read_part(rel.folder, rel.subtree_tree(label), lower, label, rel.strategy, domain)
-        for label in labels
-    }
-    below = NodeSummary.stack(
-        [
-            subtree_summary(
-                Tree(rel.subtree_tree(label).levels[s:]),
-                domain,
-                Measurements(parts[label].levels[s:]),
-                plan,
-            )
-            for label in labels
-        ]
-    )
-    above, stream = blue_above(top_tree, domain, top, below, plan, exact_totals=exact)
     for level in range(s + 1):
         np.testing.assert_allclose(above.cells_at(level), whole.cells_at(level), atol=1e-8)
         for q in QUERIES:

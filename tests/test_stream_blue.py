@@ -94,6 +94,35 @@ def _assembled(rel: StreamedRelease) -> Measurements:
     return Measurements(tuple(levels))
 
 
+def streamed_pieces(rel, measurements: Measurements, exact):
+    """The streamed BLUE's pieces from a streamed folder's published parts, as the two sweeps
+    compute them: (plan, subtree labels, levels below the stream level, parts by label, the
+    BLUE above the stream level, its per-subtree summaries)."""
+    domain, s = rel.schema.domain, rel.stream_level
+    top_tree = Tree(rel.tree.levels[: s + 1])
+    top = Measurements(measurements.levels[: s + 1])
+    plan = streamed_plan(domain, rel.strategy, top, rel.tree.n_levels, rel.invariants)
+    labels = rel.tree.levels[s].labels.astype(str).tolist()
+    lower = range(s + 1, rel.tree.n_levels)
+    parts = {
+        label: read_part(rel.folder, rel.subtree_tree(label), lower, label, rel.strategy, domain)
+        for label in labels
+    }
+    below = NodeSummary.stack(
+        [
+            subtree_summary(
+                Tree(rel.subtree_tree(label).levels[s:]),
+                domain,
+                Measurements(parts[label].levels[s:]),
+                plan,
+            )
+            for label in labels
+        ]
+    )
+    above, stream = blue_above(top_tree, domain, top, below, plan, exact_totals=exact)
+    return plan, labels, lower, parts, above, stream
+
+
 @pytest.mark.parametrize(
     ("strategy", "constraints"),
     [(_strategy, None), (_strategy, _state_total), (_detailed_only, None)],
@@ -117,27 +146,7 @@ def test_streamed_blue_equals_the_whole_tree_blue_of_its_measurements(
     exact = exact_totals(rel.invariants, domain)
     whole = blue(rel.tree, domain, whole_measurements, exact_totals=exact)
     # the pieces, as the two sweeps compute them, from the same published parts
-    top_tree = Tree(rel.tree.levels[: s + 1])
-    top = Measurements(whole_measurements.levels[: s + 1])
-    plan = streamed_plan(domain, rel.strategy, top, rel.tree.n_levels, rel.invariants)
-    labels = rel.tree.levels[s].labels.astype(str).tolist()
-    lower = range(s + 1, rel.tree.n_levels)
-    parts = {
-        label: read_part(rel.folder, rel.subtree_tree(label), lower, label, rel.strategy, domain)
-        for label in labels
-    }
-    below = NodeSummary.stack(
-        [
-            subtree_summary(
-                Tree(rel.subtree_tree(label).levels[s:]),
-                domain,
-                Measurements(parts[label].levels[s:]),
-                plan,
-            )
-            for label in labels
-        ]
-    )
-    above, stream = blue_above(top_tree, domain, top, below, plan, exact_totals=exact)
+    plan, labels, lower, parts, above, stream = streamed_pieces(rel, whole_measurements, exact)
     queries = ["detailed", "total", "AGE"]
     for level in range(s + 1):
         np.testing.assert_allclose(above.cells_at(level), whole.cells_at(level), atol=1e-8)
