@@ -177,14 +177,21 @@ def test_only_child_combines_with_parent_by_inverse_variance() -> None:
         np.testing.assert_allclose(est.variance(level, "detailed"), [0.75], atol=1e-12)
 
 
-def simulate(tree: Tree, truth: list[np.ndarray], strategy: list[list[tuple[str, float]]], seed):
+def simulate(
+    tree: Tree,
+    truth: list[np.ndarray],
+    strategy: list[list[tuple[str, float]]],
+    seed,
+    domain: Domain = DOMAIN,
+):
+    """Seeded Gaussian measurements of the true answers, each query with its variance."""
     rng = np.random.default_rng(seed)
     levels = []
     for level, queries in enumerate(strategy):
         row = []
         for name, var in queries:
             q = Query.parse(name)
-            exact = q.answer(truth[level], DOMAIN).astype(float)
+            exact = q.answer(truth[level], domain).astype(float)
             noisy = exact + rng.normal(0.0, np.sqrt(var), exact.shape)
             row.append(QueryEstimate(level, q, noisy, np.array([var])))
         levels.append(tuple(row))

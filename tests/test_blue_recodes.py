@@ -259,17 +259,7 @@ def test_cell_variances_match_a_simulation_and_intervals_cover_90_percent() -> N
     errors = {lv: [] for lv in range(tree.n_levels)}
     est = None
     for r in range(reps):
-        noise = np.random.default_rng(5000 + r)
-        levels = []
-        for level, queries in enumerate(strategy):
-            row = []
-            for name, var in queries:
-                q = Query.parse(name)
-                exact = q.answer(truth[level], DOMAIN).astype(float)
-                noisy = exact + noise.normal(0.0, np.sqrt(var), exact.shape)
-                row.append(QueryEstimate(level, q, noisy, np.array([var])))
-            levels.append(tuple(row))
-        est = blue(tree, DOMAIN, EstimatorInputs(tuple(levels)))
+        est = blue(tree, DOMAIN, tb.simulate(tree, truth, strategy, 5000 + r, DOMAIN))
         for lv in range(tree.n_levels):
             errors[lv].append(est.cells[lv] - truth[lv])
     assert est is not None
