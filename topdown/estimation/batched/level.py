@@ -332,18 +332,10 @@ def _batched_fit(inputs: LevelInputs) -> _Fit | None:
             precision(variances[0]),
         )
     marginals = tuple(
-        LevelMarginal(_groups(M), m.noisy, precision(v))
-        for (m, M), v in zip(others, variances, strict=True)
+        LevelMarginal(m.query.groups(inputs.book.domain), m.noisy, precision(v))
+        for (m, _), v in zip(others, variances, strict=True)
     )
     return _Fit(MARGINAL_NEWTON, cells.noisy, precision(v_cells), marginals=marginals)
-
-
-def _groups(matrix: sp.csr_matrix) -> np.ndarray:
-    """Each cell's answer in a marginal query's 0/1 matrix (a partition: one 1 per column)."""
-    csc = sp.csc_matrix(matrix)
-    if not np.array_equal(np.diff(csc.indptr), np.ones(csc.shape[1], dtype=np.int64)):
-        raise ValueError("a marginal query's matrix must have exactly one 1 per cell")
-    return csc.indices.astype(np.int64)
 
 
 def _per_node(variance: np.ndarray | float, nodes: int) -> np.ndarray:
