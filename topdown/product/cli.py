@@ -28,6 +28,7 @@ streams: its seed is published, so its noise can be regenerated.
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
 import logging
 import os
@@ -112,7 +113,13 @@ def run() -> NoReturn:
 
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, late)
-    sys.exit(code)
+    # the interpreter's own exit resets the signal handlers to the default before it ends,
+    # so an interrupt in that window killed the process silently (exit -2 on a quiet
+    # machine): run the exit handlers here, with ``late`` in place, and leave without it
+    atexit._run_exitfuncs()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def build_parser() -> argparse.ArgumentParser:
