@@ -39,6 +39,9 @@ def test_the_release_folder_holds_no_timing_and_diagnostics_go_outside(tmp_path,
     document = json.loads((diagnostics / "diagnostics.json").read_text())
     assert document["records_read"] == n and document["release"] == str(out)
     assert {"read", "release", "write"} <= set(document["timings_seconds"])
+    # the passes' solve times too: out of solver_stats.csv, into the diagnostics
+    assert {"level 0: L2 pass", "level 1: rounding pass"} <= set(document["timings_seconds"])
+    assert not any("second" in c for c in pd.read_csv(out / "solver_stats.csv").columns)
     assert "NOT for publication" in document["note"]
     assert main(["check", str(out)]) == 0
     capsys.readouterr()
@@ -67,5 +70,7 @@ def test_a_streamed_folder_holds_no_timing(tmp_path, capsys):
     assert "Timings" not in (out / "report.html").read_text()
     timings = json.loads((diagnostics / "diagnostics.json").read_text())["timings_seconds"]
     assert "total" in timings and any(k.startswith("subtree 06: ") for k in timings)
+    assert "level 1: L2 pass" in timings
+    assert not any("second" in c for c in pd.read_csv(out / "solver_stats.csv").columns)
     assert main(["check", str(out)]) == 0
     capsys.readouterr()

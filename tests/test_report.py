@@ -45,7 +45,7 @@ def test_report_embeds_four_valid_pngs(release_dir: Path) -> None:
         "Budget allocation",
         "Error by level",
         "Bias by node size",
-        "Solver time",
+        "Estimation by level",
     ):
         assert heading in html
     assert "<th>total rho (nominal)</th><td>1 (1.0)</td>" in html  # 1/2 + 1/2, seeded

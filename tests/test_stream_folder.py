@@ -189,7 +189,7 @@ def test_report_has_its_sections_and_plots(folder: Path):
         "Invariants (published exactly)",
         "Noisy measurements on disk",
         "Subtrees (by STATE)",
-        "Solver time by level",
+        "Estimation by level",
         "Files",
     ):
         assert f"<h2>{heading}</h2>" in page, heading

@@ -142,8 +142,15 @@ class Release:
             frame["stderr"] = np.round(self.blue.stderr(level)[node], 4)
         return pd.DataFrame(frame)
 
-    def solver_stats(self) -> pd.DataFrame:
-        return pd.DataFrame([s.to_dict() for s in self.stats])
+    def solver_stats(self, *, timings: bool = False) -> pd.DataFrame:
+        """Per level: families, problems, the solvers that took them, failsafes.
+
+        Args:
+            timings: add each level's L2 and rounding seconds: diagnostics for a solver
+                researcher, left out of the release folder (a timing side channel on parallel
+                runs; see ``LevelStats.to_dict``).
+        """
+        return pd.DataFrame([s.to_dict(timings=timings) for s in self.stats])
 
     # -- checks ------------------------------------------------------------------------
     def check_correctness(self, *, raise_on_failure: bool = False) -> CorrectnessReport:

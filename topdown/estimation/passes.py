@@ -9,7 +9,7 @@ is kept twice.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -25,6 +25,7 @@ __all__ = [
     "SolveStats",
     "SolverChoice",
     "check_solver_options",
+    "solve_seconds",
 ]
 
 #: The passes a solver can be chosen for. The failsafe's slack LP follows ``rounding``.
@@ -192,8 +193,15 @@ class LevelStats(SolveStats):
         """The level's row from the sum of its families' stats."""
         return cls(level=level, **{f.name: getattr(stats, f.name) for f in fields(SolveStats)})
 
-    def to_dict(self) -> dict[str, Any]:
-        """One row of the release's ``solver_stats`` table."""
+    def to_dict(self, *, timings: bool = False) -> dict[str, Any]:
+        """One row of the release's ``solver_stats`` table.
+
+        Args:
+            timings: add ``l2_seconds`` and ``rounding_seconds``. They are left out of the
+                published table: the passes read only noisy values, but on a parallel run
+                another worker's measurement (which reads the records) can slow them, a
+                timing side channel. ``topdown run --diagnostics DIR`` keeps them.
+        """
 
         def by_backend(pass_name: str) -> str:
             solved = self.solved_in(pass_name)
@@ -203,8 +211,6 @@ class LevelStats(SolveStats):
             "level": self.level,
             "families": self.families,
             "problems_solved": self.problems,
-            "l2_seconds": round(self.l2_time, 4),
-            "rounding_seconds": round(self.round_time, 4),
             "solvers": ", ".join(self.solvers) or "none (copied)",
             "l2_solved_by": by_backend("l2"),
             "rounding_solved_by": by_backend("rounding"),
@@ -213,7 +219,21 @@ class LevelStats(SolveStats):
             "failsafe_families": len(self.failsafe),
             "failsafe_slack": self.failsafe_slack,
             "status": "optimal" if not self.failsafe else "failsafe",
-        }
+        } | (self.seconds() if timings else {})
+
+    def seconds(self) -> dict[str, float]:
+        """The level's solve times (diagnostics, not for publication: see ``to_dict``)."""
+        return {"l2_seconds": round(self.l2_time, 4), "rounding_seconds": round(self.round_time, 4)}
+
+
+def solve_seconds(stats: Sequence[LevelStats]) -> dict[str, float]:
+    """Each level's solve times as diagnostics entries (``level N: L2 pass``, ``level N:
+    rounding pass``), for the run's ``timings`` (``--diagnostics``), never the folder."""
+    return {
+        f"level {s.level}: {name}": seconds
+        for s in stats
+        for name, seconds in (("L2 pass", s.l2_time), ("rounding pass", s.round_time))
+    }
 
 
 def controlled_window(total: np.ndarray | float) -> tuple[np.ndarray, np.ndarray]:

@@ -55,6 +55,7 @@ from topdown.blue.estimate import blue
 from topdown.errors import ReleaseError, TopDownError
 from topdown.estimation.estimate import LevelStats
 from topdown.estimation.estimators import exact_totals
+from topdown.estimation.passes import solve_seconds
 from topdown.estimation.root_total import decide
 from topdown.execution.process_memory import hugepage_advice_off
 from topdown.measurement.measure import Measurements, QueryMeasurement
@@ -147,6 +148,7 @@ def write_release_folder(
             if report is not None:
                 report(tmp)
             if timings is not None:
+                timings.update(solve_seconds(rel.stats))
                 timings["write"] = time.perf_counter() - start
             _write_manifest(tmp, rel, cfg)
             set_modes(tmp)

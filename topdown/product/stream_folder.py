@@ -45,6 +45,7 @@ import pandas as pd
 
 from mechanisms.ledger import Ledger
 from topdown.errors import ReleaseError
+from topdown.estimation.passes import solve_seconds
 from topdown.measurement.measure import Measurements
 from topdown.measurement.tree import Level, Tree
 from topdown.outputs.microdata import write_table
@@ -108,6 +109,7 @@ def write_streamed_extras(
     write_invariants(folder, rel.tree, rel.invariants)
     write_table(_subtree_frame(rel), folder / "subtrees.csv")
     timings.update({k: v for k, v in rel.timings.items() if k not in timings})
+    timings.update(solve_seconds(rel.stats))
     for r in rel.subtrees:
         timings.update({f"subtree {r.label}: {k}": v for k, v in sorted(r.timings.items())})
     start = time.perf_counter()

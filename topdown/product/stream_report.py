@@ -67,7 +67,7 @@ def build_streamed_report(folder: str | Path, *, name: str | None = None) -> Pat
     if subtrees is not None and not subtrees.empty:
         sections.append((f"Subtrees (by {stream_by})", _subtrees_html(subtrees)))
     if stats is not None and not stats.empty:
-        sections.append(("Solver time by level", solver_section(stats)))
+        sections.append(("Estimation by level", solver_section(stats)))
     sections.append(("Files", table_html(_files(folder))))
     title = f"TopDown streamed release: {name or folder.name}"
     return write_page(folder, title, sections)
