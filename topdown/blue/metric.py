@@ -183,9 +183,7 @@ def block_metric_weights(
         queries: the fed queries, in the order of the result's columns.
     """
     factors = [q.factors(domain) for q in queries]
-    grams = [
-        [b.gram(f) if b.sees(f) else np.zeros((b.k, b.k)) for f in factors] for b in blocks
-    ]
+    grams = [[b.gram(f) if b.sees(f) else np.zeros((b.k, b.k)) for f in factors] for b in blocks]
     nodes = np.asarray(subtree_scale[0]).shape[0]
     flat = np.concatenate(
         [np.asarray(s, dtype=float).reshape(nodes, -1) for s in subtree_scale], axis=1
