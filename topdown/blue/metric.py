@@ -40,10 +40,13 @@ stacked over the blocks, one equation per upper-triangle entry. Made relative th
 scalar rows are (each divided by its target): whitened by the subtree covariance ``V_b``, the
 equations are ``V_b^(1/2) (sum_q w_q G_qb) V_b^(1/2) = I`` (the off-diagonal entries counted
 twice, so each block's residual is a Frobenius norm and does not depend on the block's basis);
-at ``k = 1`` this is the scalar row. Unlike the plain split, the subtree precision of a parent
-is not always in the span of the ``G_q``: the children's summed covariances, inverted, leave it
-(``(D + c vv')^-1`` of a diagonal ``D`` is no combination of ``D``, ``I`` and ``vv'``), so the
-weights are then the closest (relative, least squares), not exact; at a leaf, and above
+at ``k = 1`` this is the scalar row, and each block counts once whatever its number of copies,
+as each scalar subset does. Unlike the plain split, the subtree precision of a parent is not
+always in the span of the ``G_q``: the children's summed covariances, inverted, leave it (on
+``hhinst``'s span the grams are combinations of ``I``, ``diag(s)`` and ``vv'``, ``v =
+sqrt(s)``; the inverse of one is in general not one, ``1 / (a + b s)`` not being affine in the
+three group sizes ``s``), so the weights are then the closest (relative, least squares); at a
+leaf, and above
 children whose precisions are all equal, they are exact. An exact direction (an invariant:
 the covariance is 0 along the node total ``w``) is left out of its block's equations, as the
 scalar rows leave out an exact group: the passes hold it as a constraint.
