@@ -10,7 +10,7 @@ import pytest
 import test_blue as tb
 
 from constraints.domain import Domain
-from topdown.blue.estimate import _with_exact_totals, blue, blue_inputs
+from topdown.blue.estimate import _with_exact_totals, blue
 from topdown.errors import StrategyError
 from topdown.measurement.estimator_inputs import EstimatorInputs, QueryEstimate
 from topdown.measurement.tree import Level, Tree
@@ -222,20 +222,6 @@ def test_an_exact_answer_of_a_recoded_query_is_refused() -> None:
     zero = QueryEstimate(1, m.query, m.noisy, np.zeros(1))
     with pytest.raises(StrategyError, match="'hhinst' at level 1.*exact node totals only"):
         blue(tree, DOMAIN, EstimatorInputs((inputs.at(0), (inputs.at(1)[0], zero))))
-
-
-def test_blue_inputs_feed_recoded_queries_with_their_mean_variance() -> None:
-    rng = np.random.default_rng(3)
-    tree = tb.random_tree(rng, (2,), only_child=False)
-    inputs = tb.random_inputs(rng, tree, STRATEGIES["hhinst"][:2], per_node=False)
-    est = blue(tree, DOMAIN, inputs)
-    fed = blue_inputs(inputs, est)
-    assert [m.query.name for m in fed.at(1)] == ["detailed", "total", "A x hhinst"]
-    got = fed.get(1, "A x hhinst")
-    assert got is not None
-    np.testing.assert_allclose(got.noisy, Query.parse("A x hhinst").answer(est.cells[1], DOMAIN))
-    want = est.answer_variance(1, "A x hhinst", subtree=True).mean(axis=1)
-    np.testing.assert_allclose(got.variance, want)
 
 
 def test_cell_variances_match_a_simulation_and_intervals_cover_90_percent() -> None:

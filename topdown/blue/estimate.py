@@ -39,7 +39,7 @@ import numpy as np
 from constraints.domain import Domain
 from topdown.blue.block_solve import solve_blocks
 from topdown.blue.blocks import Block
-from topdown.blue.metric import metric_weights
+from topdown.blue.metric import block_metric_weights, metric_weights
 from topdown.blue.plan import BluePlan, coefficient, kept_axes
 from topdown.blue.recursions import (
     LeafShift,
@@ -447,8 +447,9 @@ def blue_inputs(
     estimates gives the same answer: the leaf level of a one-group BLUE is fed its subtree
     estimates (the raw measurements, held without a copy), every other level its final BLUE.
     The fed variance of a query is ``1 / w_q`` (inf where
-    the weight is 0: for a strategy without a measured total, the total's). A strategy with
-    recoded queries is fed each answer's own subtree variance instead.
+    the weight is 0: for a strategy without a measured total, the total's). With recoded
+    queries the weights fit the subtree precision block by block (``block_metric_weights``),
+    exactly where it can be written as such a sum, else as closely as it can.
 
     The marginals go in at every level by default, although the BLUE cells already pool their
     measurements and a level fed only cells and totals could take the level-batched passes
@@ -484,7 +485,9 @@ def blue_inputs(
         fed = []
         queries = [Query.parse(name) for name in names]
         weights = (
-            None  # recoded queries: matrix blocks, each answer's own variance (metric module)
+            block_metric_weights(
+                estimate.domain, estimate.blocks, estimate.block_subtree_scale[level], queries
+            )
             if estimate.blocks
             else metric_weights(
                 estimate.domain, estimate.groups, estimate.subtree_scale[level], queries
