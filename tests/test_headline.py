@@ -157,6 +157,11 @@ def test_release_folder_and_report_show_the_figures(small_state, tmp_path: Path)
     html = (out / "report.html").read_text(encoding="utf-8")
     assert "<h2>Headline accuracy figures</h2>" in html
     assert "Native Hawaiian and Other Pacific Islander alone" in html
+    section = html[html.index("<h2>Headline accuracy figures</h2>") :]
+    section = section[: section.index("</section>")]
+    for row in table.itertuples():  # every figure's row, its MAE as the table prints it
+        assert f"<td>{row.figure}</td>" in section
+        assert f"<td>{row.mae:.3f}</td>" in section
     ledger = json.loads((out / "ledger.json").read_text(encoding="utf-8"))
     assert "headline.csv" in json.dumps(ledger["disclosures"])
     assert main(["-q", "check", str(out)]) == 0
