@@ -7,6 +7,8 @@ values: the same cells, and so, on the same seed, exactly the same release.
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -167,6 +169,11 @@ def test_toml_group_is_the_same_constraint_as_its_values(tmp_path) -> None:
     (b,) = by_values.constraints.for_level(1)
     np.testing.assert_array_equal(a.zero_mask(d), b.zero_mask(d))
     assert np.flatnonzero(a.zero_mask(d)).tolist() == [2, 4, 6, 8]
+    # a release folder's config.json keeps the group and loads back to the same constraint
+    again = tmp_path / "resolved.json"
+    again.write_text(json.dumps(by_group.resolved()), encoding="utf-8")
+    (c,) = load_config(again).constraints.for_level(1)
+    assert c == a
 
 
 @pytest.mark.parametrize(
