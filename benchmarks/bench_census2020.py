@@ -47,8 +47,11 @@ RACE_ALONE = (1, 2, 4, 8, 16, 32)
 Z90 = 1.6448536269514722
 
 
-def _figures(level: int, counts: np.ndarray, truth: np.ndarray, schema, queries) -> list[dict]:
-    """The level's error figures: totals, voting age, race alone, every measured query."""
+def census_figures(
+    level: int, counts: np.ndarray, truth: np.ndarray, schema, queries
+) -> list[dict]:
+    """The level's error figures: totals, voting age, race alone, every measured query
+    (``bench_estimators.py --strategy census2020`` prints them too)."""
     domain = schema.domain
     est, true = counts.astype(np.int64), truth.astype(np.int64)
     rows = []
@@ -123,7 +126,8 @@ def run(
             )
             for level in range(tree.n_levels):
                 queries = [q for q, _ in strategy.levels[level].queries]
-                for r in _figures(level, rel.counts[level], truth.counts[level], schema, queries):
+                counts = rel.counts[level]
+                for r in census_figures(level, counts, truth.counts[level], schema, queries):
                     rows.append({"seed": seed, "estimator": estimator, **r})
             if estimator == "blue" and rel.blue is not None:
                 cover.extend({"seed": seed, **c} for c in _coverage(rel, truth))

@@ -34,6 +34,18 @@ state (``pl94.py``: nation > state > county > tract > block group > block, 2,016
 ``--pl94-persons`` sets its size). Run from the repository root:
 
     python benchmarks/bench_estimators.py [--seeds 20] [--budgets 0.5 2] [--data acs pl94]
+
+``--data pl94 --strategy census2020`` runs instead the Census Bureau's 2020 production PL94
+strategy as written (``topdown.presets.census2020_pl94``: its schema, exact shares, rho 2.56,
+discrete Gaussian, multipass; ``--budgets`` and ``--mechanisms`` do not apply) on the
+PL94-shaped state (nation > state > county > tract > block group > block), without the state
+invariant (``bench_census2020.py`` holds it; here every estimator sees the same noisy
+measurements and nothing else). Besides the tables above it prints the Census's own accuracy
+figures per estimator and level (``bench_census2020.census_figures``: mean absolute error of
+total population, of the voting-age population, of the six races alone pooled, of every measured
+query and of the cells) and each race alone at the tract (``pl94_headline``, the release
+report's headline figures, with ``pl94.py``'s bit-mask race codes), with the paired
+``blue - topdown`` difference.
 """
 
 from __future__ import annotations
@@ -51,7 +63,8 @@ import pandas as pd
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.acs import load_acs  # noqa: E402
-from benchmarks.pl94 import make_state, pl94_schema  # noqa: E402
+from benchmarks.bench_census2020 import RACE_ALONE, census_figures  # noqa: E402
+from benchmarks.pl94 import GEOGRAPHY, make_state, pl94_schema  # noqa: E402
 from benchmarks.size_weights import sized_counts  # noqa: E402
 from benchmarks.synthetic import synthetic  # noqa: E402
 from mechanisms.ledger import Ledger  # noqa: E402
@@ -65,6 +78,10 @@ from topdown.estimation.root_total import decide, with_root_total  # noqa: E402
 from topdown.measurement.estimator_inputs import as_inputs  # noqa: E402
 from topdown.measurement.measure import measure  # noqa: E402
 from topdown.measurement.tree import build_tree  # noqa: E402
+from topdown.outputs.headline import headline_table  # noqa: E402
+from topdown.presets import census2020_pl94  # noqa: E402
+from topdown.presets.census2020_pl94 import RACE_ALONE as RACE_NAMES  # noqa: E402
+from topdown.presets.census2020_pl94 import pl94_headline  # noqa: E402
 from topdown.strategy import Query  # noqa: E402
 
 STRATEGIES: dict[str, list[tuple[str, str]]] = {
@@ -106,6 +123,10 @@ ESTIMATORS = (
 )
 #: the optional estimations (the others are always computed)
 OPTIONAL = ("topdown", "blue", "blue_held", "blue_dt", "blue_held_dt", "blue_held_few")
+#: ``--strategy census2020``: the production preset's label in the tables
+CENSUS2020 = "census2020 (production PL94)"
+#: the rows of the Census's figures carry this "bin" (so the cell/total/marginal tables skip them)
+CENSUS_BIN = "census"
 
 
 def load(name: str, pl94_persons: int = 20_000):
@@ -119,6 +140,36 @@ def load(name: str, pl94_persons: int = 20_000):
     state = make_state(pl94_persons, seed=7)
     schema = pl94_schema()
     return (*build_tree(state.records, schema, geography=state.geography), schema)
+
+
+def load_census2020(persons: int):
+    """The PL94-shaped state under the production preset: tree, truth, schema, strategy."""
+    state = make_state(persons, seed=7)
+    schema, strategy = census2020_pl94(tuple(c for c in GEOGRAPHY if c != "TRACT_GROUP"))
+    tree, truth = build_tree(state.records, schema, geography=state.geography)
+    return tree, truth, schema, strategy
+
+
+def census_scores(schema, strategy):
+    """Per estimator, the Census Bureau's PL94 figures of its counts at every level
+    (``census_figures``) and each race alone at the tract (the preset's headline figures, on
+    ``pl94.py``'s bit-mask race codes)."""
+    races = pl94_headline(schema, race_alone=dict(zip(RACE_NAMES, RACE_ALONE, strict=True)))
+    at_tract = [f for f in races if f.levels is not None]
+
+    def figures(counts: list[np.ndarray], true: list[np.ndarray]) -> list[dict]:
+        rows = []
+        for level, (est, tru) in enumerate(zip(counts, true, strict=True)):
+            queries = [q for q, _ in strategy.levels[level].queries]
+            rows.extend(census_figures(level, est, tru, schema, queries))
+        table = headline_table(schema.domain, counts, true, at_tract)
+        rows.extend(
+            {"level": r.level, "what": f"alone: {r.figure}", "mae": r.mae}
+            for r in table.itertuples()
+        )
+        return rows
+
+    return figures
 
 
 def scores(
@@ -189,12 +240,15 @@ def one_run(
     estimators: tuple[str, ...] = ("topdown", "blue", "blue_held"),
     sized: tuple[tuple[float, float], ...] = (),
     few_nodes: int = 16,
+    extra_scores=None,
 ) -> tuple[list[dict], dict[str, float]]:
+    """Every estimation on one seed's measurements; ``extra_scores(counts, true_counts)``
+    (per estimator with integer counts) adds rows of further figures (``census_scores``)."""
     ledger = Ledger()
     meas, _ = measure(
         tree, truth, domain, strategy, release_key=new_release_key(seed), ledger=ledger
     )
-    first_pass: dict[int, tuple[str, ...]] = {}
+    first_pass = {i: ls.first_pass for i, ls in enumerate(strategy.levels)}  # multipass
     times: dict[str, float] = {}
     results: dict[str, list[np.ndarray]] = {}
     totals: dict[str, list[np.ndarray | None]] = {}
@@ -224,7 +278,7 @@ def one_run(
         ("blue_held_few", blue_inputs(meas, b, marginals=few), held),
     ]
     for name, inputs, bound in [("census", as_inputs(meas), None)] * census + runs:
-        if name not in estimators:
+        if name != "census" and name not in estimators:  # census: --no-census decides
             continue
         start = time.perf_counter()
         try:
@@ -262,6 +316,10 @@ def one_run(
             est, true = results[name][level], truth.counts[level]
             for r in scores(level, est, true, direct, marginals[level], domain):
                 rows.append({"estimator": name, **r})
+        if extra_scores is not None and name != "gls":  # the figures count integers
+            counts = [c.astype(np.int64) for c in results[name]]
+            for r in extra_scores(counts, truth.counts):
+                rows.append({"estimator": name, "bin": CENSUS_BIN, "bias": np.nan, **r})
     return rows, times
 
 
@@ -274,6 +332,8 @@ def run(args) -> tuple[pd.DataFrame, pd.DataFrame]:
     rows: list[dict] = []
     timing: list[dict] = []
     options = EstimateOptions(solver=SolverChoice.of({"rounding": args.rounding}))
+    if args.strategy == "census2020":
+        return run_census2020(args, options)
     for data_name in args.data:
         tree, truth, schema = load(data_name, args.pl94_persons)
         for mechanism in args.mechanisms:
@@ -316,6 +376,58 @@ def run(args) -> tuple[pd.DataFrame, pd.DataFrame]:
                         timing.append({**key, **times})
                     logging.info("done %s %s %s %s", data_name, mechanism, budget, sname)
     return pd.DataFrame(rows), pd.DataFrame(timing)
+
+
+def run_census2020(args, options: EstimateOptions) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """``--strategy census2020``: the production preset on the PL94-shaped state, per seed."""
+    rows: list[dict] = []
+    timing: list[dict] = []
+    tree, truth, schema, strategy = load_census2020(args.pl94_persons)
+    extra = census_scores(schema, strategy)
+    for seed in range(args.seeds):
+        res, times = one_run(
+            tree,
+            truth,
+            schema.domain,
+            strategy,
+            1000 + seed,
+            options,
+            args.census,
+            tuple(args.estimators),
+            few_nodes=args.few_nodes,
+            extra_scores=extra,
+        )
+        key = {
+            "data": "pl94",
+            "mechanism": strategy.mechanism,
+            "budget": f"{float(strategy.total()):.4g}",
+            "strategy": CENSUS2020,
+            "seed": seed,
+        }
+        rows.extend({**key, **r} for r in res)
+        timing.append({**key, **times})
+        logging.info("done census2020 seed %d", seed)
+    return pd.DataFrame(rows), pd.DataFrame(timing)
+
+
+def census_table(raw: pd.DataFrame) -> pd.DataFrame:
+    """The Census's figures: per level and figure, each estimator's MAE (mean ± s.e. over
+    seeds) and the paired blue - topdown difference when both ran."""
+    sel = raw[raw["bin"] == CENSUS_BIN]
+    g = sel.groupby(["level", "what", "estimator"], sort=False)["mae"]
+    fig = pd.DataFrame({"mae": g.mean(), "se": g.std(ddof=1) / np.sqrt(g.size())}).reset_index()
+    fig["fig"] = [f"{m:.3f}±{e:.3f}" for m, e in zip(fig["mae"], fig["se"], strict=True)]
+    out = fig.pivot_table(
+        index=["level", "what"], columns="estimator", values="fig", aggfunc="first", sort=False
+    )
+    if {"blue", "topdown"} <= set(sel["estimator"]):
+        wide = sel.pivot_table(index=["level", "what", "seed"], columns="estimator", values="mae")
+        diff = (wide["blue"] - wide["topdown"]).groupby(level=["level", "what"], sort=False)
+        mean, se = diff.mean(), diff.std(ddof=1) / np.sqrt(diff.size())
+        verdict = np.where(mean <= 0, "better", np.where(mean <= 2 * se, "same", "WORSE"))
+        paired_fig = [f"{m:+.3f}±{e:.3f} {v}" for m, e, v in zip(mean, se, verdict, strict=True)]
+        out["blue - topdown"] = pd.Series(paired_fig, index=mean.index)  # aligned by label
+    return out
 
 
 def summarise(raw: pd.DataFrame) -> pd.DataFrame:
@@ -467,6 +579,13 @@ def main(argv: list[str] | None = None) -> int:
         help="run only these strategies (default: all)",
     )
     parser.add_argument(
+        "--strategy",
+        choices=["census2020"],
+        help="census2020: the Census Bureau's 2020 production PL94 strategy (the preset) on the "
+        "PL94-shaped state instead of --strategies (needs --data pl94; --budgets and "
+        "--mechanisms do not apply)",
+    )
+    parser.add_argument(
         "--size-weights",
         action="append",
         default=[],
@@ -480,6 +599,8 @@ def main(argv: list[str] | None = None) -> int:
         "--replot", type=Path, help="only redraw the plot from a CSV this script wrote"
     )
     args = parser.parse_args(argv)
+    if args.strategy == "census2020" and args.data != ["pl94"]:
+        parser.error(f"--strategy census2020 runs on --data pl94 only; got --data {args.data}")
     if args.replot:
         plot(pd.read_csv(args.replot), args.replot.with_suffix(".png"))
         return 0
@@ -525,6 +646,12 @@ def main(argv: list[str] | None = None) -> int:
                 "(MAE difference, mean ± s.e.)\n"
             )
             print(paired(raw, lean, full).to_string())
+    if (raw["bin"] == CENSUS_BIN).any():
+        print(
+            "\nThe Census Bureau's PL94 accuracy figures: MAE by level (mean ± s.e. over seeds; "
+            "race alone: the six pooled; alone: each at the tract)\n"
+        )
+        print(census_table(raw).to_string())
     bins = summary[(summary["what"] == "cell") & (summary["level"] > 0)]
     bins = bins[
         bins["estimator"].isin(["census", *OPTIONAL, "gls"])

@@ -173,12 +173,30 @@ class Domain:
         """The labels of a recode's groups, in declared order."""
         return tuple(label for label, _ in self._recode(attribute, recode))
 
+    def group_members(self, attribute: str, recode: str, group: Any) -> tuple:
+        """The values of ``attribute`` in group ``group`` of its recode ``recode``.
+
+        Raises:
+            DomainError: an unknown attribute or recode (listing the recodes), or a group label
+                the recode does not have (listing its labels).
+        """
+        groups = self._recode(attribute, recode)
+        label = _plain(group)
+        for known, members in groups:
+            if known == label and type(known) is type(label):
+                return tuple(members)
+        raise DomainError(
+            f"group ({group!r}) is not a group of recode {recode!r} of attribute {attribute!r}; "
+            f"its groups are {[g for g, _ in groups]!r}"
+        )
+
     def _recode(self, attribute: str, recode: str) -> tuple[tuple[Hashable, tuple], ...]:
         self._check_attribute(attribute)
         named = self.recodes.get(attribute, {})
         if recode not in named:
             raise DomainError(
-                f"attribute {attribute!r} has no recode {recode!r}; its recodes are {list(named)}"
+                f"recode ({recode!r}) is not a recode of attribute {attribute!r}; its recodes are "
+                f"{list(named)}"
             )
         return named[recode]
 

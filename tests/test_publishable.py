@@ -17,7 +17,7 @@ from test_cli import SMALL_CONFIG, small_project
 from topdown.product.cli import main
 
 SECURE = SMALL_CONFIG.replace("seed = 7\n", "")
-FILES = ["metrics.csv", "bias_by_size.csv", "report.html"]
+FILES = ["metrics.csv", "bias_by_size.csv", "headline.csv", "report.html"]
 
 
 @pytest.fixture(scope="module")

@@ -10,6 +10,7 @@ the strategy's. ``metrics`` compares it with the confidential data, for evaluati
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -26,6 +27,7 @@ from topdown.estimation.node_constraints import NodeConstraints
 from topdown.estimation.root_total import RootTotal
 from topdown.measurement.measure import Measurements
 from topdown.measurement.tree import Tree, build_tree, geography_frame
+from topdown.outputs.headline import HeadlineFigure
 from topdown.outputs.metrics import Metrics, compute_metrics
 from topdown.outputs.microdata import expand_microdata
 from topdown.schema import Schema
@@ -237,8 +239,12 @@ class Release:
         return []
 
     # -- evaluation --------------------------------------------------------------------
-    def metrics(self, true_data: pd.DataFrame) -> Metrics:
-        """Errors of the release and of the raw noisy measurements against the truth.
+    def metrics(
+        self, true_data: pd.DataFrame, *, headline: Sequence[HeadlineFigure] = ()
+    ) -> Metrics:
+        """Errors of the release and of the raw noisy measurements against the truth, and the
+        ``headline`` figures' errors (``Metrics.headline``; a preset's figures:
+        ``topdown.presets.headline_figures(schema)``).
 
         Reads confidential data: for evaluation, not for publication. ``true_data`` is placed
         on the release's own units (its tree, as a declared geography), so a release made with
@@ -254,5 +260,11 @@ class Release:
                 )
         extra = [q for ls in self.strategy.levels for q, _ in ls.queries]
         return compute_metrics(
-            self.schema.domain, self.counts, truth.counts, self.measurements, extra
+            self.schema.domain,
+            self.counts,
+            truth.counts,
+            self.measurements,
+            extra,
+            headline=headline,
+            level_names=["root", *self.schema.hierarchy],
         )

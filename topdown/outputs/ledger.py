@@ -30,7 +30,7 @@ METRICS_DISCLOSURE = "evaluation metrics"
 
 #: The files a folder with truth metrics holds that are computed from the confidential data
 #: (the report shows the same figures): not differentially private, not publishable as is.
-TRUTH_FILES = ("metrics.csv", "bias_by_size.csv", "report.html")
+TRUTH_FILES = ("metrics.csv", "bias_by_size.csv", "headline.csv", "report.html")
 
 
 def not_publishable(ledger: Ledger) -> list[str]:

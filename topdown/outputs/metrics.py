@@ -17,13 +17,14 @@ These figures read the truth: they are for evaluation, and are not differentiall
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
 
 from constraints.domain import Domain
 from topdown.measurement.measure import Measurements
+from topdown.outputs.headline import HEADLINE_COLUMNS, HeadlineFigure, headline_table
 from topdown.strategy import Query
 
 __all__ = ["Metrics", "compute_metrics", "SIZE_BINS"]
@@ -33,10 +34,14 @@ SIZE_BINS = (0, 10, 100, 1_000, 10_000, 100_000, np.inf)
 
 @dataclass(frozen=True)
 class Metrics:
-    """``table``: one row per (level, query, estimator); ``bias_by_size``: per size bin."""
+    """``table``: one row per (level, query, estimator); ``bias_by_size``: per size bin;
+    ``headline``: the headline figures asked for (``topdown.outputs.headline``), if any."""
 
     table: pd.DataFrame
     bias_by_size: pd.DataFrame
+    headline: pd.DataFrame = field(
+        default_factory=lambda: pd.DataFrame(columns=list(HEADLINE_COLUMNS))
+    )
 
     def summary(self) -> pd.DataFrame:
         """Release vs noisy side by side for the total and the detailed cells."""
@@ -52,8 +57,11 @@ def compute_metrics(
     true_counts: Sequence[np.ndarray],
     measurements: Measurements,
     extra_queries: Sequence[Query] = (),
+    headline: Sequence[HeadlineFigure] = (),
+    level_names: Sequence[str] | None = None,
 ) -> Metrics:
-    """Compare released and noisy answers with the truth, level by level."""
+    """Compare released and noisy answers with the truth, level by level; ``headline``'s
+    figures too (``level_names`` name the levels in their table)."""
     rows, bias_rows = [], []
     for level, (released, truth) in enumerate(zip(release_counts, true_counts, strict=True)):
         queries = _queries_of_level(measurements, level, extra_queries)
@@ -88,7 +96,8 @@ def compute_metrics(
                         "mean_abs_error": float(values.abs().mean()),
                     }
                 )
-    return Metrics(pd.DataFrame(rows), pd.DataFrame(bias_rows))
+    figures = headline_table(domain, release_counts, true_counts, headline, level_names)
+    return Metrics(pd.DataFrame(rows), pd.DataFrame(bias_rows), figures)
 
 
 def _queries_of_level(

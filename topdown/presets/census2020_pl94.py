@@ -44,6 +44,8 @@ from collections.abc import Mapping, Sequence
 from fractions import Fraction as Fr
 from typing import Any
 
+from constraints import Equal, TrueExpression
+from topdown.outputs.headline import HeadlineFigure
 from topdown.presets.production import ProductionStrategy, build_strategy, data_columns
 from topdown.query import Query
 from topdown.schema import Attribute, Schema
@@ -56,6 +58,8 @@ __all__ = [
     "PL94_RHO",
     "PL94_COLUMNS",
     "HHINST",
+    "pl94_headline",
+    "RACE_ALONE",
 ]
 
 #: The source's geolevels, top down (``person_US.ini``: ``geolevel_names`` reversed).
@@ -223,3 +227,58 @@ def census2020_pl94(
     )
     strategy.check(schema.domain, schema.n_levels)
     return schema, strategy
+
+
+#: The six races alone: published name -> CENRACE code (``cenrace.py``: indices 0..5).
+RACE_ALONE = {
+    "White alone": 1,
+    "Black or African American alone": 2,
+    "American Indian and Alaska Native alone": 3,
+    "Asian alone": 4,
+    "Native Hawaiian and Other Pacific Islander alone": 5,
+    "Some Other Race alone": 6,
+}
+
+
+def pl94_headline(
+    schema: Schema,
+    *,
+    race_alone: Mapping[str, Any] | None = None,
+    tract_level: int | None = None,
+) -> tuple[HeadlineFigure, ...]:
+    """The Census Bureau's headline accuracy figures for PL94 releases, for ``schema``: mean
+    absolute error of total population and of the voting-age population at every level, and
+    of each race alone at the tract level.
+
+    They apply to any schema with the preset's ``VOTINGAGE`` (1 = 18 and over) and ``CENRACE``
+    attributes; another schema gets none (an empty tuple), so the hook can be asked of every
+    release.
+
+    Args:
+        schema: the release's schema.
+        race_alone: race name -> CENRACE value (default ``RACE_ALONE``, the DAS's codes 1..6;
+            ``benchmarks/pl94.py`` codes races as bit masks, so there White alone is 1, Black
+            alone 2, AIAN alone 4, ...).
+        tract_level: the tract's level number (0 = root); default the level of the hierarchy
+            column named ``TRACT`` (any case); without one the race figures are left out.
+
+    Example:
+        >>> schema, _ = census2020_pl94(("STATE", "COUNTY", "TRACT"))
+        >>> figures = pl94_headline(schema)
+        >>> tuple((f.name, f.levels) for f in figures[0:3])
+        (('Total population', None), ('Voting-age population', None), ('White alone', (3,)))
+    """
+    names = schema.domain.names
+    if "VOTINGAGE" not in names or "CENRACE" not in names:
+        return ()
+    figures = [
+        HeadlineFigure("Total population", TrueExpression()),
+        HeadlineFigure("Voting-age population", Equal("VOTINGAGE", 1)),
+    ]
+    if tract_level is None:
+        columns = [c.upper() for c in schema.hierarchy]
+        tract_level = columns.index("TRACT") + 1 if "TRACT" in columns else None
+    if tract_level is not None:
+        for name, code in (race_alone or RACE_ALONE).items():
+            figures.append(HeadlineFigure(name, Equal("CENRACE", code), (tract_level,)))
+    return tuple(figures)

@@ -372,6 +372,7 @@ def _check_attribute(attr, data: pd.DataFrame) -> None:
 
 def _cmd_run(args: argparse.Namespace) -> int:
     from topdown.engine import release
+    from topdown.presets import headline_figures
     from topdown.product.release_folder import claim_output, write_release_folder
     from topdown.product.report import build_report
 
@@ -435,7 +436,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
                 truth = load_data(cfg) if isinstance(data, Path) else data
             else:
                 truth = load_data(cfg, Path(cfg.truth))
-            metrics = rel.metrics(truth)  # recorded in the ledger by the writer
+            # recorded in the ledger by the writer
+            metrics = rel.metrics(truth, headline=headline_figures(rel.schema))
             timings["metrics"] = time.perf_counter() - t
         write_release_folder(
             rel,
@@ -657,6 +659,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
+    from topdown.presets import headline_figures
     from topdown.product.release_folder import (
         REBUILT_BY_REPORT,
         REBUILT_WITH_TRUTH,
@@ -691,7 +694,8 @@ def _cmd_report(args: argparse.Namespace) -> int:
         )
     if with_truth:
         rel, cfg = load_release(folder)
-        write_metrics(folder, rel.metrics(load_data(cfg, args.truth)))
+        truth = load_data(cfg, args.truth)
+        write_metrics(folder, rel.metrics(truth, headline=headline_figures(rel.schema)))
         record_metrics_disclosure(rel)  # once, however often the report is rebuilt
         write_ledger(folder, rel)
     path = build_streamed_report(folder) if streamed else build_report(folder)

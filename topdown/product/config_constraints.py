@@ -14,7 +14,9 @@ Kinds: ``sum_equal``, ``sum_less_equal``, ``sum_greater_equal`` (need ``value``)
 
 An expression is a one-key table: ``equal``, ``not_equal``, ``greater_than``,
 ``greater_equal``, ``less_than``, ``less_equal`` (``[attribute, value]``), ``in``
-(``[attribute, [values]]``), ``and`` / ``or`` (a list of expressions), ``not`` (one
+(``[attribute, [values]]``), ``in_group`` (``[attribute, recode, group]``: the values of one
+group of the attribute's recode, e.g. ``{in_group = ["HHGQ", "hhinst", "Institutional
+Facility"]}``), ``and`` / ``or`` (a list of expressions), ``not`` (one
 expression), ``implies`` (``[premise, conclusion]``), ``true = {}`` and ``false = {}``.
 
 Scope: ``level = "all"`` (default: every node of every level), ``level = k`` (level k only,
@@ -38,6 +40,7 @@ from constraints import (
     GreaterThanOrEqual,
     Implies,
     In,
+    InGroup,
     LessThan,
     LessThanOrEqual,
     Not,
@@ -66,7 +69,16 @@ _COMPARISONS: dict[str, type] = {
     "less_than": LessThan,
     "less_equal": LessThanOrEqual,
 }
-EXPRESSIONS = tuple(_COMPARISONS) + ("in", "and", "or", "not", "implies", "true", "false")
+EXPRESSIONS = tuple(_COMPARISONS) + (
+    "in",
+    "in_group",
+    "and",
+    "or",
+    "not",
+    "implies",
+    "true",
+    "false",
+)
 _AGGREGATES: dict[str, type] = {
     "sum_equal": SumEqual,
     "sum_less_equal": SumLessEqual,
@@ -101,6 +113,17 @@ def parse_expression(spec: Any, domain: Domain, key: str, fail: Fail) -> Express
             return In(attribute, tuple(value))
         _check_value(attribute, value, domain, sub, fail)
         return _COMPARISONS[op](attribute, value)
+    if op == "in_group":
+        if isinstance(arg, (str, Mapping)) or not isinstance(arg, Sequence) or len(arg) != 3:
+            raise fail(sub, f"must be a three-element list [attribute, recode, group]; got {arg!r}")
+        attribute, recode, group = arg
+        _check_attribute(attribute, domain, sub, fail)
+        try:
+            expr = InGroup(attribute, recode, group)
+            expr.values(domain)
+        except ValueError as err:  # ConstraintError, DomainError: the DSL's own message
+            raise fail(sub, str(err)) from None
+        return expr
     if op in ("and", "or"):
         if isinstance(arg, Mapping) or not isinstance(arg, Sequence) or len(arg) < 1:
             raise fail(sub, f"must be a non-empty list of expressions; got {arg!r}")

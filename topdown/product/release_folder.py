@@ -15,6 +15,7 @@ Contents (``manifest.json`` lists them with sizes and SHA-256)::
                                           standard errors and 90% intervals, the cells' stderr;
                                           per level: the final counts' distance from the BLUE
     metrics.csv, bias_by_size.csv         accuracy against the truth (when it was given)
+    headline.csv                          the presets' headline figures against the truth
     report.html                           the report (see ``topdown.product.report``)
     manifest.json                         files and versions (no timings: they are diagnostics)
 
@@ -198,16 +199,19 @@ def record_metrics_disclosure(rel: Release) -> None:
     """Accuracy figures are computed from the confidential data: say so in the ledger (once)."""
     rel.ledger.record_disclosure(
         METRICS_DISCLOSURE,
-        "metrics.csv, bias_by_size.csv and the report's error tables compare the release with the "
-        "confidential data (e.g. the root's true total follows from its bias); they are not "
-        "differentially private: remove them before publishing real confidential data",
+        "metrics.csv, bias_by_size.csv, headline.csv and the report's error tables compare the "
+        "release with the confidential data (e.g. the root's true total follows from its "
+        "bias); they are not differentially private: remove them before publishing real "
+        "confidential data",
     )
 
 
 def write_metrics(folder: Path, metrics: Any) -> None:
-    """metrics.csv and bias_by_size.csv (evaluation against the truth: not private)."""
+    """metrics.csv, bias_by_size.csv and headline.csv (evaluation against the truth: not
+    private); headline.csv has its header only when no headline figure applies."""
     write_table(metrics.table, folder / "metrics.csv")
     write_table(metrics.bias_by_size, folder / "bias_by_size.csv")
+    write_table(metrics.headline, folder / "headline.csv")
 
 
 def hierarchy_frame(tree: Tree) -> pd.DataFrame:
@@ -737,7 +741,13 @@ def _microdata_failures(folder: Path, rel: Release, cfg: RunConfig) -> list[str]
 
 
 REBUILT_BY_REPORT = ("report.html",)
-REBUILT_WITH_TRUTH = ("report.html", "metrics.csv", "bias_by_size.csv", "ledger.json")
+REBUILT_WITH_TRUTH = (
+    "report.html",
+    "metrics.csv",
+    "bias_by_size.csv",
+    "headline.csv",
+    "ledger.json",
+)
 
 
 def refresh_manifest(folder: Path, names: tuple[str, ...]) -> None:

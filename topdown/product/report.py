@@ -6,6 +6,9 @@ when the truth was given, the metrics), so ``topdown report`` can rebuild it at 
 - budget allocation by level and query (stacked bars),
 - error by level: mean absolute error of the release and of the raw noisy measurements, for
   node totals and detailed cells,
+- headline figures: the accuracy figures a preset's agency publishes for its releases (the
+  Census Bureau's for PL94: total population and voting-age population by level, each race
+  alone by tract), from ``headline.csv`` (``topdown.outputs.headline``),
 - bias by node size (mean signed error of node totals, grouped by true size),
 - error estimates (estimator "blue"): the BLUE's standard errors and 90% intervals by level, and
   the measured distance of the final counts from the BLUE (``topdown.blue.error_estimates``),
@@ -42,6 +45,7 @@ __all__ = [
     "REPORT_NAME",
     "ledger_section",
     "budget_section",
+    "headline_section",
     "solver_section",
     "figure_html",
     "table_html",
@@ -66,6 +70,7 @@ def build_report(folder: str | Path, *, name: str | None = None) -> Path:
     metrics = _csv(folder / "metrics.csv")
     bias = _csv(folder / "bias_by_size.csv")
     errors = _csv(folder / "error_summary.csv")
+    headline = _csv(folder / "headline.csv")
 
     sections = [
         ("Privacy ledger", ledger_section(ledger, config)),
@@ -88,6 +93,8 @@ def build_report(folder: str | Path, *, name: str | None = None) -> Path:
                 "<code>topdown report RELEASE --truth DATA</code> to add them.</p>",
             )
         )
+    if headline is not None and not headline.empty:
+        sections.append(("Headline accuracy figures", headline_section(headline)))
     if errors is not None and not errors.empty:
         sections.append(("Error estimates (BLUE standard errors)", error_section(errors)))
     if bias is not None and not bias.empty:
@@ -103,6 +110,21 @@ def build_report(folder: str | Path, *, name: str | None = None) -> Path:
 def ledger_section(ledger: dict[str, Any], config: dict[str, Any]) -> str:
     """The ledger summary, headed by a NOT PRIVATE warning when the noise was seeded."""
     return _not_private_html(ledger) + _ledger_html(ledger, config)
+
+
+def headline_section(headline: pd.DataFrame) -> str:
+    """The headline figures (``headline.csv``) as a table: one row per figure and level."""
+    table = headline.rename(
+        columns={
+            "geolevel": "geographic level",
+            "mae": "mean absolute error",
+            "mean_true": "mean true count",
+        }
+    )
+    return (
+        "<p class=note>Mean over the level's nodes of |released count - true count|, beside "
+        "the mean true count it is read against.</p>" + _table_html(table)
+    )
 
 
 def budget_section(ledger: dict[str, Any]) -> str:
