@@ -25,6 +25,13 @@ Run from the repository root, e.g.:
     python benchmarks/bench_pl94.py --sizes 100000 --measure-only --repo /work/main
     python benchmarks/bench_pl94.py --sizes 3000000 --executors serial processes dask \
         --strategy detailed --workers 2
+    python benchmarks/bench_pl94.py --sizes 3000000 --executors serial processes --workers 2 \
+        --strategy census2020
+
+``--strategy census2020`` is the 2020 production PL94 strategy as written
+(``topdown.presets.census2020_pl94``: the ``hhinst`` recode measured, exact shares, the total
+fitted first at State..Block_Group unless ``--no-multipass``) with the preset's schema and the
+state total invariant; ``production`` is the folded production-shaped strategy of ``pl94.py``.
 
 ``--repeat N`` runs the executors in turn N times (serial dask serial dask ...) and prints each
 round's speed-up and their median: on a shared machine one pair can be far off.

@@ -25,7 +25,9 @@ minimiser over ``x`` for fixed ``mu`` is, cell by cell, the weighted projection 
 residual that shrinks with ``g`` (inexact Newton, superlinear near the answer), then a line
 search along ``d`` (``_line_search``: the full step, or Armijo backtracking on the dual's
 value; the dual is strongly concave, through ``-mu^2 / v``). A zero weight ``v_cm`` fixes its
-multipliers at 0 (the marginal does not count for that child). A family stops on its own KKT
+multipliers at 0 (the marginal does not count for that child). A hard answer
+(``Marginal.hard``: ``A_m x_c = z_cm`` held exactly, the multipass second pass's totals) has a
+free multiplier without the ``-mu^2 / v`` term. A family stops on its own KKT
 residual; families that do not reach it within ``max_iter`` steps are reported, and the
 caller (``topdown.estimation.batched.chunk_tasks``) leaves them to the per-family path.
 
