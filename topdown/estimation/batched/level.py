@@ -2,15 +2,16 @@
 
 ``topdown.estimation.estimate`` asks ``batch_level`` first for every level. A level qualifies when
 its families share one separable structure: nothing attached to any node of the level, no multipass
-first pass, and its queries a detailed histogram (positive finite weights) plus partitions of the
-cells (marginals, the node total). It is then cut into chunks of families
+first pass but the node total alone (``batched.multipass``), and its queries a detailed histogram
+(positive finite weights) plus partitions of the cells (marginals, the node total). It is then cut into chunks of families
 (``topdown.estimation.batched.families.level_chunks``) solved on the executor
 (``topdown.estimation.batched.chunk_tasks``) by
 
 - the closed form (``batched.families``): the detailed query alone;
 - the dual Newton iteration (``batched.total``): the detailed query and the total;
 - the marginal Newton iteration (``batched.marginals``): the detailed query and any
-  marginals (a production-shaped strategy),
+  marginals (a production-shaped strategy), after a first pass of the total alone
+  (``batched.multipass``) holding its totals,
 
 and the rounding pass in the same tasks. Families a chunk cannot settle go back to the per-family
 path. The root is solved in closed form here (``topdown.estimation.root``) when it can be.
@@ -291,9 +292,11 @@ def _batched_fit(inputs: LevelInputs) -> _Fit | None:
     detailed histogram alone (the closed form); the detailed histogram and the node totals
     (the dual Newton iteration of ``topdown.estimation.batched.total``); the detailed histogram and
     other marginals, the total among them or not (the marginal Newton iteration of
-    ``topdown.estimation.batched.marginals``). The iterations run under the auto L2 solver only (the
-    closed_form backend declines problems with other rows). None (the per-family path) for
-    a first pass, no detailed query or more than one, exact or missing detailed answers, or
+    ``topdown.estimation.batched.marginals``), after the closed-form first pass of
+    ``topdown.estimation.batched.multipass`` when the level's multipass first pass is the node
+    total alone. The iterations run under the auto L2 solver only (the closed_form backend
+    declines problems with other rows). None (the per-family path) for any other first pass,
+    no detailed query or more than one, exact or missing detailed answers, or
     an exact answer of another query (it outweighs the rest: the per-family path weighs it).
 
     The per-family weights are these inverse variances scaled per family
