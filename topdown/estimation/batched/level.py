@@ -3,8 +3,9 @@
 ``topdown.estimation.estimate`` asks ``batch_level`` first for every level. A level qualifies when
 its families share one separable structure: nothing attached to any node of the level, no multipass
 first pass but the node total alone (``batched.multipass``), and its queries a detailed histogram
-(positive finite weights) plus partitions of the cells (marginals, the node total). It is then cut into chunks of families
-(``topdown.estimation.batched.families.level_chunks``) solved on the executor
+(positive finite weights) plus partitions of the cells (marginals, the node total). It is then
+cut into chunks of families (``topdown.estimation.batched.families.level_chunks``) solved on the
+executor
 (``topdown.estimation.batched.chunk_tasks``) by
 
 - the closed form (``batched.families``): the detailed query alone;
