@@ -5,8 +5,7 @@ its families share one separable structure: nothing attached to any node of the 
 first pass but the node total alone (``batched.multipass``), and its queries a detailed histogram
 (positive finite weights) plus partitions of the cells (marginals, the node total). It is then
 cut into chunks of families (``topdown.estimation.batched.families.level_chunks``) solved on the
-executor
-(``topdown.estimation.batched.chunk_tasks``) by
+executor (``topdown.estimation.batched.chunk_tasks``) by
 
 - the closed form (``batched.families``): the detailed query alone;
 - the dual Newton iteration (``batched.total``): the detailed query and the total;
