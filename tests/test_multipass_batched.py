@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
+from constraints.domain import Domain
 from topdown.estimation.batched.chunk_tasks import ChunkTask, solve_chunk
 from topdown.estimation.batched.families import ChunkShape
 from topdown.estimation.batched.marginals import LevelMarginal, Marginal
@@ -22,6 +23,7 @@ _AXES = np.indices((2, 3, 4)).reshape(3, -1)
 TOTAL = np.zeros(24, dtype=np.int64)
 A_X_B = _AXES[0] * 3 + _AXES[1]
 C = _AXES[2]
+_DOMAIN = Domain({"A": [0, 1], "B": [0, 1, 2], "C": [0, 1, 2, 3]})
 
 
 def _total(t, v) -> Marginal:
@@ -205,3 +207,36 @@ def test_release_batches_multipass_and_matches_the_per_family_path(tmp_path):
     assert (moved.sum(axis=1) == 0).all()
     for level in range(3, batched.tree.n_levels):
         assert np.mean(batched.counts[level] != per_family.counts[level]) < 0.01
+
+
+def test_a_looser_multipass_tolerance_goes_to_the_per_family_path():
+    """The batched pass holds pass 1's totals exactly, the optimum of the default tolerance
+    (1e-6) only: a level with a looser one is not batched."""
+    import dataclasses
+
+    from topdown.estimation.batched.level import LevelInputs, _batched_fit
+    from topdown.estimation.node_constraints import NodeConstraints
+    from topdown.estimation.passes import EstimateOptions
+    from topdown.measurement.estimator_inputs import QueryEstimate
+    from topdown.query import Query
+
+    domain = _DOMAIN
+    qms = tuple(
+        QueryEstimate(1, Query.parse(name), np.ones((2, Query.parse(name).n_answers(domain))), 1.0)
+        for name in ("detailed", "total", "A")
+    )
+    inputs = LevelInputs(
+        level=1,
+        labels=np.array(["a", "b"]),
+        measurements=qms,
+        matrices=tuple(None if m.query.attributes is None else m.query.matrix(domain) for m in qms),
+        first_pass=(1,),
+        book=NodeConstraints(domain, None, None),
+        options=EstimateOptions(),
+    )
+    fit = _batched_fit(inputs)
+    assert fit is not None and fit.first_total == 0  # the total, first of the marginals
+    loose = dataclasses.replace(inputs, options=EstimateOptions(multipass_tolerance=0.5))
+    assert _batched_fit(loose) is None
+    other = dataclasses.replace(inputs, first_pass=(2,))  # a first pass of a marginal
+    assert _batched_fit(other) is None

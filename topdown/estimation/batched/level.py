@@ -356,14 +356,19 @@ def _batched_fit(inputs: LevelInputs) -> _Fit | None:
     )
 
 
+#: The largest multipass tolerance the batched pass stands for (the default): it holds the
+#: first pass's totals exactly, the per-family path within the tolerance.
+HELD_EXACTLY = 1e-6
+
+
 def _first_total(inputs: LevelInputs) -> str | None | bool:
     """The name of the level's multipass first-pass query when it is the node total alone
     (``topdown.estimation.batched.multipass`` solves that batched); None without a first
     pass; False for any other first pass (the per-family path)."""
     if not inputs.first_pass:
         return None
-    if len(inputs.first_pass) != 1:
-        return False
+    if len(inputs.first_pass) != 1 or inputs.options.multipass_tolerance > HELD_EXACTLY:
+        return False  # a looser tolerance is another problem: the per-family path solves it
     query = inputs.measurements[inputs.first_pass[0]].query
     return query.name if query.attributes == () else False
 
