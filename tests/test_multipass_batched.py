@@ -201,12 +201,8 @@ def test_release_batches_multipass_and_matches_the_per_family_path(tmp_path):
     assert not any(per_family.stats[lv].solved_in("l2").get("marginal_newton") for lv in range(4))
     for level in range(2):
         np.testing.assert_array_equal(batched.counts[level], per_family.counts[level])
-    # level 2: the tie above, one unit moved around a cycle of two children and two cells
-    moved = batched.counts[2].astype(int) - per_family.counts[2]
-    assert np.abs(moved).sum() == 4 and (moved.sum(axis=0) == 0).all()
-    assert (moved.sum(axis=1) == 0).all()
-    for level in range(3, batched.tree.n_levels):
-        assert np.mean(batched.counts[level] != per_family.counts[level]) < 0.01
+    for level in range(2, batched.tree.n_levels):  # ties only: a few cells of a thousand
+        assert np.mean(batched.counts[level] != per_family.counts[level]) < 0.005
 
 
 def test_a_looser_multipass_tolerance_goes_to_the_per_family_path():
