@@ -25,6 +25,13 @@ Run from the repository root, e.g.:
     python benchmarks/bench_pl94.py --sizes 100000 --measure-only --repo /work/main
     python benchmarks/bench_pl94.py --sizes 3000000 --executors serial processes dask \
         --strategy detailed --workers 2
+    python benchmarks/bench_pl94.py --sizes 3000000 --executors serial processes --workers 2 \
+        --strategy census2020
+
+``--strategy census2020`` is the 2020 production PL94 strategy as written
+(``topdown.presets.census2020_pl94``: the ``hhinst`` recode measured, exact shares, the total
+fitted first at State..Block_Group unless ``--no-multipass``) with the preset's schema and the
+state total invariant; ``production`` is the folded production-shaped strategy of ``pl94.py``.
 
 ``--repeat N`` runs the executors in turn N times (serial dask serial dask ...) and prints each
 round's speed-up and their median: on a shared machine one pair can be far off.
@@ -91,13 +98,7 @@ def run_one(persons: int, executor: str, args: argparse.Namespace, stream: str =
 
     pl94 = _load_pl94()
     state = pl94.make_state(persons, args.seed)
-    schema = pl94.pl94_schema(args.tract_groups)
-    if args.strategy == "production":
-        strategy = pl94.production_strategy(args.tract_groups)
-        constraints = pl94.state_total_invariant()
-    else:
-        strategy = pl94.detailed_strategy(args.tract_groups)
-        constraints = None
+    schema, strategy, constraints = _setup(pl94, args)
     row: dict[str, Any] = {"persons": state.persons, "executor": executor, "stream": "none"}
     data: Any = state.records
     if executor == "dask-parquet":  # the records as a partitioned dataset, read on the workers
@@ -178,6 +179,28 @@ def run_one(persons: int, executor: str, args: argparse.Namespace, stream: str =
     return row
 
 
+def _setup(pl94, args: argparse.Namespace) -> tuple[Any, Any, Any]:
+    """(schema, strategy, constraints) of ``--strategy``.
+
+    ``census2020`` is the preset ``topdown.presets.census2020_pl94`` as written (the ``hhinst``
+    recode measured, exact Fraction shares, production's total-first ``multipass`` unless
+    ``--no-multipass``) over ``pl94.py``'s hierarchy, with the state total invariant; its schema
+    is the preset's (CENRACE 1..63), whose columns default to ``pl94.py``'s names.
+    """
+    if args.strategy == "census2020":
+        from topdown.presets import census2020_pl94
+
+        hierarchy = tuple(c for c in pl94.GEOGRAPHY if args.tract_groups or c != "TRACT_GROUP")
+        if args.tract_groups:
+            raise SystemExit("--strategy census2020 maps no tract-group level")
+        schema, strategy = census2020_pl94(hierarchy, multipass=args.multipass)
+        return schema, strategy, pl94.state_total_invariant()
+    schema = pl94.pl94_schema(args.tract_groups)
+    if args.strategy == "production":
+        return schema, pl94.production_strategy(args.tract_groups), pl94.state_total_invariant()
+    return schema, pl94.detailed_strategy(args.tract_groups), None
+
+
 def _partitions(n: int, parts: int) -> list[slice]:
     edges = [round(i * n / parts) for i in range(parts + 1)]
     return [slice(a, b) for a, b in zip(edges[:-1], edges[1:], strict=True)]
@@ -196,12 +219,7 @@ def run_streamed(persons: int, executor: str, stream_by: str, args: argparse.Nam
     from topdown.support.progress import Progress
 
     pl94 = _load_pl94()
-    schema = pl94.pl94_schema(args.tract_groups)
-    if args.strategy == "production":
-        strategy, constraints = pl94.production_strategy(args.tract_groups), None
-        constraints = pl94.state_total_invariant()
-    else:
-        strategy, constraints = pl94.detailed_strategy(args.tract_groups), None
+    schema, strategy, constraints = _setup(pl94, args)
     own0, kids0 = _cpu()
     wall0 = time.perf_counter()
     if args.state_dir:
@@ -537,7 +555,19 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--workers", type=int, default=2, help="processes / local Dask workers")
     parser.add_argument("--partitions", type=int, default=8, help="files of a dask-parquet run")
-    parser.add_argument("--strategy", choices=["production", "detailed"], default="production")
+    parser.add_argument(
+        "--strategy",
+        choices=["production", "detailed", "census2020"],
+        default="production",
+        help="production: the folded production-shaped strategy; census2020: the preset "
+        "topdown.presets.census2020_pl94 as written",
+    )
+    parser.add_argument(
+        "--multipass",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="census2020: production's total-first pass at State..Block_Group (default on)",
+    )
     parser.add_argument("--tract-groups", action="store_true", help="add the tract-group level")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--measure-only", action="store_true")

@@ -265,3 +265,29 @@ def test_cell_variances_match_a_simulation_and_intervals_cover_90_percent() -> N
         covered += int((np.abs(err) <= 1.6448536269514722 * np.sqrt(stated)[None]).sum())
         count += err.size
     assert 0.85 <= covered / count <= 0.95, covered / count
+
+
+@pytest.mark.parametrize("name", ["hhinst", "two recoded axes", "nested"])
+def test_blocks_on_threads_give_the_same_estimate_bit_for_bit(name: str) -> None:
+    """``threads`` solves the independent blocks at once and adds them in block order: the
+    estimates, variances and subtree variances are those of one thread exactly, with an
+    exact total among the inputs too."""
+    rng = np.random.default_rng(7)
+    tree = tb.random_tree(rng, (3, 2), only_child=True)
+    inputs = tb.random_inputs(rng, tree, STRATEGIES[name], per_node=True)
+    exact = {1: {0: 60.0}}
+    one = blue(tree, DOMAIN, inputs, exact_totals=exact)
+    for threads in (2, 3, 16):
+        many = blue(tree, DOMAIN, inputs, exact_totals=exact, threads=threads)
+        assert len(many.blocks) > 2
+        for level in range(tree.n_levels):
+            np.testing.assert_array_equal(many.cells[level], one.cells[level])
+            for query in ("detailed", "total", "hhinst"):
+                np.testing.assert_array_equal(
+                    many.answer_variance(level, query), one.answer_variance(level, query)
+                )
+            for field in ("block_scale", "block_subtree_scale"):
+                ours, theirs = getattr(many, field)[level], getattr(one, field)[level]
+                assert len(ours) == len(many.blocks)
+                for a, b in zip(ours, theirs, strict=True):
+                    np.testing.assert_array_equal(a, b)

@@ -164,8 +164,11 @@ def release(
             )
         del truth  # nothing after measurement reads the confidential histograms
         with clock("estimate"):
+            # the workers wait while this process runs the BLUE: its blocks use as many threads
+            # (no more than this machine's cores: a remote cluster's workers are elsewhere)
+            threads = min(ex.workers, os.cpu_count() or 1)
             inputs, blue_estimate, blue_seconds = prepare_inputs(
-                estimator, tree, schema.domain, measurements, invariants
+                estimator, tree, schema.domain, measurements, invariants, threads=threads
             )
             # post-processing: the root's total held at the rounded BLUE total where that is safe
             # (topdown.estimation.root_total); a bound of the passes, not an invariant of the data

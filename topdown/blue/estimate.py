@@ -226,6 +226,7 @@ def blue(
     measurements: Measurements | EstimatorInputs,
     *,
     exact_totals: Mapping[int, Mapping[int, float]] | None = None,
+    threads: int = 1,
 ) -> Blue:
     """The whole-tree BLUE from the noisy measurements (see the module docstring).
 
@@ -243,10 +244,12 @@ def blue(
         exact_totals: level -> node index -> a total published exactly (an invariant). Each
             enters as a measurement of variance 0, an exact constraint: the BLUE keeps it,
             spreads it over the node's cells and its neighbours, and reports its variance as 0.
+        threads: with recoded queries, how many of their independent blocks are solved at
+            once (``topdown.blue.block_solve.solve_blocks``; the same answer with any number).
     """
     inputs = checked_inputs(tree, measurements, exact_totals)
     plan = BluePlan.of(domain, [[m.query for m in lv] for lv in inputs.levels])
-    estimate, _ = solve(tree, domain, inputs, plan)
+    estimate, _ = solve(tree, domain, inputs, plan, threads=threads)
     return estimate
 
 
@@ -313,12 +316,14 @@ def solve(
     *,
     below: NodeSummary | None = None,
     top: NodeSummary | None = None,
+    threads: int = 1,
 ) -> tuple[Blue, NodeSummary]:
     """The recursions of every group over ``tree``: its last level's children summarised by
     ``below`` (else they are leaves), its top's final estimate given by ``top`` (else it is
-    the root). Returns the BLUE and, with ``below``, the last level's final estimates."""
+    the root). Returns the BLUE and, with ``below``, the last level's final estimates.
+    ``threads``: the recoded blocks solved at once (``solve_blocks``)."""
     if plan.blocks:
-        return _solve_blocks(tree, domain, inputs, plan, below=below, top=top)
+        return _solve_blocks(tree, domain, inputs, plan, below=below, top=top, threads=threads)
     shape = plan.shape
     sums = sum_matrices(tree)
     parents = [lv.parent for lv in tree.levels]
@@ -370,6 +375,7 @@ def _solve_blocks(
     *,
     below: NodeSummary | None,
     top: NodeSummary | None,
+    threads: int = 1,
 ) -> tuple[Blue, NodeSummary]:
     """``solve`` for a plan with recoded queries: the blocks of ``topdown.blue.blocks``."""
     sol = solve_blocks(
@@ -379,6 +385,7 @@ def _solve_blocks(
         plan.blocks,
         below=None if below is None else (below.est, below.var),
         top=None if top is None else (top.est, top.var, top.subtree),
+        threads=threads,
     )
     log.debug("BLUE: %d block(s) over %d level(s)", len(plan.blocks), tree.n_levels)
     empty = tuple(np.zeros((0, lv.size)) for lv in tree.levels)

@@ -76,17 +76,20 @@ def prepare_inputs(
     domain: Domain,
     measurements: Measurements,
     invariants: Mapping[int, Mapping[int, tuple]] | None = None,
+    threads: int = 1,
 ) -> tuple[EstimatorInputs, Blue | None, float]:
     """The passes' inputs under ``estimator``, the BLUE (None under ``"topdown"``) and the
     seconds the BLUE pass took. ``invariants`` (bound, as ``measurement.measure`` returns them):
     the node totals they publish exactly enter the BLUE as exact (see ``exact_totals``); the
-    passes hold every invariant as a constraint under either estimator."""
+    passes hold every invariant as a constraint under either estimator. ``threads``: the
+    BLUE's recoded blocks solved at once (the release passes its executor's workers: the
+    workers idle while this process runs the BLUE)."""
     check_estimator(estimator)
     if estimator == "topdown":
         return fold_only_children(tree, as_inputs(measurements)), None, 0.0
     start = time.perf_counter()
     exact = exact_totals(invariants, domain)
-    estimate = blue(tree, domain, measurements, exact_totals=exact)
+    estimate = blue(tree, domain, measurements, exact_totals=exact, threads=threads)
     inputs = blue_inputs(measurements, estimate, exact)
     seconds = time.perf_counter() - start
     log.info("BLUE pass: %.3f s", seconds)

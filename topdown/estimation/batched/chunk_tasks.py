@@ -29,6 +29,7 @@ import numpy as np
 
 from topdown.estimation.batched.families import ChunkShape, project_chunk, round_chunk
 from topdown.estimation.batched.marginals import LevelMarginal, Marginal, marginal_newton_chunk
+from topdown.estimation.batched.multipass import first_pass_totals, held_totals
 from topdown.estimation.batched.total import newton_chunk
 from topdown.support.int_types import narrowed
 
@@ -51,6 +52,8 @@ class ChunkTask:
         marginals: the marginal queries on the chunk (``topdown.estimation.batched.marginals``);
             with them (and no totals) the marginal Newton iteration fits the detailed query and
             these.
+        first_total: the index in ``marginals`` of the node total when a multipass first
+            pass fits it alone (``topdown.estimation.batched.multipass``), else None.
         rounding: also run the rounding pass (else the L2 answers come back).
         controlled: the rounding holds each child's total within a unit of its L2 total.
     """
@@ -63,10 +66,15 @@ class ChunkTask:
     totals: np.ndarray | None = None
     total_weights: np.ndarray | None = None
     marginals: tuple[Marginal, ...] = ()
+    first_total: int | None = None
     rounding: bool = True
     controlled: bool = True
 
     def __post_init__(self) -> None:
+        if self.first_total is not None and not 0 <= self.first_total < len(self.marginals):
+            raise ValueError(
+                f"first_total ({self.first_total}) must index the {len(self.marginals)} marginals"
+            )
         if self.marginals and self.totals is not None:
             raise ValueError("a chunk task takes totals or marginals, not both")
         if (self.totals is None) != (self.total_weights is None):
@@ -108,6 +116,7 @@ def chunk_task(
     total_weights: np.ndarray | None = None,
     *,
     marginals: tuple[LevelMarginal, ...] = (),
+    first_total: int | None = None,
     rounding: bool = True,
     controlled: bool = True,
 ) -> ChunkTask:
@@ -122,6 +131,7 @@ def chunk_task(
         totals=None if totals is None else totals[kids],
         total_weights=None if total_weights is None else total_weights[kids],
         marginals=tuple(m.of_chunk(chunk) for m in marginals),
+        first_total=first_total,
         rounding=rounding,
         controlled=controlled,
     )
@@ -131,7 +141,13 @@ def solve_chunk(task: ChunkTask) -> ChunkResult:
     """The L2 pass and (``task.rounding``) the rounding pass of a chunk's families."""
     start = time.perf_counter()
     p = task.parent_values.astype(float)
-    if task.marginals:
+    if task.first_total is not None:  # multipass: the totals first, then held
+        marginals = list(task.marginals)
+        T, first_ok = first_pass_totals(marginals[task.first_total], p)
+        marginals[task.first_total] = held_totals(marginals[task.first_total], T)
+        x, settled = marginal_newton_chunk(task.noisy, p, task.weights, tuple(marginals))
+        settled &= first_ok
+    elif task.marginals:
         x, settled = marginal_newton_chunk(task.noisy, p, task.weights, task.marginals)
     elif task.totals is None or task.total_weights is None:  # both or neither (__post_init__)
         x = project_chunk(task.noisy.astype(float), task.weights, p)

@@ -2,15 +2,16 @@
 
 ``topdown.estimation.estimate`` asks ``batch_level`` first for every level. A level qualifies when
 its families share one separable structure: nothing attached to any node of the level, no multipass
-first pass, and its queries a detailed histogram (positive finite weights) plus partitions of the
-cells (marginals, the node total). It is then cut into chunks of families
-(``topdown.estimation.batched.families.level_chunks``) solved on the executor
-(``topdown.estimation.batched.chunk_tasks``) by
+first pass but the node total alone (``batched.multipass``), and its queries a detailed histogram
+(positive finite weights) plus partitions of the cells (marginals, the node total). It is then
+cut into chunks of families (``topdown.estimation.batched.families.level_chunks``) solved on the
+executor (``topdown.estimation.batched.chunk_tasks``) by
 
 - the closed form (``batched.families``): the detailed query alone;
 - the dual Newton iteration (``batched.total``): the detailed query and the total;
 - the marginal Newton iteration (``batched.marginals``): the detailed query and any
-  marginals (a production-shaped strategy),
+  marginals (a production-shaped strategy), after a first pass of the total alone
+  (``batched.multipass``) holding its totals,
 
 and the rounding pass in the same tasks. Families a chunk cannot settle go back to the per-family
 path. The root is solved in closed form here (``topdown.estimation.root``) when it can be.
@@ -113,6 +114,7 @@ class _Fit:
     totals: np.ndarray | None = None
     total_weights: np.ndarray | None = None
     marginals: tuple[LevelMarginal, ...] = ()
+    first_total: int | None = None  # the marginal a multipass first pass fits alone
 
 
 def batch_level(
@@ -152,6 +154,7 @@ def batch_level(
             fit.totals,
             fit.total_weights,
             marginals=fit.marginals,
+            first_total=fit.first_total,
             rounding=rounding,
             controlled=options.controlled_rounding,
         )
@@ -221,8 +224,8 @@ def _root(inputs: LevelInputs) -> Batch:
         return Batch()
     fit = _batched_fit(inputs)
     bounds = _total_bounds(inputs.book, inputs.book.of(0, 0, inputs.labels[0]))
-    if fit is None or bounds is None:
-        return Batch()
+    if fit is None or bounds is None or fit.first_total is not None:
+        return Batch()  # a root's multipass goes to the per-family path
     start = time.perf_counter()
     y, w = np.asarray(fit.noisy[0], dtype=float), float(fit.weights[0])
     if fit.marginals:
@@ -289,9 +292,11 @@ def _batched_fit(inputs: LevelInputs) -> _Fit | None:
     detailed histogram alone (the closed form); the detailed histogram and the node totals
     (the dual Newton iteration of ``topdown.estimation.batched.total``); the detailed histogram and
     other marginals, the total among them or not (the marginal Newton iteration of
-    ``topdown.estimation.batched.marginals``). The iterations run under the auto L2 solver only (the
-    closed_form backend declines problems with other rows). None (the per-family path) for
-    a first pass, no detailed query or more than one, exact or missing detailed answers, or
+    ``topdown.estimation.batched.marginals``), after the closed-form first pass of
+    ``topdown.estimation.batched.multipass`` when the level's multipass first pass is the node
+    total alone. The iterations run under the auto L2 solver only (the closed_form backend
+    declines problems with other rows). None (the per-family path) for any other first pass,
+    no detailed query or more than one, exact or missing detailed answers, or
     an exact answer of another query (it outweighs the rest: the per-family path weighs it).
 
     The per-family weights are these inverse variances scaled per family
@@ -306,7 +311,8 @@ def _batched_fit(inputs: LevelInputs) -> _Fit | None:
             return None  # exact or missing answers: the per-family path weighs them
         return _Fit("closed_form", cells.noisy, precision(variance))
     detailed = [i for i, q in enumerate(queries) if q.attributes is None]
-    if inputs.options.solver.l2 != "auto" or inputs.first_pass or len(detailed) != 1:
+    first_name = _first_total(inputs)
+    if inputs.options.solver.l2 != "auto" or first_name is False or len(detailed) != 1:
         return None
     cells = inputs.measurements[detailed[0]]
     v_cells = _per_node(cells.variance, cells.noisy.shape[0])
@@ -319,11 +325,17 @@ def _batched_fit(inputs: LevelInputs) -> _Fit | None:
     # an answer of infinite variance everywhere weighs nothing: the level is its cells alone
     kept = [i for i, v in enumerate(variances) if not np.all(np.isinf(v))]
     others, variances = [others[i] for i in kept], [variances[i] for i in kept]
+    first_total: int | None = None  # its position among the marginals fitted
+    if isinstance(first_name, str):
+        names = [m.query.name for m, _ in others]
+        if first_name not in names:
+            return None  # a first pass of no weight: the per-family path decides
+        first_total = names.index(first_name)
     if not others:
         return _Fit("closed_form", cells.noisy, precision(v_cells))
     if not all(np.all(v > 0) for v in variances):
         return None
-    if len(others) == 1 and others[0][0].query.attributes == ():
+    if first_total is None and len(others) == 1 and others[0][0].query.attributes == ():
         return _Fit(
             DUAL_NEWTON,
             cells.noisy,
@@ -335,7 +347,30 @@ def _batched_fit(inputs: LevelInputs) -> _Fit | None:
         LevelMarginal(m.query.groups(inputs.book.domain), m.noisy, precision(v))
         for (m, _), v in zip(others, variances, strict=True)
     )
-    return _Fit(MARGINAL_NEWTON, cells.noisy, precision(v_cells), marginals=marginals)
+    return _Fit(
+        MARGINAL_NEWTON,
+        cells.noisy,
+        precision(v_cells),
+        marginals=marginals,
+        first_total=first_total,
+    )
+
+
+#: The largest multipass tolerance the batched pass stands for (the default): it holds the
+#: first pass's totals exactly, the per-family path within the tolerance.
+HELD_EXACTLY = 1e-6
+
+
+def _first_total(inputs: LevelInputs) -> str | None | bool:
+    """The name of the level's multipass first-pass query when it is the node total alone
+    (``topdown.estimation.batched.multipass`` solves that batched); None without a first
+    pass; False for any other first pass (the per-family path)."""
+    if not inputs.first_pass:
+        return None
+    if len(inputs.first_pass) != 1 or inputs.options.multipass_tolerance > HELD_EXACTLY:
+        return False  # a looser tolerance is another problem: the per-family path solves it
+    query = inputs.measurements[inputs.first_pass[0]].query
+    return query.name if query.attributes == () else False
 
 
 def _per_node(variance: np.ndarray | float, nodes: int) -> np.ndarray:

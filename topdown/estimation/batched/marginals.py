@@ -25,7 +25,9 @@ minimiser over ``x`` for fixed ``mu`` is, cell by cell, the weighted projection 
 residual that shrinks with ``g`` (inexact Newton, superlinear near the answer), then a line
 search along ``d`` (``_line_search``: the full step, or Armijo backtracking on the dual's
 value; the dual is strongly concave, through ``-mu^2 / v``). A zero weight ``v_cm`` fixes its
-multipliers at 0 (the marginal does not count for that child). A family stops on its own KKT
+multipliers at 0 (the marginal does not count for that child). A hard answer
+(``Marginal.hard``: ``A_m x_c = z_cm`` held exactly, the multipass second pass's totals) has a
+free multiplier without the ``-mu^2 / v`` term. A family stops on its own KKT
 residual; families that do not reach it within ``max_iter`` steps are reported, and the
 caller (``topdown.estimation.batched.chunk_tasks``) leaves them to the per-family path.
 
@@ -120,11 +122,15 @@ class Marginal:
             (0 .. G_q - 1, in group order); padding positions hold G (the width).
         targets: (Q, k, G) the children's answers of those groups (0 past G_q).
         weights: (Q, k) their weights, >= 0.
+        hard: (Q, k) children whose answers are held exactly (constraints, not fitted: a
+            multiplier with no penalty, its weight ignored), or None for none. The multipass
+            second pass holds the first pass's totals this way (``batched.multipass``).
     """
 
     groups: np.ndarray
     targets: np.ndarray
     weights: np.ndarray
+    hard: np.ndarray | None = None
 
 
 def _dot(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -178,6 +184,7 @@ class _Dual:
         z = np.zeros((Q, k, gt))
         inv_v = np.zeros((Q, k, gt))
         used = np.zeros((Q, gt), dtype=bool)
+        hard = np.zeros((Q, k, gt), dtype=bool)
         for i, m in enumerate(marginals):
             a, b = int(offsets[i]), int(offsets[i + 1])
             s = np.where(m.groups < widths[i], a + m.groups, gt - 1)
@@ -186,9 +193,12 @@ class _Dual:
             z[:, :, a:b] = m.targets
             with np.errstate(divide="ignore"):
                 inv_v[:, :, a:b] = np.where(m.weights > 0, 1.0 / m.weights, 0.0)[:, :, None]
+            if m.hard is not None:
+                hard[:, :, a:b] = m.hard[:, :, None]
+                inv_v[:, :, a:b] = np.where(hard[:, :, a:b], 0.0, inv_v[:, :, a:b])
             np.put_along_axis(used, s, True, axis=1)
         used[:, gt - 1] = False
-        free = used[:, None, :] & (inv_v > 0)
+        free = used[:, None, :] & ((inv_v > 0) | hard)
         inv_v[~free] = 0.0
         z[~free] = 0.0
         return cls(y, p, w, slots, z.reshape(Q, -1), inv_v.reshape(Q, -1), free.reshape(Q, -1))
@@ -258,7 +268,10 @@ class _Hessian:
         self.dual = dual
         a, a_over_s = active_shares(x, dual.w)
         diagonal = dual.gather(a - a * a_over_s) + dual.inv_v
-        self.inv_diagonal = np.where(dual.free, 1.0 / np.where(dual.free, diagonal, 1.0), 0.0)
+        # a soft slot's diagonal is at least 1 / v > 0; a hard slot's (no penalty) is 0 when
+        # no cell of its group lets the child move, and then it takes no preconditioned step
+        scaled = dual.free & (diagonal > 0)
+        self.inv_diagonal = np.where(scaled, 1.0 / np.where(scaled, diagonal, 1.0), 0.0)
         # the products work in the cell-major layout of ``_Dual.columns`` (no transposes)
         Q, k, W = x.shape
         self.a = np.ascontiguousarray(a.transpose(0, 2, 1)).reshape(Q * W, k)
