@@ -10,6 +10,7 @@ import pytest
 import test_blue as tb
 
 from constraints.domain import Domain
+from topdown.blue.blocks import blocks_of
 from topdown.blue.estimate import _with_exact_totals, blue, blue_inputs
 from topdown.errors import StrategyError
 from topdown.measurement.estimator_inputs import EstimatorInputs, QueryEstimate
@@ -279,3 +280,25 @@ def test_cell_variances_match_a_simulation_and_intervals_cover_90_percent() -> N
         covered += int((np.abs(err) <= 1.6448536269514722 * np.sqrt(stated)[None]).sum())
         count += err.size
     assert 0.85 <= covered / count <= 0.95, covered / count
+
+
+@pytest.mark.parametrize("name", sorted(STRATEGIES))
+def test_mean_terms_match_the_explicit_kronecker_products(name: str) -> None:
+    """``Block.mean_terms`` (per-axis factors, for the million-cell DHC domain where ``B`` of
+    the detailed query has a row per cell) equals the means read off the explicit ``B`` and
+    ``d`` of ``answer_terms``, for every block of the strategy and every asked query."""
+    queries = [Query.parse(q) for level in STRATEGIES[name] for q in level]
+    checked = 0
+    for block in blocks_of(DOMAIN, queries):
+        for asked in ASKED:
+            factors = Query.parse(asked).factors(DOMAIN)
+            b, d = block.answer_terms(factors)
+            got = block.mean_terms(factors)
+            np.testing.assert_allclose(got.gram, b.T @ b / b.shape[0], rtol=1e-12, atol=1e-15)
+            np.testing.assert_allclose(
+                got.gram_abs, np.abs(b).T @ np.abs(b) / b.shape[0], rtol=1e-12, atol=1e-15
+            )
+            assert got.d_mean == pytest.approx(d.mean(), rel=1e-12, abs=1e-15)
+            assert got.d_abs_mean == pytest.approx(np.abs(d).mean(), rel=1e-12, abs=1e-15)
+            checked += 1
+    assert checked >= 2 * len(ASKED)
