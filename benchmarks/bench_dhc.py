@@ -18,17 +18,22 @@ detailed-only's, the ratio the issue's target reads (at most 2.5x wall).
 
 * ``preset``: ``topdown.presets.census2020_dhcp`` over STATE > COUNTY > TRACT (the root stands
   for the US, with its one child the state: the production budgets of US, State, County and
-  Tract_Subset), ten queries a level;
+  Tract_Subset), ten queries a level, fitted in one pass (``multipass=False``: production's
+  first pass of the nine marginals is a constrained problem only the general solvers take, a
+  QP over 42 x 1.2 million variables a tract family; one pass goes to the matrix-free Newton
+  route of ``topdown.estimation.family_newton``);
 * ``detailed``: the detailed histogram alone with each level's rho the preset's (the same
   total), discrete Gaussian, ``replace_one`` neighbours as the preset;
 
-and reports, besides the figures above, the tract level's mean absolute error on each of the
+run with ``--estimator topdown`` (the whole-tree BLUE's block covariances over the ten
+queries' recodes are too large at this domain), and reports, besides the figures above, the tract level's mean absolute error on each of the
 preset's ten queries for both (the ``SEX x AGE`` column then reads ``AGE:age_18_64_116 x SEX``,
 the preset's nearest query).
 
 Run from the repository root:
 
     python benchmarks/bench_dhc.py [--persons 100000] [--seed 0] [--strategy four|preset]
+        [--estimator blue|topdown]
 """
 
 from __future__ import annotations
@@ -62,7 +67,7 @@ FOUR = ("detailed", "total", "SEX x AGE", "HISPANIC x CENRACE")
 
 def _preset(name: str) -> tuple[Schema, Strategy]:
     """``census2020_dhcp`` to the tract, or detailed-only with the same rho at every level."""
-    schema, preset = census2020_dhcp(PRESET_HIERARCHY)
+    schema, preset = census2020_dhcp(PRESET_HIERARCHY, multipass=False)
     if name == "preset":
         return schema, preset
     detailed = tuple(LevelStrategy(ls.budget) for ls in preset.levels)
@@ -101,7 +106,9 @@ def _tract_mae(rel: Release, records: pd.DataFrame, queries: list[Query]) -> dic
     return out
 
 
-def _run(name: str, persons: int, seed: int, preset: bool = False) -> dict:
+def _run(
+    name: str, persons: int, seed: int, preset: bool = False, estimator: str | None = None
+) -> dict:
     """One release in this (child) process: its figures."""
     state = make_dhc_state(persons, seed)
     if preset:
@@ -117,7 +124,8 @@ def _run(name: str, persons: int, seed: int, preset: bool = False) -> dict:
     geography = state.geography[list(hierarchy)].drop_duplicates().reset_index(drop=True)
     log.info("%s: %d persons, %d tracts", name, persons, geography["TRACT"].nunique())
     wall, cpu = time.perf_counter(), time.process_time()
-    rel = release(state.records, schema, strategy, seed=seed, geography=geography)
+    options = {} if estimator is None else {"estimator": estimator}
+    rel = release(state.records, schema, strategy, seed=seed, geography=geography, **options)
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
     mae = _tract_mae(rel, state.records, queries)
     cells = sum(c.size for c in rel.counts)
@@ -136,7 +144,7 @@ def _run(name: str, persons: int, seed: int, preset: bool = False) -> dict:
 
 def strategy_queries() -> tuple[tuple[Query, Fraction], ...]:
     """The preset's tract-level queries and shares (every level has the same ten)."""
-    return census2020_dhcp(PRESET_HIERARCHY)[1].levels[-1].queries
+    return census2020_dhcp(PRESET_HIERARCHY, multipass=False)[1].levels[-1].queries
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -144,6 +152,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--persons", type=int, default=100_000)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--strategy", choices=("four", "preset"), default="four")
+    parser.add_argument(
+        "--estimator", choices=("blue", "topdown"), help="release()'s estimator (its default)"
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     print("$ python benchmarks/bench_dhc.py " + shlex.join(argv or sys.argv[1:]))
@@ -152,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for name in ("detailed", "preset" if preset else "four queries"):
         with context.Pool(1) as pool:
-            rows.append(pool.apply(_run, (name, args.persons, args.seed, preset)))
+            rows.append(pool.apply(_run, (name, args.persons, args.seed, preset, args.estimator)))
             print(f"{name}: done, {rows[-1]['wall_s']:.1f} s wall", flush=True)
     print(
         f"{'strategy':<14}{'wall s':>8}{'cpu s':>8}{'peak MiB':>10}{'cells/cpu-s':>13}"
