@@ -316,3 +316,47 @@ def test_a_large_family_keeps_the_controlled_rounding_guarantee():
     assert np.all((out.sum(axis=1) >= np.floor(total)) & (out.sum(axis=1) <= np.ceil(total)))
     # the controls cost something: dearer than the cell-by-cell optimum, never cheaper
     assert np.abs(out - x).sum() > np.abs(free - x).sum()
+
+
+def _skewed_family(seed: int, k: int, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Cells of 1-2 persons spread over ``k`` children of lognormal sizes: the cell-by-cell
+    start hands the large children far more units than their totals (the issue 31 regime)."""
+    rng = np.random.default_rng(seed)
+    p = rng.integers(1, 3, n)
+    share = rng.gamma(0.3 * rng.lognormal(0.0, 1.0, k)[None, :], 1.0, (n, k))
+    return (share / share.sum(axis=1, keepdims=True) * p[:, None]).T, p
+
+
+def test_priced_start_cuts_the_augmenting_paths_not_the_optimum(monkeypatch):
+    """The same family repaired from the plain cell-by-cell start and from the priced one: the
+    same L1 distance (both are optima of the rounding LP), the guarantee held, and at least
+    ten times fewer augmenting paths (measured: 8,814 -> 20 at 19,320 cells)."""
+    import solvers.backends.transport as transport
+
+    x, p = _skewed_family(7, 42, 4_000)
+    parent = np.zeros(42, dtype=np.int64)
+    paths = []
+    real = transport._shortest_paths
+
+    def counted(*args):
+        out = real(*args)
+        paths[-1] += int(out[0].sum())
+        return out
+
+    monkeypatch.setattr(transport, "_shortest_paths", counted)
+    results = []
+    for priced in (False, True):
+        if not priced:
+            monkeypatch.setattr(transport, "_priced_start", lambda C, f, z, L, U: z)
+        else:
+            monkeypatch.undo()
+            monkeypatch.setattr(transport, "_shortest_paths", counted)
+        paths.append(0)
+        out, left = batched_round(x, p[None, :], parent)
+        assert left.size == 0
+        total = x.sum(axis=1)
+        assert np.all((out.sum(axis=1) >= np.floor(total)) & (out.sum(axis=1) <= np.ceil(total)))
+        np.testing.assert_array_equal(out.sum(axis=0), p)
+        results.append(np.abs(out - x).sum())
+    assert results[1] == pytest.approx(results[0], abs=1e-6)
+    assert paths[0] >= 10 * max(paths[1], 1)
