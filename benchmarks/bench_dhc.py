@@ -26,9 +26,9 @@ detailed-only's, the ratio the issue's target reads (at most 2.5x wall).
   total), discrete Gaussian, ``replace_one`` neighbours as the preset;
 
 run with ``--estimator topdown`` (the whole-tree BLUE's block covariances over the ten
-queries' recodes are too large at this domain), and reports, besides the figures above, the tract level's mean absolute error on each of the
-preset's ten queries for both (the ``SEX x AGE`` column then reads ``AGE:age_18_64_116 x SEX``,
-the preset's nearest query).
+queries' recodes are too large at this domain), and reports, besides the figures above, the
+tract level's mean absolute error on each of the preset's ten queries for both (the
+``SEX x AGE`` column then reads ``AGE:age_18_64_116 x SEX``, the preset's nearest query).
 
 Run from the repository root:
 
@@ -45,6 +45,8 @@ import resource
 import shlex
 import sys
 import time
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from fractions import Fraction
 from pathlib import Path
 
@@ -162,8 +164,18 @@ def main(argv: list[str] | None = None) -> int:
     preset = args.strategy == "preset"
     rows = []
     for name in ("detailed", "preset" if preset else "four queries"):
-        with context.Pool(1) as pool:
-            rows.append(pool.apply(_run, (name, args.persons, args.seed, preset, args.estimator)))
+        # a worker the kernel kills (out of memory) breaks the executor; a Pool would wait on
+        # its result for ever
+        with ProcessPoolExecutor(1, mp_context=context) as pool:
+            try:
+                rows.append(
+                    pool.submit(
+                        _run, name, args.persons, args.seed, preset, args.estimator
+                    ).result()
+                )
+            except BrokenProcessPool:
+                print(f"{name}: the release's process died (killed: out of memory?)")
+                return 1
             print(f"{name}: done, {rows[-1]['wall_s']:.1f} s wall", flush=True)
     print(
         f"{'strategy':<14}{'wall s':>8}{'cpu s':>8}{'peak MiB':>10}{'cells/cpu-s':>13}"

@@ -59,7 +59,8 @@ def mean_variance(
         else:
             span = np.einsum("kl,nlk->n", gram, phi)
             span_abs = np.einsum("kl,nlk->n", gram_abs, np.abs(phi))
-        term, mag = _times(parts.d_mean, span), _times(parts.d_abs_mean, span_abs)
+        term = _times(np.asarray(parts.d_mean), span)
+        mag = _times(np.asarray(parts.d_abs_mean), span_abs)
         out = term if out is None else out + term
         size = mag if size is None else size + mag
     assert out is not None and size is not None
