@@ -120,7 +120,10 @@ def transport_repair(
     P, k, n = C.shape
     finite = np.isfinite(C)
     C = _quantise(C, finite)  # monotone: a per-cell optimum of C stays one of the grid costs
-    z = _priced_start(C, finite, z.astype(bool, copy=True), L, U)
+    z = z.astype(bool, copy=True)
+    for f in np.flatnonzero(_off_bounds(z, L, U) > 0):  # one family at a time: its temporaries
+        one = slice(f, f + 1)  # are a few (k, n) arrays, not (P, k, n)
+        z[one] = _priced_start(C[one], finite[one], z[one], L[one], U[one])
     r = z.sum(axis=2).astype(float)
     M = _big(C, finite)
     give = np.where(z, -C, np.inf)
