@@ -14,32 +14,66 @@ level's error on ``SEX x AGE`` (mean absolute error of the released marginal aga
 truth, over tracts and answers); then the four-query release's wall and CPU against
 detailed-only's, the ratio the issue's target reads (at most 2.5x wall).
 
+``--strategy preset`` compares instead (issue 31's second target):
+
+* ``preset``: ``topdown.presets.census2020_dhcp`` over STATE > COUNTY > TRACT (the root stands
+  for the US, with its one child the state: the production budgets of US, State, County and
+  Tract_Subset), ten queries a level, fitted in one pass (``multipass=False``: production's
+  first pass of the nine marginals is a constrained problem only the general solvers take, a
+  QP over 42 x 1.2 million variables a tract family; one pass goes to the matrix-free Newton
+  route of ``topdown.estimation.family_newton``);
+* ``detailed``: the detailed histogram alone with each level's rho the preset's (the same
+  total), discrete Gaussian, ``replace_one`` neighbours as the preset;
+
+run with ``--estimator topdown`` (the whole-tree BLUE's block covariances over the ten
+queries' recodes are too large at this domain), and reports, besides the figures above, the
+tract level's mean absolute error on each of the preset's ten queries for both (the
+``SEX x AGE`` column then reads ``AGE:age_18_64_116 x SEX``, the preset's nearest query).
+
 Run from the repository root:
 
-    python benchmarks/bench_dhc.py [--persons 100000] [--seed 0]
+    python benchmarks/bench_dhc.py [--persons 100000] [--seed 0] [--strategy four|preset]
+        [--estimator blue|topdown]
 """
 
 from __future__ import annotations
 
 import argparse
+import logging
 import multiprocessing
 import resource
 import shlex
 import sys
 import time
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.dhc import dhc_schema, make_dhc_state  # noqa: E402
-from topdown import Strategy, release  # noqa: E402
+from topdown import Release, Schema, Strategy, release  # noqa: E402
+from topdown.presets import census2020_dhcp  # noqa: E402
 from topdown.strategy import LevelStrategy, Query  # noqa: E402
 
+log = logging.getLogger("bench_dhc")
+
 HIERARCHY = ("COUNTY", "TRACT")
+PRESET_HIERARCHY = ("STATE", "COUNTY", "TRACT")
 FOUR = ("detailed", "total", "SEX x AGE", "HISPANIC x CENRACE")
+
+
+def _preset(name: str) -> tuple[Schema, Strategy]:
+    """``census2020_dhcp`` to the tract, or detailed-only with the same rho at every level."""
+    schema, preset = census2020_dhcp(PRESET_HIERARCHY, multipass=False)
+    if name == "preset":
+        return schema, preset
+    detailed = tuple(LevelStrategy(ls.budget) for ls in preset.levels)
+    return schema, Strategy(detailed, preset.mechanism, preset.neighbouring)
 
 
 def _strategy(name: str, levels: int) -> Strategy:
@@ -53,25 +87,49 @@ def _strategy(name: str, levels: int) -> Strategy:
     )
 
 
-def _run(name: str, persons: int, seed: int) -> dict:
+def _tract_mae(rel: Release, records: pd.DataFrame, queries: list[Query]) -> dict[str, float]:
+    """Each query's mean absolute error at the tract level, over tracts and answers.
+
+    Released and true answers are summed from the nonzero cells (by ``Query.groups``), so no
+    second (tracts x cells) table is built."""
+    schema, tract = rel.schema, rel.schema.n_levels - 1
+    counts = rel.counts[tract]
+    node, cell = np.nonzero(counts)
+    value = counts[node, cell].astype(np.int64)
+    labels = rel.tree.levels[tract].labels.astype(str)
+    true_node = np.searchsorted(labels, records["TRACT"].astype(str).to_numpy())
+    true_cell = schema.encode_cells(records)
+    out = {}
+    for q in queries:
+        groups, width = q.groups(schema.domain), q.n_answers(schema.domain)
+        released = np.bincount(node * width + groups[cell], value, counts.shape[0] * width)
+        truth = np.bincount(true_node * width + groups[true_cell], None, counts.shape[0] * width)
+        out[q.name] = float(np.abs(released - truth).mean())
+    return out
+
+
+def _run(
+    name: str, persons: int, seed: int, preset: bool = False, estimator: str | None = None
+) -> dict:
     """One release in this (child) process: its figures."""
     state = make_dhc_state(persons, seed)
-    schema = dhc_schema(HIERARCHY)
-    geography = state.geography[list(HIERARCHY)].drop_duplicates().reset_index(drop=True)
+    if preset:
+        schema, strategy = _preset(name)
+        hierarchy = PRESET_HIERARCHY
+        queries = [q for q, _ in strategy_queries()]
+        nearest = "AGE:age_18_64_116 x SEX"
+    else:
+        schema, strategy = dhc_schema(HIERARCHY), _strategy(name, len(HIERARCHY) + 1)
+        hierarchy = HIERARCHY
+        queries = [Query.parse("SEX x AGE")]
+        nearest = "SEX x AGE"
+    geography = state.geography[list(hierarchy)].drop_duplicates().reset_index(drop=True)
+    log.info("%s: %d persons, %d tracts", name, persons, geography["TRACT"].nunique())
     wall, cpu = time.perf_counter(), time.process_time()
-    rel = release(
-        state.records, schema, _strategy(name, len(HIERARCHY) + 1), seed=seed, geography=geography
-    )
+    options = {} if estimator is None else {"estimator": estimator}
+    rel = release(state.records, schema, strategy, seed=seed, geography=geography, **options)
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
-    tract = len(HIERARCHY)
-    query = Query.parse("SEX x AGE")
-    released = query.answer(rel.counts[tract], schema.domain)
-    labels = rel.tree.levels[tract].labels.astype(str)
-    truth = np.zeros_like(released, dtype=np.int64)
-    rec = state.records
-    node = np.searchsorted(labels, rec["TRACT"].astype(str).to_numpy())
-    answer = (rec["SEX"].to_numpy().astype(np.int64) - 1) * 116 + rec["AGE"].to_numpy()
-    np.add.at(truth, (node, answer), 1)
+    mae = _tract_mae(rel, state.records, queries)
     cells = sum(c.size for c in rel.counts)
     return {
         "strategy": name,
@@ -80,21 +138,45 @@ def _run(name: str, persons: int, seed: int) -> dict:
         "peak_MiB": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "cells_per_cpu_s": cells / cpu,
         "l2": " / ".join(",".join(sorted(s.solved_in("l2"))) for s in rel.stats),
-        "tract_sex_age_mae": float(np.abs(released - truth).mean()),
+        "tract_sex_age_mae": mae[nearest],
+        "tract_mae": mae,
+        "tracts": int(rel.counts[-1].shape[0]),
     }
+
+
+def strategy_queries() -> tuple[tuple[Query, Fraction], ...]:
+    """The preset's tract-level queries and shares (every level has the same ten)."""
+    return census2020_dhcp(PRESET_HIERARCHY, multipass=False)[1].levels[-1].queries
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--persons", type=int, default=100_000)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--strategy", choices=("four", "preset"), default="four")
+    parser.add_argument(
+        "--estimator", choices=("blue", "topdown"), help="release()'s estimator (its default)"
+    )
     args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     print("$ python benchmarks/bench_dhc.py " + shlex.join(argv or sys.argv[1:]))
     context = multiprocessing.get_context("spawn")
+    preset = args.strategy == "preset"
     rows = []
-    for name in ("detailed", "four queries"):
-        with context.Pool(1) as pool:
-            rows.append(pool.apply(_run, (name, args.persons, args.seed)))
+    for name in ("detailed", "preset" if preset else "four queries"):
+        # a worker the kernel kills (out of memory) breaks the executor; a Pool would wait on
+        # its result for ever
+        with ProcessPoolExecutor(1, mp_context=context) as pool:
+            try:
+                rows.append(
+                    pool.submit(
+                        _run, name, args.persons, args.seed, preset, args.estimator
+                    ).result()
+                )
+            except BrokenProcessPool:
+                print(f"{name}: the release's process died (killed: out of memory?)")
+                return 1
+            print(f"{name}: done, {rows[-1]['wall_s']:.1f} s wall", flush=True)
     print(
         f"{'strategy':<14}{'wall s':>8}{'cpu s':>8}{'peak MiB':>10}{'cells/cpu-s':>13}"
         f"{'tract SEXxAGE MAE':>19}  L2 solver by level"
@@ -104,11 +186,16 @@ def main(argv: list[str] | None = None) -> int:
             f"{r['strategy']:<14}{r['wall_s']:>8.1f}{r['cpu_s']:>8.1f}{r['peak_MiB']:>10.0f}"
             f"{r['cells_per_cpu_s']:>13,.0f}{r['tract_sex_age_mae']:>19.3f}  {r['l2']}"
         )
-    detailed, four = rows
+    detailed, other = rows
     print(
-        f"four queries / detailed: wall {four['wall_s'] / detailed['wall_s']:.2f}x, "
-        f"CPU {four['cpu_s'] / detailed['cpu_s']:.2f}x"
+        f"{other['strategy']} / detailed: wall {other['wall_s'] / detailed['wall_s']:.2f}x, "
+        f"CPU {other['cpu_s'] / detailed['cpu_s']:.2f}x ({other['tracts']} tracts)"
     )
+    if preset:
+        print(f"\ntract-level MAE by query{'detailed':>58}{'preset':>10}{'ratio':>8}")
+        for q, d in detailed["tract_mae"].items():
+            p = other["tract_mae"][q]
+            print(f"{q:<82}{d:>10.3f}{p:>10.3f}{p / d:>8.2f}")
     return 0
 
 

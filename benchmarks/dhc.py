@@ -4,16 +4,20 @@ Built on the PL94-shaped state (``benchmarks/pl94.py``: the same geography, race
 origin by tract, group quarters in few blocks), with the attributes of the Demographic and
 Housing Characteristics persons histogram:
 
-* ``RELGQ`` (42): relationship to the householder for persons in households (codes 0..33:
-  householder, spouse or partner, children, other relatives, non-relatives; skewed the way
-  households are) and the group-quarters types (codes 34..41: PL94's seven types, and one
-  more that this generator leaves empty);
+* ``RELGQ`` (42), in the DAS's codes (``relgq.py`` of the DHC production code, as
+  ``topdown.presets.census2020_dhcp``'s recodes read them): the 18 relationships to the
+  householder for persons in households (codes 0..17: householder living alone or not,
+  spouses and partners, children, other relatives, non-relatives; skewed the way households
+  are) and the 24 group-quarters types (codes 18..41), a person of PL94's group-quarters type
+  getting one of the codes the DAS's eight-level GQ recode puts in that type (correctional
+  18..23, juvenile 24..26, nursing 27, other institutional 28..32, college 33, military 34..35,
+  other noninstitutional 36..41);
 * ``SEX`` (2), ``AGE`` (116: single years 0..115; under 18 exactly when PL94's voting-age flag
   is 0; group quarters' ages by type: college dormitories young, nursing homes old);
 * ``HISPANIC`` (2) and ``CENRACE`` (63), PL94's ``HISPANIC`` and ``RACE``.
 
-42 x 2 x 116 x 2 x 63 = 1,227,744 cells. The categories are a synthetic stand-in with the
-production histogram's shape, not the Census Bureau's code lists.
+42 x 2 x 116 x 2 x 63 = 1,227,744 cells. The frequencies are a synthetic stand-in with the
+production histogram's shape, not the Census Bureau's; the RELGQ codes are the DAS's.
 
 Run ``python benchmarks/dhc.py --persons 10000`` to print a summary of one state.
 """
@@ -37,10 +41,28 @@ __all__ = ["DHC_SHAPE", "dhc_schema", "make_dhc_state"]
 
 #: RELGQ, SEX, AGE, HISPANIC, CENRACE
 DHC_SHAPE = (42, 2, 116, 2, 63)
-HOUSEHOLD_RELATIONSHIPS = 34
-#: the shares of the household relationship codes: householder, spouse/partner, children, the
-#: rest spread thinly over the other relatives and non-relatives
-_REL_HEAD = np.array([0.38, 0.19, 0.25, 0.03, 0.03])
+HOUSEHOLD_RELATIONSHIPS = 18
+#: the shares of the 18 household relationship codes (``relgq.py``'s order): householder alone,
+#: not alone, opposite-sex spouse, partner, same-sex spouse, partner, biological, adopted and
+#: step children, sibling, parent, grandchild, parent-in-law, child-in-law, other relative,
+#: roommate, foster child, other nonrelative
+_REL_SHARES = np.array(
+    [0.11, 0.27, 0.15, 0.04, 0.005, 0.005, 0.22, 0.01, 0.02]
+    + [0.015, 0.015, 0.03, 0.005, 0.005, 0.02, 0.02, 0.003, 0.017]
+)
+#: codes 0..5 (householders, spouses, partners) are adults; a minor drawn there is a child
+_ADULT_ONLY = 6
+_BIOLOGICAL_CHILD = 6
+#: PL94's group-quarters type (HHGQ 1..7) -> the DAS RELGQ codes of that type
+_GQ_CODES = {
+    1: tuple(range(18, 24)),
+    2: tuple(range(24, 27)),
+    3: (27,),
+    4: tuple(range(28, 33)),
+    5: (33,),
+    6: (34, 35),
+    7: tuple(range(36, 42)),
+}
 #: the group-quarters types' (PL94 HHGQ 1..7) typical age bands (low, high)
 _GQ_AGES = {
     1: (18, 80),
@@ -74,13 +96,13 @@ def make_dhc_state(persons: int, seed: int = 0) -> PL94State:
     rec = base.records
     hhgq = rec["HHGQ"].to_numpy()
     adult = rec["VOTING_AGE"].to_numpy() == 1
-    shares = np.concatenate(
-        [_REL_HEAD, np.full(HOUSEHOLD_RELATIONSHIPS - _REL_HEAD.size, 0.12 / 29)]
-    )
-    rel = rng.choice(HOUSEHOLD_RELATIONSHIPS, size=persons, p=shares / shares.sum())
-    # a householder or spouse is an adult; a minor is most often a child of the householder
-    rel = np.where(~adult & (rel < 2), 2, rel)
-    rel = np.where(hhgq > 0, HOUSEHOLD_RELATIONSHIPS + hhgq - 1, rel)
+    shares = _REL_SHARES / _REL_SHARES.sum()
+    rel = rng.choice(HOUSEHOLD_RELATIONSHIPS, size=persons, p=shares)
+    # a householder, spouse or partner is an adult; a minor is most often a child
+    rel = np.where(~adult & (rel < _ADULT_ONLY), _BIOLOGICAL_CHILD, rel)
+    for gq, codes in _GQ_CODES.items():
+        here = np.flatnonzero(hhgq == gq)
+        rel[here] = np.asarray(codes)[rng.integers(0, len(codes), here.size)]
     age = np.where(
         adult,
         np.minimum(18 + rng.gamma(2.2, 14.0, persons).astype(np.int64), 115),

@@ -10,6 +10,7 @@ import pytest
 import test_blue as tb
 
 from constraints.domain import Domain
+from topdown.blue.blocks import blocks_of
 from topdown.blue.estimate import _with_exact_totals, blue
 from topdown.errors import StrategyError
 from topdown.measurement.estimator_inputs import EstimatorInputs, QueryEstimate
@@ -291,3 +292,25 @@ def test_blocks_on_threads_give_the_same_estimate_bit_for_bit(name: str) -> None
                 assert len(ours) == len(many.blocks)
                 for a, b in zip(ours, theirs, strict=True):
                     np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("name", sorted(STRATEGIES))
+def test_mean_terms_match_the_explicit_kronecker_products(name: str) -> None:
+    """``Block.mean_terms`` (per-axis factors, for the million-cell DHC domain where ``B`` of
+    the detailed query has a row per cell) equals the means read off the explicit ``B`` and
+    ``d`` of ``answer_terms``, for every block of the strategy and every asked query."""
+    queries = [Query.parse(q) for level in STRATEGIES[name] for q in level]
+    checked = 0
+    for block in blocks_of(DOMAIN, queries):
+        for asked in ASKED:
+            factors = Query.parse(asked).factors(DOMAIN)
+            b, d = block.answer_terms(factors)
+            got = block.mean_terms(factors)
+            np.testing.assert_allclose(got.gram, b.T @ b / b.shape[0], rtol=1e-12, atol=1e-15)
+            np.testing.assert_allclose(
+                got.gram_abs, np.abs(b).T @ np.abs(b) / b.shape[0], rtol=1e-12, atol=1e-15
+            )
+            assert got.d_mean == pytest.approx(d.mean(), rel=1e-12, abs=1e-15)
+            assert got.d_abs_mean == pytest.approx(np.abs(d).mean(), rel=1e-12, abs=1e-15)
+            checked += 1
+    assert checked >= 2 * len(ASKED)

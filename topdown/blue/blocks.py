@@ -204,6 +204,28 @@ class Block:
         variance from this block is then ``d[contrast index] * (B Phi B')[span index]``."""
         return _answer_terms(self, tuple(factors))
 
+    def mean_terms(self, factors: Sequence[Factor]) -> MeanTerms:
+        """What the mean over a query's answers needs of ``answer_terms``, per axis.
+
+        ``B`` is a Kronecker product over the span axes, so ``B'B / rows(B)`` is the Kronecker
+        product of the axes' ``(FU)'(FU) / rows`` (and the same for ``|B|``, as
+        ``|X (x) Y| = |X| (x) |Y|``), and the mean of the contrast axes' Kronecker product
+        ``d`` (and of ``|d|``) is the product of the axes' means. A detailed query's ``B`` has a
+        row per answer of the span axes (up to every cell of the domain); these are
+        (k, k) and scalars, built without it."""
+        return _mean_terms(self, tuple(factors))
+
+
+@dataclass(frozen=True)
+class MeanTerms:
+    """``Block.mean_terms``: ``gram`` = ``B'B / rows(B)``, ``gram_abs`` = ``|B|'|B| / rows(B)``
+    (k, k), ``d_mean`` = mean of ``d`` and ``d_abs_mean`` = mean of ``|d|``."""
+
+    gram: np.ndarray
+    gram_abs: np.ndarray
+    d_mean: float
+    d_abs_mean: float
+
 
 def _frozen(a: np.ndarray) -> np.ndarray:
     """A cached array, made read-only: every caller shares it."""
@@ -224,6 +246,20 @@ def _gram(block: Block, factors: tuple[Factor, ...]) -> np.ndarray:
         fu = factors[i].matrix().toarray() @ block.splits[i].basis()
         out = np.kron(out, fu.T @ fu)
     return _frozen(out)
+
+
+@lru_cache(maxsize=4096)
+def _mean_terms(block: Block, factors: tuple[Factor, ...]) -> MeanTerms:
+    gram, gram_abs = np.ones((1, 1)), np.ones((1, 1))
+    for i in block.span:
+        fu = factors[i].matrix().toarray() @ block.splits[i].basis()
+        gram = np.kron(gram, fu.T @ fu / fu.shape[0])
+        gram_abs = np.kron(gram_abs, np.abs(fu).T @ np.abs(fu) / fu.shape[0])
+    d_mean = d_abs_mean = 1.0
+    for i in sorted(block.contrast):
+        d = axis_diag(factors[i], block.splits[i].contrast())
+        d_mean, d_abs_mean = d_mean * float(d.mean()), d_abs_mean * float(np.abs(d).mean())
+    return MeanTerms(_frozen(gram), _frozen(gram_abs), d_mean, d_abs_mean)
 
 
 @lru_cache(maxsize=4096)

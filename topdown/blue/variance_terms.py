@@ -48,17 +48,19 @@ def mean_variance(
 ) -> tuple[np.ndarray, np.ndarray]:
     """The mean over a query's answers of ``summed_variance_terms`` (and of its sizes),
     without the answers: an answer is a pair (contrast answer, span answer), so a block's
-    mean is ``mean(d)`` times ``mean(diag(B Phi B')) = trace(B'B Phi) / rows(B)``."""
+    mean is ``mean(d)`` times ``mean(diag(B Phi B')) = trace(B'B Phi) / rows(B)``, each factor
+    from the axes' parts (``Block.mean_terms``), never ``B`` or ``d`` themselves."""
     out = size = None
     for block, phi in terms:
-        b, d = block.answer_terms(factors)
-        gram, gram_abs = b.T @ b / b.shape[0], np.abs(b).T @ np.abs(b) / b.shape[0]
+        parts = block.mean_terms(factors)
+        gram, gram_abs = parts.gram, parts.gram_abs
         if phi.ndim == 1:
             span, span_abs = _times(gram[0, 0], phi), _times(gram_abs[0, 0], np.abs(phi))
         else:
             span = np.einsum("kl,nlk->n", gram, phi)
             span_abs = np.einsum("kl,nlk->n", gram_abs, np.abs(phi))
-        term, mag = _times(d.mean(), span), _times(np.abs(d).mean(), span_abs)
+        term = _times(np.asarray(parts.d_mean), span)
+        mag = _times(np.asarray(parts.d_abs_mean), span_abs)
         out = term if out is None else out + term
         size = mag if size is None else size + mag
     assert out is not None and size is not None

@@ -52,9 +52,8 @@ rounder's own query ordering.
 Group labels are the source's, shortened where long. Value codes follow the Census Edited
 File and ``benchmarks/dhc.py`` where they differ from the DAS's internal 0-based codes: ``SEX``
 is 1, 2 and ``CENRACE`` 1..63; ``RELGQ`` (0..41), ``AGE`` (0..115) and ``HISPANIC`` (0, 1) are
-the DAS's codes, which the recodes group. (``benchmarks/dhc.py``'s synthetic ``RELGQ`` is not
-the DAS's code list: its codes 0..33 are household relationships and 34..41 group quarters,
-where the DAS has 0..17 and 18..41; the recodes group the DAS's codes.)
+the DAS's codes, which the recodes group (``benchmarks/dhc.py``'s synthetic ``RELGQ`` uses
+them: 0..17 household relationships, 18..41 group-quarters types).
 """
 
 from __future__ import annotations
