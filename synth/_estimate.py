@@ -109,6 +109,21 @@ def check_cells(
     )
 
 
+def check_cell_cap(value: int, name: str) -> int:
+    """Refuse a generator's cap on its tables' cells above :data:`MAX_TABLE_CELLS`: a cap is a
+    promise that no larger table is built, so it cannot exceed the bound the tables are held to.
+
+    Raises:
+        SynthError: naming the argument, its value and the bound.
+    """
+    if value > MAX_TABLE_CELLS:
+        raise SynthError(
+            f"{name} ({value:,}) must be at most {MAX_TABLE_CELLS:,} cells: larger tables "
+            "would not fit in memory (see MAX_TABLE_CELLS)"
+        )
+    return value
+
+
 def _size(n_bytes: int) -> str:
     """A byte count for a message (decimal units)."""
     value = float(n_bytes)

@@ -58,6 +58,9 @@ from synth._domains import (
     encode_records,
 )
 from synth._estimate import (
+    MAX_TABLE_CELLS,
+    check_cell_cap,
+    check_cells,
     consistent_tables,
     histogram,
     marginalize,
@@ -136,6 +139,8 @@ class PrivBayes:
             isinstance(max_cells, bool) or not isinstance(max_cells, int) or max_cells < 1
         ):
             raise SynthError(f"max_cells ({max_cells!r}) must be 'auto' or an integer >= 1")
+        if max_cells != "auto":
+            check_cell_cap(max_cells, "max_cells")
         self.max_cells = max_cells
         if (
             isinstance(theta, bool)
@@ -178,6 +183,12 @@ class PrivBayes:
             "the structure scores' sensitivities use the number of records, taken as public "
             "(PrivBayes's replace-one neighbours); the output size is the noisy tables' total, "
             "not the number of records",
+        )
+        # each column's own table is the least PrivBayes allocates (a node may have no
+        # parents); the (X, Pi) tables are within max_cells (itself within the bound) and
+        # measure_marginals checks the measured ones: refused here before any work
+        check_cells(
+            sizes, [(j,) for j in range(d)], [f"privbayes column {c}" for c in self.columns]
         )
         total = total_budget(self.epsilon, self.mechanism)
         if d == 1:
@@ -255,7 +266,7 @@ class PrivBayes:
 
         if self.max_cells == "auto":
             eps2 = float(self.epsilon * (1 - self.structure_share))
-            max_cells = max(2, int(n * eps2 / (2 * d * self.theta)))
+            max_cells = min(MAX_TABLE_CELLS, max(2, int(n * eps2 / (2 * d * self.theta))))
         else:
             max_cells = int(self.max_cells)
         network = greedy_network(sizes, self.k, score, choose, first=first, max_cells=max_cells)
