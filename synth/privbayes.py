@@ -139,7 +139,7 @@ class PrivBayes:
             isinstance(max_cells, bool) or not isinstance(max_cells, int) or max_cells < 1
         ):
             raise SynthError(f"max_cells ({max_cells!r}) must be 'auto' or an integer >= 1")
-        if max_cells != "auto":
+        if isinstance(max_cells, int):
             check_cell_cap(max_cells, "max_cells")
         self.max_cells = max_cells
         if (
