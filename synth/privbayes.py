@@ -66,6 +66,7 @@ from synth._estimate import (
     marginalize,
     measure_marginals,
     total_budget,
+    unbiased_total,
 )
 from synth.class_conditional import check_rows, disclose_rows
 from synth.crosstab import check_epsilon, check_share
@@ -228,7 +229,7 @@ class PrivBayes:
             neighbouring="replace_one",
         )
         tables = consistent_tables(measured, sizes, name="privbayes")
-        self._total = int(tables[0].sum())  # every table agrees on it: a noisy count
+        self._total = unbiased_total(measured)
         by_node = dict(zip(measured_ids, range(len(measured_ids)), strict=True))
         self._conditionals = {}
         for i, (x, parents) in enumerate(self._network):
@@ -284,7 +285,8 @@ class PrivBayes:
 
     @property
     def total(self) -> int:
-        """The fitted model's total: the noisy count every estimated table agrees on."""
+        """The fitted model's total: the noisy tables' raw sums combined (``unbiased_total``),
+        not the sum of the non-negative tables, which clipping inflates."""
         if self._total is None:
             raise SynthError("the generator is not fitted: call fit(data) first")
         return self._total
