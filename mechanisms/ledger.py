@@ -10,7 +10,11 @@ Composition rule used by :meth:`Ledger.total`: one entry stands for one query as
 node of one level. The nodes of a level hold disjoint sets of people, so they compose in
 parallel and the entry costs its budget once whatever the number of nodes (``nodes`` is
 informational). Different queries and different levels see the same people, so entries
-compose sequentially.
+compose sequentially. An entry whose sensitivity is 0 (the root's total under replace-one
+neighbours: replacing one record never changes the number of records) has the same answer on
+every pair of neighbours, so its output, noisy or not, says nothing about any one person: it is
+charged nothing, and :meth:`Ledger.total` composes the charged entries only.
+:meth:`Ledger.calibrated_total` composes every entry's budget, the one its noise was drawn with.
 """
 
 from __future__ import annotations
@@ -70,6 +74,9 @@ class LedgerEntry:
         nodes: how many nodes of the level were measured (informational: they compose in
             parallel).
         note: free text.
+
+    An entry of sensitivity 0 is not charged (see ``charged``): ``budget`` is then the budget
+    its noise was calibrated with, not a cost.
     """
 
     query: str
@@ -87,15 +94,25 @@ class LedgerEntry:
         if not isinstance(self.budget, (PureDP, ZCDP)):
             raise BudgetError(f"budget ({self.budget!r}) must be a PureDP or ZCDP budget")
         object.__setattr__(
-            self, "sensitivity", as_fraction(self.sensitivity, "sensitivity", error=BudgetError)
+            self,
+            "sensitivity",
+            as_fraction(self.sensitivity, "sensitivity", error=BudgetError, allow_zero=True),
         )
         if isinstance(self.nodes, bool) or not isinstance(self.nodes, int) or self.nodes < 1:
             raise BudgetError(f"nodes ({self.nodes!r}) must be an integer >= 1")
         if not isinstance(self.note, str):
             raise BudgetError(f"note ({self.note!r}) must be a string")
 
+    @property
+    def charged(self) -> bool:
+        """Whether the entry costs its budget: a query of sensitivity 0 is the same on every
+        pair of neighbouring data sets, so its release is independent of any one person
+        (Dwork & Roth 2014, Definition 2.4 holds with any epsilon, including 0)."""
+        return self.sensitivity != 0
+
     def to_dict(self) -> dict[str, Any]:
-        """JSON-serialisable form: exact ``"p/q"`` strings plus floats rounded up."""
+        """JSON-serialisable form: exact ``"p/q"`` strings plus floats rounded up; ``charged``
+        is derived from the sensitivity (not read back)."""
         return {
             "query": self.query,
             "level": self.level,
@@ -105,6 +122,7 @@ class LedgerEntry:
             "budget_float": float_up(self.budget.value),
             "sensitivity": _exact_str(self.sensitivity),
             "nodes": self.nodes,
+            "charged": self.charged,
             "note": self.note,
         }
 
@@ -328,7 +346,25 @@ class Ledger:
         return tuple(self._disclosures)
 
     def total(self) -> Budget:
-        """Sequential composition of all entries (mixed kinds give zCDP).
+        """The privacy cost: sequential composition of the charged entries (mixed kinds give
+        zCDP); an entry of sensitivity 0 costs nothing (``LedgerEntry.charged``).
+
+        Raises:
+            BudgetError: the ledger has no entries, or none is charged.
+        """
+        if not self._entries:
+            raise BudgetError("the ledger has no entries, so no total budget")
+        charged = [e.budget for e in self._entries if e.charged]
+        if not charged:
+            raise BudgetError(
+                "every entry of the ledger has sensitivity 0: the release costs nothing and "
+                "has no total budget"
+            )
+        return sequential(charged)
+
+    def calibrated_total(self) -> Budget:
+        """Sequential composition of every entry's budget, charged or not: the budgets the
+        noise was drawn with, which add up to the strategy's total.
 
         Raises:
             BudgetError: the ledger has no entries.
@@ -350,11 +386,12 @@ class Ledger:
         return zcdp_to_approx_dp(total, delta)
 
     def by_level(self) -> dict[int, Budget]:
-        """Total budget per level (sequential over that level's queries), sorted by level."""
-        levels = sorted({e.level for e in self._entries})
+        """Cost per level (sequential over that level's charged queries), sorted by level; a
+        level whose entries are all uncharged costs nothing and is left out."""
+        charged = [e for e in self._entries if e.charged]
+        levels = sorted({e.level for e in charged})
         return {
-            level: sequential(e.budget for e in self._entries if e.level == level)
-            for level in levels
+            level: sequential(e.budget for e in charged if e.level == level) for level in levels
         }
 
     def to_dict(self) -> dict[str, Any]:

@@ -144,5 +144,11 @@ def sample_network(
             config = np.zeros(n, dtype=np.int64)
         cdf = np.cumsum(flat, axis=1)
         u = rng.random(n) * cdf[config, -1]
-        codes[:, node] = np.minimum((u[:, None] >= cdf[config]).sum(axis=1), size - 1)
+        # the number of cdf entries <= u in the record's own row, by one binary search in the
+        # rows laid end to end (row c shifted by 2c: each row lies in [0, ~1], so the rows stay
+        # apart and in order): O(n log cells) time and no (n x size) temporary, which for 60,000
+        # records of a 20,000-value column was 8.8 GiB
+        shifted = (cdf + 2.0 * np.arange(cdf.shape[0])[:, None]).ravel()
+        found = np.searchsorted(shifted, u + 2.0 * config, side="right") - config * size
+        codes[:, node] = np.minimum(found, size - 1)
     return codes

@@ -109,6 +109,36 @@ def check_cells(
     )
 
 
+def unbiased_total(measurements: Sequence[Measurement]) -> int:
+    """The number of records estimated from the noisy tables' raw sums, each unbiased (the
+    noise has mean 0), combined with inverse-variance weights (a table of c cells sums c
+    independent noises: variance c * var); rounded, at least 0. Post-processing only.
+
+    The non-negative tables' sum is not it: on a wide sparse table the least-squares fit keeps
+    every positive noise and clips every negative one, so the sum gains about
+    E[max(0, noise)] per cell (300 records over two 20,000-value columns gave 57,592).
+    """
+    weights = [1.0 / (m.variance * m.noisy.size) for m in measurements]
+    sums = [float(m.noisy.sum(dtype=np.int64)) for m in measurements]
+    estimate = sum(w * t for w, t in zip(weights, sums, strict=True)) / sum(weights)
+    return max(0, round(estimate))
+
+
+def check_cell_cap(value: int, name: str) -> int:
+    """Refuse a generator's cap on its tables' cells above :data:`MAX_TABLE_CELLS`: a cap is a
+    promise that no larger table is built, so it cannot exceed the bound the tables are held to.
+
+    Raises:
+        SynthError: naming the argument, its value and the bound.
+    """
+    if value > MAX_TABLE_CELLS:
+        raise SynthError(
+            f"{name} ({value:,}) must be at most {MAX_TABLE_CELLS:,} cells: larger tables "
+            "would not fit in memory (see MAX_TABLE_CELLS)"
+        )
+    return value
+
+
 def _size(n_bytes: int) -> str:
     """A byte count for a message (decimal units)."""
     value = float(n_bytes)

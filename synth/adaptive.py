@@ -49,7 +49,7 @@ from mechanisms.ledger import Ledger, NoiseSource
 from mechanisms.rng import make_rng
 from mechanisms.selection import exponential_mechanism
 from synth._domains import Domains, SynthError, check_seed, decode, encode_records
-from synth._estimate import histogram, measure_marginals
+from synth._estimate import check_cell_cap, check_cells, histogram, measure_marginals
 from synth.class_conditional import check_rows, disclose_rows
 from synth.crosstab import check_epsilon, check_share
 from synth.graphical import GraphicalModel, build_junction_tree, fit_model
@@ -172,8 +172,10 @@ class Adaptive:
         self.seed = check_seed(seed)
         self.rounds = None if rounds is None else _check_int(rounds, "rounds", 1)
         self.measure_share = check_share(measure_share, "measure_share")
-        self.max_cells = _check_int(max_cells, "max_cells", 1)
-        self.max_model_cells = _check_int(max_model_cells, "max_model_cells", 1)
+        self.max_cells = check_cell_cap(_check_int(max_cells, "max_cells", 1), "max_cells")
+        self.max_model_cells = check_cell_cap(
+            _check_int(max_model_cells, "max_model_cells", 1), "max_model_cells"
+        )
         self.iters = _check_int(iters, "iters", 1)
         self.final_iters = _check_int(final_iters, "final_iters", 0)
         self.rho = rho_for(self.epsilon, self.delta)
@@ -222,6 +224,26 @@ class Adaptive:
         # w_r = sum_q |r & q| = sum over a in r of the number of workload marginals holding a
         holding = [sum(1 for q in workload if a in q) for a in range(d)]
         weights = {r: sum(holding[a] for a in r) for r in closure}
+        # the tables fitting allocates: every 1-way marginal (measured first) and the true
+        # marginal of each candidate a round can choose (one within max_cells), refused before
+        # any is built when they would not fit; a workload marginal over max_cells is never
+        # measured (the model could not hold it), so its table is never built
+        reachable = [r for r in closure if len(r) == 1 or cells(r, sizes) <= self.max_cells]
+        check_cells(
+            sizes,
+            reachable,
+            [f"adaptive {' x '.join(self.columns[a] for a in r)}" for r in reachable],
+        )
+        too_wide = [w for w in workload if cells(w, sizes) > self.max_cells]
+        if too_wide:
+            logger.warning(
+                "%d workload marginal(s) exceed max_cells (%d cells) and cannot be measured, "
+                "e.g. %s (%d cells): declare coarser domains to preserve them",
+                len(too_wide),
+                self.max_cells,
+                " x ".join(self.columns[a] for a in too_wide[0]),
+                cells(too_wide[0], sizes),
+            )
         rounds = 16 * d if self.rounds is None else self.rounds
         if rounds <= d:
             raise SynthError(
@@ -245,7 +267,7 @@ class Adaptive:
         used = rho_m * d
         self.measured = [(c,) for c in self.columns]
         model = fit_model(measurements, sizes, iters=self.iters, max_cells=self.max_cells)
-        truth = {r: histogram(codes, sizes, r) for r in closure}
+        truth = _TrueMarginals(codes, sizes)  # built when a round first scores a candidate
         step = 0
         final = False
         while not final:
@@ -413,6 +435,20 @@ class Adaptive:
             disclose_rows(self.ledger, rows)
         codes = self.model.sample(rows, self._rng)
         return decode(codes, self.domains, self.columns)
+
+
+class _TrueMarginals(dict[tuple[int, ...], np.ndarray]):
+    """The true marginals the selection scores, each built the first time it is asked for:
+    only candidates are (within max_cells, or inside a clique the model already holds)."""
+
+    def __init__(self, codes: np.ndarray, sizes: Sequence[int]) -> None:
+        super().__init__()
+        self._codes, self._sizes = codes, sizes
+
+    def __missing__(self, attrs: tuple[int, ...]) -> np.ndarray:
+        table = histogram(self._codes, self._sizes, attrs)
+        self[attrs] = table
+        return table
 
 
 def _check_workload(workload: object) -> list[list[str]]:

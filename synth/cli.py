@@ -49,6 +49,8 @@ log = logging.getLogger("synth.cli")
 
 METHODS = ("classcond", "privbayes", "dp2pub", "crosstab", "adaptive")
 _PLOTS = 3
+#: the most cells a report's two-way heat map draws (its table is built dense)
+_PLOT_CELLS = 250_000
 
 
 def add_synth_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -371,6 +373,13 @@ def _report_html(
             parts.append("<h2>Two-way comparisons (largest TVD first)</h2>")
             for pair, value in list(pairs.items())[:_PLOTS]:
                 a, b = (str(x) for x in pair) if isinstance(pair, tuple) else ("", "")
+                shown = max(f[a].nunique() * f[b].nunique() for f in (data, synthetic))
+                if shown > _PLOT_CELLS:  # a heat map of millions of cells shows nothing
+                    parts.append(
+                        f"<h3>{html.escape(a)} x {html.escape(b)}: TVD {value:.4f}</h3><p>not "
+                        f"plotted: {shown:,} cells (at most {_PLOT_CELLS:,} are drawn)</p>"
+                    )
+                    continue
                 fig, axes = plt.subplots(1, 2, figsize=(8, 3))
                 for ax, frame, title in (
                     (axes[0], data, "real"),

@@ -71,6 +71,20 @@ def _tvd_tables(p: np.ndarray, q: np.ndarray) -> float:
     return 0.5 * float(np.abs(p / ps - q / qs).sum())
 
 
+def _tvd_records(a: np.ndarray, b: np.ndarray) -> float:
+    """TVD of the marginals of two code arrays (rows x the marginal's attributes), over the
+    cells either occupies (every other cell adds 0): memory grows with the rows, not with the
+    table, whose cells multiply (two 20,000-value columns: 4e8 cells, 3.2 GB per dense table).
+    The same value as :func:`_tvd_tables` of the two dense tables."""
+    if len(a) == 0 or len(b) == 0:
+        return 1.0 if len(a) != len(b) else 0.0
+    _, cell = np.unique(np.vstack([a, b]), axis=0, return_inverse=True)
+    cell = cell.reshape(-1)
+    p = np.bincount(cell[: len(a)], minlength=int(cell.max()) + 1)
+    q = np.bincount(cell[len(a) :], minlength=int(cell.max()) + 1)
+    return _tvd_tables(p, q)
+
+
 def tvd_per_attribute(
     original: pd.DataFrame,
     other: pd.DataFrame,
@@ -116,7 +130,7 @@ def marginal_tvds(
         raise SynthError(f"k ({k}) must be at most the number of columns ({len(columns)})")
     values, index = [], []
     for attrs in itertools.combinations(range(len(columns)), k):
-        values.append(_tvd_tables(histogram(a, sizes, attrs), histogram(b, sizes, attrs)))
+        values.append(_tvd_records(a[:, attrs], b[:, attrs]))
         index.append(tuple(columns[i] for i in attrs))
     return pd.Series(values, index=pd.Index(index, tupleize_cols=False), name=f"tvd{k}")
 

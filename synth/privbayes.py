@@ -58,11 +58,15 @@ from synth._domains import (
     encode_records,
 )
 from synth._estimate import (
+    MAX_TABLE_CELLS,
+    check_cell_cap,
+    check_cells,
     consistent_tables,
     histogram,
     marginalize,
     measure_marginals,
     total_budget,
+    unbiased_total,
 )
 from synth.class_conditional import check_rows, disclose_rows
 from synth.crosstab import check_epsilon, check_share
@@ -136,6 +140,8 @@ class PrivBayes:
             isinstance(max_cells, bool) or not isinstance(max_cells, int) or max_cells < 1
         ):
             raise SynthError(f"max_cells ({max_cells!r}) must be 'auto' or an integer >= 1")
+        if isinstance(max_cells, int):
+            check_cell_cap(max_cells, "max_cells")
         self.max_cells = max_cells
         if (
             isinstance(theta, bool)
@@ -179,6 +185,12 @@ class PrivBayes:
             "(PrivBayes's replace-one neighbours); the output size is the noisy tables' total, "
             "not the number of records",
         )
+        # each column's own table is the least PrivBayes allocates (a node may have no
+        # parents); the (X, Pi) tables are within max_cells (itself within the bound) and
+        # measure_marginals checks the measured ones: refused here before any work
+        check_cells(
+            sizes, [(j,) for j in range(d)], [f"privbayes column {c}" for c in self.columns]
+        )
         total = total_budget(self.epsilon, self.mechanism)
         if d == 1:
             structure, tables_budget = None, total
@@ -217,7 +229,7 @@ class PrivBayes:
             neighbouring="replace_one",
         )
         tables = consistent_tables(measured, sizes, name="privbayes")
-        self._total = int(tables[0].sum())  # every table agrees on it: a noisy count
+        self._total = unbiased_total(measured)
         by_node = dict(zip(measured_ids, range(len(measured_ids)), strict=True))
         self._conditionals = {}
         for i, (x, parents) in enumerate(self._network):
@@ -255,7 +267,7 @@ class PrivBayes:
 
         if self.max_cells == "auto":
             eps2 = float(self.epsilon * (1 - self.structure_share))
-            max_cells = max(2, int(n * eps2 / (2 * d * self.theta)))
+            max_cells = min(MAX_TABLE_CELLS, max(2, int(n * eps2 / (2 * d * self.theta))))
         else:
             max_cells = int(self.max_cells)
         network = greedy_network(sizes, self.k, score, choose, first=first, max_cells=max_cells)
@@ -273,7 +285,8 @@ class PrivBayes:
 
     @property
     def total(self) -> int:
-        """The fitted model's total: the noisy count every estimated table agrees on."""
+        """The fitted model's total: the noisy tables' raw sums combined (``unbiased_total``),
+        not the sum of the non-negative tables, which clipping inflates."""
         if self._total is None:
             raise SynthError("the generator is not fitted: call fit(data) first")
         return self._total

@@ -225,12 +225,29 @@ def test_ledger_refuses_duplicates_and_bad_fields():
         ledger.record("x", 2, "discrete_gaussian", ZCDP(1), sensitivity=1, nodes=0)
     with pytest.raises(BudgetError, match=r"budget \(0.5\) must be a PureDP or ZCDP"):
         ledger.record("x", 2, "discrete_gaussian", 0.5, sensitivity=1)
-    with pytest.raises(BudgetError, match=r"sensitivity \(0\) must be > 0"):
-        ledger.record("x", 2, "discrete_gaussian", ZCDP(1), sensitivity=0)
+    with pytest.raises(BudgetError, match=r"sensitivity \(-1\) must be >= 0"):
+        ledger.record("x", 2, "discrete_gaussian", ZCDP(1), sensitivity=-1)
     with pytest.raises(BudgetError, match=r"query \(''\) must be a non-empty string"):
         ledger.record("", 2, "discrete_gaussian", ZCDP(1), sensitivity=1)
     with pytest.raises(BudgetError, match="no entries"):
         Ledger().total()
+
+
+def test_an_entry_of_sensitivity_0_is_not_charged():
+    """Sensitivity 0 (the same answer on all neighbours) costs nothing: the total composes the
+    other entries, the calibrated total all of them; a ledger of free entries has no total."""
+    ledger = _ledger()
+    before = ledger.total()
+    free = ledger.record("root total", 0, "discrete_gaussian", ZCDP(3), sensitivity=0)
+    assert not free.charged and free.to_dict()["charged"] is False
+    assert ledger.total() == before
+    assert ledger.calibrated_total() == sequential([before, ZCDP(3)])
+    assert Ledger.from_dict(ledger.to_dict()).total() == before
+    alone = Ledger()
+    alone.record("root total", 0, "discrete_gaussian", ZCDP(3), sensitivity=0)
+    with pytest.raises(BudgetError, match="every entry of the ledger has sensitivity 0"):
+        alone.total()
+    assert alone.by_level() == {}
 
 
 def test_ledger_invariants_and_disclosures():

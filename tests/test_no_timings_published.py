@@ -10,6 +10,8 @@ DIR/diagnostics.json, outside the folder; without it they are logged at debug le
 from __future__ import annotations
 
 import json
+import logging
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -18,6 +20,7 @@ from cli_helpers import data_config, embedded_subset
 from test_cli import small_project
 
 from topdown.product.cli import main
+from topdown.support.progress import Progress
 
 
 def _timing_keys(folder: Path) -> list[str]:
@@ -74,3 +77,30 @@ def test_a_streamed_folder_holds_no_timing(tmp_path, capsys):
     assert not any("second" in c for c in pd.read_csv(out / "solver_stats.csv").columns)
     assert main(["check", str(out)]) == 0
     capsys.readouterr()
+
+
+#: a duration in a log line: "0.81 s", "2s", or a rate "nodes/s"
+SECONDS = re.compile(r"\d(\.\d+)? ?s\b|/s\b")
+
+
+def test_a_default_run_logs_no_seconds_and_verbose_does(tmp_path, capsys):
+    """The progress and pass lines at INFO carry counts only; their seconds are DEBUG (-v)."""
+    config = small_project(tmp_path)
+    assert main(["run", str(config), "--out", str(tmp_path / "rel")]) == 0
+    err = capsys.readouterr().err
+    assert "nodes" in err and "estimated level 1" in err  # the progress lines are there
+    assert [line for line in err.splitlines() if SECONDS.search(line)] == []
+    assert main(["-v", "run", str(config), "--out", str(tmp_path / "rel2")]) == 0
+    err = capsys.readouterr().err
+    assert re.search(r"nodes in \d+\.\d\d s", err) and re.search(r"L2 \d+\.\d\d s", err)
+
+
+def test_periodic_progress_lines_carry_seconds_at_debug_only(caplog):
+    progress = Progress(enabled=True, bar=False, every=0.0)
+    with caplog.at_level(logging.DEBUG, logger="topdown.support.progress"):
+        assert list(progress(range(3), 3, "measure")) == [0, 1, 2]
+    info = [r.getMessage() for r in caplog.records if r.levelno == logging.INFO]
+    debug = [r.getMessage() for r in caplog.records if r.levelno == logging.DEBUG]
+    # one line per item (every=0), then the closing line
+    assert info == [f"measure: {k}/3 nodes" for k in (1, 2, 3, 3)]
+    assert len(debug) == 4 and all(SECONDS.search(m) for m in debug)

@@ -41,10 +41,17 @@ def test_highs_prints_nothing_through_either_backend() -> None:
     assert out.stdout == ""
 
 
-def test_a_quiet_release_prints_its_path_alone(tmp_path: Path) -> None:
+@pytest.mark.parametrize("verbosity", [["-q"], [], ["-v"]], ids=["quiet", "default", "verbose"])
+def test_a_release_prints_its_path_alone_at_every_verbosity(
+    tmp_path: Path, verbosity: list[str]
+) -> None:
     target = tmp_path / "release"
     out = _run(
-        ["-m", "topdown", "-q", "run", "--seed", "3", "--solver", "highs", "--out", str(target)]
+        ["-m", "topdown", *verbosity, "run", "--seed", "3", "--solver", "highs"]
+        + ["--out", str(target)]
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout == f"{target}\n"
+    if verbosity == ["-v"]:
+        # the banner is a diagnostic: with -v it is logged, on stderr
+        assert "HiGHS" in out.stderr

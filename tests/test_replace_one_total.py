@@ -2,11 +2,13 @@
 
 One record replaced by another never changes the number of records, so the whole total is
 public under that notion; a marginal's L1 sensitivity (2) only bounds it. Checked against
-brute-force neighbours, and the ledger and log of a replace_one release say it.
+brute-force neighbours; the ledger of a replace_one release records that entry with
+sensitivity 0 and charges it nothing (its noise is still drawn), and the log says so.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from fractions import Fraction
 
@@ -15,6 +17,7 @@ import pytest
 from test_engine import seed_data
 
 from mechanisms.discrete import sensitivity
+from mechanisms.ledger import Ledger
 from topdown import Attribute, Query, Schema, Strategy, release
 
 
@@ -71,10 +74,76 @@ def test_a_replace_one_release_says_the_root_total_costs_nothing(caplog) -> None
     with caplog.at_level(logging.WARNING):
         rel = release(seed_data(300), schema, _strategy("replace_one"), seed=1)
     (root_total,) = [e for e in rel.ledger.entries if e.level == 0 and e.query == "total"]
-    assert "its true sensitivity is 0" in root_total.note
+    assert "its sensitivity is 0" in root_total.note and "charged nothing" in root_total.note
     # a total below the root is not whole: a replaced person may move between units
     lower = [e for e in rel.ledger.entries if e.level > 0 and e.query == "total"]
     assert lower and all("sensitivity is 0" not in e.note for e in lower)
     assert any("sensitivity is 0 (it is public)" in r.getMessage() for r in caplog.records)
     plain = release(seed_data(300), schema, _strategy("add_remove"), seed=1)
     assert all("sensitivity is 0" not in e.note for e in plain.ledger.entries)
+
+
+def _schema() -> Schema:
+    return Schema(
+        (Attribute("AGE", bins=(0, 18, 65, 116)), Attribute("SEX", values=(1, 2))),
+        ("REGION", "STATE"),
+    )
+
+
+@pytest.mark.parametrize("mechanism", ["discrete_laplace", "discrete_gaussian"])
+def test_the_root_total_under_replace_one_is_recorded_at_sensitivity_0_and_not_charged(
+    mechanism: str,
+) -> None:
+    """Budgets 1, 1, 1 with shares 3/4 detailed, 1/4 total: the ledger's total is 3 - 1/4 (the
+    root total's share is not charged), the sum of the other entries exactly; the entries'
+    budgets still add up to the strategy's 3, and the root total's noise is drawn."""
+    queries = [(Query.parse("detailed"), Fraction(3, 4)), (Query.parse("total"), Fraction(1, 4))]
+    strategy = Strategy.from_budgets(
+        ["1", "1", "1"], mechanism=mechanism, neighbouring="replace_one", queries=queries
+    )
+    rel = release(seed_data(300), _schema(), strategy, seed=1)
+    entries = rel.ledger.entries
+    (root_total,) = [e for e in entries if e.level == 0 and e.query == "total"]
+    others = [e for e in entries if e is not root_total]
+    assert root_total.sensitivity == 0 and not root_total.charged
+    assert all(e.charged and e.sensitivity > 0 for e in others)
+    assert rel.ledger.total().value == sum(e.budget.value for e in others) == Fraction(11, 4)
+    assert rel.ledger.calibrated_total().value == strategy.total() == 3
+    assert rel.ledger.by_level()[0].value == Fraction(3, 4)
+    assert rel.ledger.to_dict()["total"]["budget"] == "11/4"
+    assert rel.check_correctness().ok, rel.check_correctness()
+    # the noise is drawn as configured: the measured root total is not the true 300 every time
+    (measured,) = [m for m in rel.measurements.levels[0] if m.query.name == "total"]
+    assert measured.variance > 0 and measured.budget == root_total.budget
+    values = {
+        int(m.noisy.sum())
+        for s in range(8)
+        for m in release(seed_data(300), _schema(), strategy, seed=s).measurements.levels[0]
+        if m.query.name == "total"
+    }
+    assert len(values) > 1  # 8 draws all equal has probability < 0.4^7 under either mechanism
+
+
+def test_add_remove_charges_the_root_total_at_sensitivity_1() -> None:
+    strategy = _strategy("add_remove")
+    rel = release(seed_data(300), _schema(), strategy, seed=1)
+    (root_total,) = [e for e in rel.ledger.entries if e.level == 0 and e.query == "total"]
+    assert root_total.sensitivity == 1 and root_total.charged
+    assert all(e.charged for e in rel.ledger.entries)
+    assert rel.ledger.total().value == strategy.total() == 3
+
+
+def test_check_refuses_an_uncharged_entry_that_is_not_the_replace_one_root_total() -> None:
+    """A ledger read from a folder cannot drop a cost by writing sensitivity 0 on an entry."""
+    rel = release(seed_data(300), _schema(), _strategy("replace_one"), seed=1)
+    data = rel.ledger.to_dict()
+    (lower,) = [e for e in data["entries"] if e["level"] == 1 and e["query"] == "detailed"]
+    lower["sensitivity"] = "0/1"
+    forged = Ledger.from_dict(data)
+    rel_forged = dataclasses.replace(rel, ledger=forged)
+    failures = rel_forged._ledger_failures()
+    assert failures == [
+        "ledger entry 'detailed' at level 1 records sensitivity 0 (uncharged); only the root's "
+        "total under replace_one neighbours has sensitivity 0"
+    ]
+    assert rel._ledger_failures() == []

@@ -227,16 +227,29 @@ class Release:
         return out
 
     def _ledger_failures(self) -> list[str]:
-        total = self.ledger.total()
+        """The entries' budgets add up to the strategy's total, and only the root's total
+        under replace_one (sensitivity 0, the one true zero) goes uncharged."""
+        free = [
+            f"ledger entry {e.query!r} at level {e.level} records sensitivity 0 (uncharged); "
+            "only the root's total under replace_one neighbours has sensitivity 0"
+            for e in self.ledger.entries
+            if not e.charged
+            and not (
+                e.level == 0 and e.query == "total" and self.strategy.neighbouring == "replace_one"
+            )
+        ]
+        total = self.ledger.calibrated_total()
         kind = PureDP if self.strategy.mechanism == "discrete_laplace" else ZCDP
         if not isinstance(total, kind):
-            return [f"ledger total {total} is not of the strategy's kind ({kind.__name__})"]
+            return [f"ledger total {total} is not of the strategy's kind ({kind.__name__})", *free]
         spent = total.epsilon if isinstance(total, PureDP) else total.rho
         if spent != self.strategy.total():
             return [
-                f"ledger total {spent} differs from the strategy's total {self.strategy.total()}"
+                f"ledger budgets add up to {spent}, the strategy's total is "
+                f"{self.strategy.total()}",
+                *free,
             ]
-        return []
+        return free
 
     # -- evaluation --------------------------------------------------------------------
     def metrics(

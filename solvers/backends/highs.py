@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import tempfile
 import threading
 import time
 from typing import Any
@@ -60,33 +61,38 @@ def _status_map(hp: Any) -> dict[Any, SolveStatus]:
 
 
 def new_highs() -> Any:
-    """A ``highspy.Highs`` instance, HiGHS's banner silenced unless this logger is at DEBUG.
+    """A ``highspy.Highs`` instance; HiGHS's banner never reaches standard output.
 
     HiGHS prints a copyright banner to the process's standard output the first time a ``Highs``
     is built in a process, before any option can turn its output off; a release's stdout is
-    the release path alone (``-q``). The first construction (the only one that prints) runs
-    with file descriptor 1 pointed at the null device. Every HiGHS user in the project (this
-    backend, CVXPY's HIGHS, the MPS export) makes its first instance here.
+    the release path alone, at every verbosity (scripts read it). The first construction (the
+    only one that prints) runs with file descriptor 1 pointed at a temporary file, and what it
+    printed is logged at DEBUG, so ``-v`` shows it on stderr with the other diagnostics. Every
+    HiGHS user in the project (this backend, CVXPY's HIGHS, the MPS export) makes its first
+    instance here.
     """
     global _banner_done
     import highspy
 
     with _banner_lock:
-        if _banner_done or logger.isEnabledFor(logging.DEBUG):
-            _banner_done = True
+        if _banner_done:
             return highspy.Highs()
         sys.stdout.flush()
         saved = os.dup(1)
         try:
-            with open(os.devnull, "w") as null:
-                os.dup2(null.fileno(), 1)
+            with tempfile.TemporaryFile() as banner:
+                os.dup2(banner.fileno(), 1)
                 try:
                     h = highspy.Highs()
                 finally:
                     os.dup2(saved, 1)
+                banner.seek(0)
+                text = banner.read().decode("utf-8", "replace").strip()
         finally:
             os.close(saved)
         _banner_done = True
+        if text:
+            logger.debug("HiGHS banner (kept off stdout): %s", " | ".join(text.splitlines()))
         return h
 
 

@@ -116,15 +116,17 @@ def estimate(
         del batch, tasks, results
         counts.append(level_counts)
         stats.append(LevelStats.of(level, total))
+        # timings are diagnostics: on stderr only with -v (DEBUG), never in a default log
         log.info(
-            "estimated level %d: %d famil%s, %d problem(s), L2 %.2f s, rounding %.2f s, solved %s",
+            "estimated level %d: %d famil%s, %d problem(s), solved %s",
             level,
             total.families,
             "y" if total.families == 1 else "ies",
             total.problems,
-            total.l2_time,
-            total.round_time,
             [f"{p}: {b} x{c}" for p, b, c in total.solved],
+        )
+        log.debug(
+            "estimated level %d: L2 %.2f s, rounding %.2f s", level, total.l2_time, total.round_time
         )
     if options.capture is not None:
         capture.gather(options.capture)

@@ -92,7 +92,7 @@ def prepare_inputs(
     estimate = blue(tree, domain, measurements, exact_totals=exact, threads=threads)
     inputs = blue_inputs(measurements, estimate, exact)
     seconds = time.perf_counter() - start
-    log.info("BLUE pass: %.3f s", seconds)
+    log.debug("BLUE pass: %.3f s", seconds)
     return inputs, estimate, seconds
 
 

@@ -374,28 +374,32 @@ def record_level(
 ) -> None:
     """Record one level's queries in the ledger: each query once for the level's ``n_nodes``
     disjoint nodes (parallel composition), with the sensitivity its mechanism was calibrated
-    with (not a second derivation)."""
+    with (not a second derivation), except the root's total under replace_one: its true
+    sensitivity, 0, is recorded, so the ledger charges it nothing (``LedgerEntry.charged``)."""
     for query, share, mech in mechanisms:
         laplace = isinstance(mech, DiscreteLaplaceMechanism)
         note = f"{strategy.neighbouring} neighbours; share {share} of the level's budget; " + (
             "L1 sensitivity" if laplace else "L2 sensitivity squared"
         )
+        calibrated = mech.l1_sensitivity if laplace else mech.l2_sensitivity_squared
+        recorded = calibrated
         if (
             level == 0
             and query.attributes == ()
             and sensitivity(strategy.neighbouring, whole_total=True) == (0, 0)
         ):
+            recorded = 0
             note += (
-                "; the root's total never changes when one record is replaced: its true "
-                "sensitivity is 0 (the total is public under replace_one), so this measurement "
-                "costs no privacy and its budget is spent for nothing (declare the total as an "
-                "invariant instead); the noise's calibration at the marginals' sensitivity "
-                "bounds it"
+                "; the root's total never changes when one record is replaced: its sensitivity "
+                "is 0 (the total is public under replace_one), so this entry is charged nothing "
+                f"and the ledger's total leaves it out; its noise is still drawn as configured "
+                f"(calibrated at sensitivity {calibrated} with share {share}), so the value is "
+                "noisy although it protects no one: declare the total as an invariant instead"
             )
             log.warning(
                 "strategy: level 0 measures the root's total under replace_one neighbours, where "
-                "its sensitivity is 0 (it is public): its share %s of the budget buys nothing; "
-                "declare the total as an invariant instead",
+                "its sensitivity is 0 (it is public): it is charged nothing, and its noise (share "
+                "%s of the budget) protects no one; declare the total as an invariant instead",
                 share,
             )
         ledger.record(
@@ -403,7 +407,7 @@ def record_level(
             level,
             mech.name,
             mech.budget,
-            sensitivity=mech.l1_sensitivity if laplace else mech.l2_sensitivity_squared,
+            sensitivity=recorded,
             nodes=n_nodes,
             note=note,
         )

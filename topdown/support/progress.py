@@ -1,8 +1,9 @@
 """Progress reporting: a bar on a terminal, plain log lines otherwise.
 
-Long phases (measuring, estimating a level) report nodes done / total, elapsed time and rate.
-On a terminal that is a tqdm bar on stderr; elsewhere (CI, a log file) it is a log line every
-few seconds, so logs stay readable. ``quiet`` turns both off.
+Long phases (measuring, estimating a level) report nodes done / total. On a terminal that is a
+tqdm bar on stderr; elsewhere (CI, a log file) it is an INFO line every few seconds, so logs
+stay readable. Elapsed time and rate are diagnostics: they are logged at DEBUG (``-v``) only, so
+a default run's saved log carries no timings. ``quiet`` turns both off.
 """
 
 from __future__ import annotations
@@ -44,14 +45,9 @@ class Progress:
             now = time.perf_counter()
             if now - last >= self.every:
                 last = now
-                log.info(
-                    "%s: %d/%d nodes, %.1f s, %.0f nodes/s",
-                    desc,
-                    done,
-                    total,
-                    now - start,
-                    done / (now - start),
-                )
+                log.info("%s: %d/%d nodes", desc, done, total)
+                log.debug("%s: %.1f s, %.0f nodes/s", desc, now - start, done / (now - start))
         elapsed = time.perf_counter() - start
         if total:
-            log.info("%s: %d/%d nodes in %.2f s", desc, done, total, elapsed)
+            log.info("%s: %d/%d nodes", desc, done, total)
+            log.debug("%s: %d nodes in %.2f s", desc, done, elapsed)
