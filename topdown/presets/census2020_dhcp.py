@@ -62,7 +62,11 @@ from collections.abc import Mapping, Sequence
 from fractions import Fraction as Fr
 from typing import Any
 
-from topdown.presets.production import ProductionStrategy, build_strategy, data_columns
+from topdown.presets.production import (
+    ProductionStrategy,
+    data_columns,
+    schema_and_strategy,
+)
 from topdown.query import Query
 from topdown.schema import Attribute, Schema
 from topdown.strategy import Strategy
@@ -302,7 +306,8 @@ def census2020_dhcp(
         'US > State > County > Tract_Subset'
     """
     cols = data_columns(DHCP.name, DHCP_COLUMNS, columns)
-    schema = Schema(
+    return schema_and_strategy(
+        DHCP,
         (
             Attribute(
                 "RELGQ", values=tuple(range(42)), column=cols["relgq"], recodes=RELGQ_RECODES
@@ -312,10 +317,8 @@ def census2020_dhcp(
             Attribute("HISPANIC", values=(0, 1), column=cols["hispanic"]),
             Attribute("CENRACE", values=tuple(range(1, 64)), column=cols["cenrace"]),
         ),
-        tuple(hierarchy),
+        hierarchy,
+        geolevels=geolevels,
+        rho=rho,
+        multipass=multipass,
     )
-    strategy = build_strategy(
-        DHCP, schema.hierarchy, geolevels=geolevels, rho=rho, multipass=multipass
-    )
-    strategy.check(schema.domain, schema.n_levels)
-    return schema, strategy

@@ -46,7 +46,11 @@ from typing import Any
 
 from constraints import Equal, TrueExpression
 from topdown.outputs.headline import HeadlineFigure
-from topdown.presets.production import ProductionStrategy, build_strategy, data_columns
+from topdown.presets.production import (
+    ProductionStrategy,
+    data_columns,
+    schema_and_strategy,
+)
 from topdown.query import Query
 from topdown.schema import Attribute, Schema
 from topdown.strategy import Strategy
@@ -211,7 +215,8 @@ def census2020_pl94(
         'Block_Group, Block'
     """
     cols = data_columns(PL94.name, PL94_COLUMNS, columns)
-    schema = Schema(
+    return schema_and_strategy(
+        PL94,
         (
             Attribute(
                 "HHGQ", values=tuple(range(8)), column=cols["hhgq"], recodes={"hhinst": HHINST}
@@ -220,13 +225,11 @@ def census2020_pl94(
             Attribute("HISPANIC", values=(0, 1), column=cols["hispanic"]),
             Attribute("CENRACE", values=tuple(range(1, 64)), column=cols["cenrace"]),
         ),
-        tuple(hierarchy),
+        hierarchy,
+        geolevels=geolevels,
+        rho=rho,
+        multipass=multipass,
     )
-    strategy = build_strategy(
-        PL94, schema.hierarchy, geolevels=geolevels, rho=rho, multipass=multipass
-    )
-    strategy.check(schema.domain, schema.n_levels)
-    return schema, strategy
 
 
 #: The six races alone: published name -> CENRACE code (``cenrace.py``: indices 0..5).

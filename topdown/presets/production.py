@@ -25,9 +25,10 @@ from typing import Any
 
 from topdown.errors import DomainError, StrategyError
 from topdown.query import Query
+from topdown.schema import Attribute, Schema
 from topdown.strategy import LevelStrategy, Strategy, parse_budget
 
-__all__ = ["ProductionStrategy", "build_strategy", "data_columns"]
+__all__ = ["ProductionStrategy", "build_strategy", "data_columns", "schema_and_strategy"]
 
 log = logging.getLogger(__name__)
 
@@ -122,6 +123,25 @@ def build_strategy(
         "unspent": str(unspent),
     }
     return Strategy(tuple(levels), "discrete_gaussian", "replace_one", meta)
+
+
+def schema_and_strategy(
+    source: ProductionStrategy,
+    attributes: Sequence[Attribute],
+    hierarchy: Sequence[str],
+    *,
+    geolevels: Sequence[str] | None,
+    rho: Any,
+    multipass: bool,
+) -> tuple[Schema, Strategy]:
+    """A preset's result: the schema of ``attributes`` over ``hierarchy`` and the source's
+    strategy for it (``build_strategy``), checked against that schema's domain and levels."""
+    schema = Schema(tuple(attributes), tuple(hierarchy))
+    strategy = build_strategy(
+        source, schema.hierarchy, geolevels=geolevels, rho=rho, multipass=multipass
+    )
+    strategy.check(schema.domain, schema.n_levels)
+    return schema, strategy
 
 
 def _mapped(
