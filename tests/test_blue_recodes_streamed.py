@@ -9,13 +9,10 @@ from fractions import Fraction
 import numpy as np
 import pytest
 from test_stream import QUIET, _geography, _records, _state_total
-from test_stream_blue import _assembled, streamed_pieces
+from test_stream_blue import _assembled, assert_subtrees_match_the_whole, streamed_pieces
 
 from topdown.blue.estimate import blue
-from topdown.blue.streamed import blue_below
 from topdown.estimation.estimators import exact_totals
-from topdown.measurement.measure import Measurements
-from topdown.measurement.tree import Tree
 from topdown.schema import Attribute, Schema
 from topdown.strategy import LevelStrategy, Query, Strategy
 from topdown.streaming.run import release_streamed
@@ -71,24 +68,12 @@ def test_streamed_blue_of_recoded_queries_is_the_whole_tree_blue(tmp_path) -> No
             np.testing.assert_allclose(
                 above.answer_variance(level, q), whole.answer_variance(level, q), rtol=1e-8
             )
-    for node, label in enumerate(labels):
-        sub = blue_below(
-            Tree(rel.subtree_tree(label).levels[s:]),
-            domain,
-            Measurements(parts[label].levels[s:]),
-            stream.row(node),
-            plan,
-        )
-        for level in lower:
-            nodes = rel.nodes_of(level, label)
-            np.testing.assert_allclose(
-                sub.cells_at(level - s), whole.cells_at(level)[nodes], atol=1e-8
-            )
-            for q in QUERIES:
-                for subtree in (False, True):
-                    np.testing.assert_allclose(
-                        sub.answer_variance(level - s, q, subtree=subtree),
-                        whole.answer_variance(level, q, subtree=subtree)[nodes],
-                        rtol=1e-8,
-                        atol=1e-12,
-                    )
+    assert_subtrees_match_the_whole(
+        rel,
+        whole,
+        (plan, labels, lower, parts, stream),
+        QUERIES,
+        variance="answer_variance",
+        rtol=1e-8,
+        atol=1e-12,
+    )

@@ -94,6 +94,37 @@ def _assembled(rel: StreamedRelease) -> Measurements:
     return Measurements(tuple(levels))
 
 
+def assert_subtrees_match_the_whole(
+    rel, whole, pieces, queries, *, variance: str, rtol: float, atol: float = 0.0
+) -> None:
+    """Each subtree's BLUE below the stream level (``blue_below`` from its summary) equals the
+    whole-tree BLUE on its nodes: cells, and every query's ``variance`` method (own and
+    subtree). ``pieces``: (plan, labels, lower levels, parts by label, per-subtree summaries)."""
+    plan, labels, lower, parts, stream = pieces
+    domain, s = rel.schema.domain, rel.stream_level
+    for node, label in enumerate(labels):
+        sub = blue_below(
+            Tree(rel.subtree_tree(label).levels[s:]),
+            domain,
+            Measurements(parts[label].levels[s:]),
+            stream.row(node),
+            plan,
+        )
+        for level in lower:
+            nodes = rel.nodes_of(level, label)
+            np.testing.assert_allclose(
+                sub.cells_at(level - s), whole.cells_at(level)[nodes], atol=1e-8
+            )
+            for q in queries:
+                for subtree in (False, True):
+                    np.testing.assert_allclose(
+                        getattr(sub, variance)(level - s, q, subtree=subtree),
+                        getattr(whole, variance)(level, q, subtree=subtree)[nodes],
+                        rtol=rtol,
+                        atol=atol,
+                    )
+
+
 def streamed_pieces(rel, measurements: Measurements, exact):
     """The streamed BLUE's pieces from a streamed folder's published parts, as the two sweeps
     compute them: (plan, subtree labels, levels below the stream level, parts by label, the
@@ -159,28 +190,11 @@ def test_streamed_blue_equals_the_whole_tree_blue_of_its_measurements(
                 )
     assert sorted(received) == sorted(labels)
     for node, label in enumerate(labels):
-        expected_top = stream.row(node)
-        for got, want in zip(received[label].est, expected_top.est, strict=True):
+        for got, want in zip(received[label].est, stream.row(node).est, strict=True):
             np.testing.assert_allclose(got, want, atol=1e-8)
-        sub = blue_below(
-            Tree(rel.subtree_tree(label).levels[s:]),
-            domain,
-            Measurements(parts[label].levels[s:]),
-            stream.row(node),
-            plan,
-        )
-        for level in lower:
-            nodes = rel.nodes_of(level, label)
-            np.testing.assert_allclose(
-                sub.cells_at(level - s), whole.cells_at(level)[nodes], atol=1e-8
-            )
-            for q in queries:
-                for subtree in (False, True):
-                    np.testing.assert_allclose(
-                        sub.variance(level - s, q, subtree=subtree),
-                        whole.variance(level, q, subtree=subtree)[nodes],
-                        rtol=1e-9,
-                    )
+    assert_subtrees_match_the_whole(
+        rel, whole, (plan, labels, lower, parts, stream), queries, variance="variance", rtol=1e-9
+    )
     # the run itself held the root total at the whole-tree BLUE's, as the unstreamed rule says
     expected = decide("blue", rel.tree, domain, whole, rel.constraints, rel.invariants)
     assert rel.root_total is not None
