@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -51,3 +54,31 @@ def synth_files(folder: Path, n: int = 100) -> tuple[Path, Path]:
     domains = folder / "domains.json"
     domains.write_text(json.dumps({"a": [0, 1], "b": [0, 1, 2]}))
     return data, domains
+
+
+#: the repository: a child ``python -m topdown`` imports this checkout's code
+REPO = Path(__file__).resolve().parents[1]
+
+
+def child_env() -> dict[str, str]:
+    """This process's environment with the repository first on ``PYTHONPATH``."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+    return env
+
+
+def start_topdown(args: list[str], cwd: Path, *, stdout: int = subprocess.PIPE) -> subprocess.Popen:
+    """``python -m topdown -q ARGS`` started in ``cwd`` (stderr piped, text mode)."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "topdown", "-q", *args],
+        cwd=cwd,
+        env=child_env(),
+        stdout=stdout,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def hidden_files(folder: Path) -> list[str]:
+    """The dot-names in ``folder``: temporaries, partial folders and locks a run may leave."""
+    return sorted(p.name for p in folder.iterdir() if p.name.startswith("."))

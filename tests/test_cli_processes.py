@@ -8,7 +8,6 @@ and from an installed package alike.
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -16,11 +15,10 @@ import time
 from pathlib import Path
 
 import pytest
-from cli_helpers import data_config, embedded_subset
+from cli_helpers import child_env, data_config, embedded_subset, hidden_files, start_topdown
 
 from topdown.product.cli import main
 
-ROOT = Path(__file__).resolve().parents[1]
 CONFIG = data_config(4, ("STATE", "PUMA"))
 
 pytestmark = pytest.mark.skipif(
@@ -34,44 +32,23 @@ def _project(folder: Path, rows_per_state: int | None = 400) -> Path:
     return folder / "c.toml"
 
 
-def _env() -> dict[str, str]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
-    return env
-
-
-def _topdown(*args: str, cwd: Path) -> subprocess.Popen:
-    return subprocess.Popen(
-        [sys.executable, "-m", "topdown", "-q", *args],
-        cwd=cwd,
-        env=_env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-
-
-def _hidden(folder: Path) -> list[str]:
-    return sorted(p.name for p in folder.iterdir() if p.name.startswith("."))
-
-
 def test_two_runs_of_the_same_output_at_once(tmp_path: Path) -> None:
     """Exactly one succeeds; the other says why and exits 2; no release is lost silently."""
     config = _project(tmp_path)
     out = tmp_path / "rel"
-    procs = [_topdown("run", str(config), "--out", str(out), cwd=tmp_path) for _ in range(2)]
+    procs = [start_topdown(["run", str(config), "--out", str(out)], cwd=tmp_path) for _ in range(2)]
     results = [(p.wait(timeout=300), *p.communicate()) for p in procs]
     codes = sorted(code for code, _, _ in results)
     assert codes == [0, 2], results
     loser = next(err for code, _, err in results if code == 2)
     assert "another topdown run" in loser or "already exists" in loser, loser
     assert main(["check", str(out)]) == 0
-    assert _hidden(tmp_path) == [], "no lock or partial folder is left"
+    assert hidden_files(tmp_path) == [], "no lock or partial folder is left"
 
 
 def test_sigterm_while_computing_leaves_nothing(tmp_path: Path) -> None:
     config = _project(tmp_path)
-    proc = _topdown("run", str(config), "--out", str(tmp_path / "rel"), cwd=tmp_path)
+    proc = start_topdown(["run", str(config), "--out", str(tmp_path / "rel")], cwd=tmp_path)
     lock = tmp_path / ".rel.lock"
     deadline = time.monotonic() + 120
     while proc.poll() is None and time.monotonic() < deadline:  # claimed: its pid is written
@@ -104,7 +81,7 @@ def test_sigterm_while_writing_removes_the_partial_folder(tmp_path: Path) -> Non
     proc = subprocess.run(
         [sys.executable, "-c", script],
         cwd=tmp_path,
-        env=_env(),
+        env=child_env(),
         capture_output=True,
         text=True,
         timeout=300,
@@ -124,7 +101,7 @@ def test_leftovers_of_a_killed_run_are_removed(tmp_path: Path, caplog) -> None:
     assert main(["-q", "run", str(config), "--out", str(tmp_path / "rel")]) == 0
     assert not partial.exists()
     assert any("left over by an interrupted run" in r.message for r in caplog.records)
-    assert _hidden(tmp_path) == [".other.partial-x"], "only leftovers of this output path"
+    assert hidden_files(tmp_path) == [".other.partial-x"], "only leftovers of this output path"
 
 
 def test_a_folder_appearing_during_the_run_is_left_alone(
@@ -145,7 +122,7 @@ def test_a_folder_appearing_during_the_run_is_left_alone(
     assert main(["-q", "run", str(config), "--out", str(out)]) == 2
     assert "appeared (or was replaced) while this run computed" in capsys.readouterr().err
     assert sorted(p.name for p in out.iterdir()) == ["user.txt"]
-    assert _hidden(tmp_path) == []
+    assert hidden_files(tmp_path) == []
 
     # with --overwrite the run replaces the folder it was asked to replace, not another one
     def replaced(*args, **kwargs):

@@ -23,38 +23,23 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from cli_helpers import data_config, embedded_subset, synth_files
+from cli_helpers import (
+    child_env,
+    data_config,
+    embedded_subset,
+    hidden_files,
+    start_topdown,
+    synth_files,
+)
 
 from topdown.product.cli import main
 
-ROOT = Path(__file__).resolve().parents[1]
 #: kills per command in the test run (each costs a process start); TOPDOWN_FAULT_KILLS raises it
 KILLS = int(os.environ.get("TOPDOWN_FAULT_KILLS", "1"))
 
 pytestmark = pytest.mark.skipif(
     sys.platform == "win32", reason="POSIX signals and flock (the platforms topdown supports)"
 )
-
-
-def _env() -> dict[str, str]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
-    return env
-
-
-def _start(args: list[str], cwd: Path) -> subprocess.Popen:
-    return subprocess.Popen(
-        [sys.executable, "-m", "topdown", "-q", *args],
-        cwd=cwd,
-        env=_env(),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-
-
-def _hidden(folder: Path) -> list[str]:
-    return sorted(p.name for p in folder.iterdir() if p.name.startswith("."))
 
 
 def _release_whole(out: Path) -> None:
@@ -75,24 +60,24 @@ def _kill_at_random_moments(
     args: list[str], out: Path, whole: Callable[[Path], None], folder: Path, seed: int
 ) -> None:
     t = time.perf_counter()
-    warm = _start(args, folder)
+    warm = start_topdown(args, folder, stdout=subprocess.DEVNULL)
     err = warm.communicate(timeout=300)[1]
     assert warm.returncode == 0, err
     scale = time.perf_counter() - t
     whole(out)
     rng = random.Random(seed)
     for _ in range(KILLS):
-        proc = _start([*args, "--overwrite"], folder)
+        proc = start_topdown([*args, "--overwrite"], folder, stdout=subprocess.DEVNULL)
         time.sleep(rng.uniform(0.2, 1.1) * scale)
         proc.send_signal(signal.SIGKILL)
         proc.communicate(timeout=60)  # reaped: its temporaries' owner is gone
         whole(out)
-    again = _start([*args, "--overwrite"], folder)
+    again = start_topdown([*args, "--overwrite"], folder, stdout=subprocess.DEVNULL)
     err = again.communicate(timeout=300)[1]
     assert again.returncode == 0, err
     whole(out)
     assert out.exists()
-    assert _hidden(folder) == [], "no temporary file, folder or lock is left"
+    assert hidden_files(folder) == [], "no temporary file, folder or lock is left"
 
 
 @pytest.fixture
@@ -142,7 +127,11 @@ def test_synth_killed_between_its_renames_leaves_no_table_without_its_ledger(
         "               '--epsilon', '1', '--out', 'out.csv']))\n"
     )
     proc = subprocess.run(
-        [sys.executable, "-c", script], cwd=tmp_path, env=_env(), capture_output=True, timeout=300
+        [sys.executable, "-c", script],
+        cwd=tmp_path,
+        env=child_env(),
+        capture_output=True,
+        timeout=300,
     )
     assert proc.returncode == -signal.SIGKILL, proc.stderr
     assert not (tmp_path / "out.csv").exists()

@@ -21,12 +21,10 @@ import time
 from pathlib import Path
 
 import pytest
-from cli_helpers import data_config, embedded_subset
+from cli_helpers import child_env, data_config, embedded_subset
 
 from topdown.product import cli
 from topdown.product.cli import main
-
-ROOT = Path(__file__).resolve().parents[1]
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
 
@@ -56,12 +54,6 @@ def test_an_interrupt_python_cannot_raise_is_not_lost(monkeypatch, capsys) -> No
     ]
 
 
-def _env() -> dict[str, str]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
-    return env
-
-
 @pytest.mark.extra("dask")
 @pytest.mark.extra("parquet")
 def test_ctrl_c_during_a_streamed_dask_run_prints_one_line(tmp_path: Path) -> None:
@@ -77,7 +69,7 @@ def test_ctrl_c_during_a_streamed_dask_run_prints_one_line(tmp_path: Path) -> No
         proc = subprocess.Popen(
             [sys.executable, "-m", "topdown", *argv],
             cwd=tmp_path,
-            env=_env(),
+            env=child_env(),
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
             text=True,
