@@ -74,20 +74,24 @@ def _family(seed: int, k: int):
     return y, p.astype(float), w, marginals
 
 
-def _batched(y, p, w, marginals) -> tuple[np.ndarray, bool]:
+def _one_family_task(y, p, w, marginals, first_total: int | None) -> ChunkTask:
+    """One family as a one-chunk L2 task (no rounding); ``first_total`` as ``ChunkTask``'s."""
     k, n = y.shape
     chunk = ChunkShape(np.array([0]), np.arange(k)[None, :], np.arange(n)[None, :], np.array([n]))
-    task = ChunkTask(
+    return ChunkTask(
         level=1,
         cells=chunk.cells,
         parent_values=p[None],
         noisy=y[None],
         weights=w[None],
         marginals=tuple(LevelMarginal(g, z, v).of_chunk(chunk) for g, z, v in marginals),
-        first_total=0,
+        first_total=first_total,
         rounding=False,
     )
-    res = solve_chunk(task)
+
+
+def _batched(y, p, w, marginals) -> tuple[np.ndarray, bool]:
+    res = solve_chunk(_one_family_task(y, p, w, marginals, first_total=0))
     assert res.l2 is not None
     return res.l2[0], bool(res.settled[0])
 
@@ -146,19 +150,7 @@ def test_held_totals_differ_from_the_one_pass_fit():
     (``first_total`` None) ends at other totals."""
     y, p, w, marginals = _family(3, k=3)
     x, _ = _batched(y, p, w, marginals)
-    k, n = y.shape
-    chunk = ChunkShape(np.array([0]), np.arange(k)[None, :], np.arange(n)[None, :], np.array([n]))
-    one = solve_chunk(
-        ChunkTask(
-            level=1,
-            cells=chunk.cells,
-            parent_values=p[None],
-            noisy=y[None],
-            weights=w[None],
-            marginals=tuple(LevelMarginal(g, z, v).of_chunk(chunk) for g, z, v in marginals),
-            rounding=False,
-        )
-    )
+    one = solve_chunk(_one_family_task(y, p, w, marginals, first_total=None))
     assert one.l2 is not None
     assert np.abs(one.l2[0].sum(axis=1) - x.sum(axis=1)).max() > 0.1
 
