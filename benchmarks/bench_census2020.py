@@ -8,8 +8,8 @@ error of the paired difference ``blue - topdown``, the figures the Census Bureau
 its 2020 PL94 releases: mean absolute error of total population, of the voting-age population,
 and (tract) of each race alone; plus every measured query's mean absolute error (all answers
 pooled), and the 90% coverage of the BLUE's published standard errors (``Release.blue``'s cells
-and totals, before the passes). ``pl94.py`` codes race as the bit mask of the races marked, so
-"race alone" is a mask of one bit (1, 2, 4, 8, 16, 32); the Census's CENRACE codes them 1..6.
+and totals, before the passes). ``pl94.py`` codes race in the Census's CENRACE order, so the
+races alone are codes 1..6 (``RACE_ALONE`` of the preset).
 
     python benchmarks/bench_census2020.py [--persons 750000] [--state-seed 7] [--seeds 10]
         [--multipass] [--out DIR]
@@ -41,10 +41,11 @@ from benchmarks.pl94 import GEOGRAPHY, make_state, state_total_invariant  # noqa
 from topdown import release  # noqa: E402
 from topdown.measurement.tree import build_tree  # noqa: E402
 from topdown.presets import census2020_pl94  # noqa: E402
+from topdown.presets.census2020_pl94 import RACE_ALONE as PRESET_RACE_ALONE  # noqa: E402
 from topdown.query import Query  # noqa: E402
 
 ESTIMATORS = ("topdown", "blue")
-RACE_ALONE = (1, 2, 4, 8, 16, 32)
+RACE_ALONE = tuple(PRESET_RACE_ALONE.values())
 Z90 = 1.6448536269514722
 
 

@@ -44,7 +44,7 @@ measurements and nothing else). Besides the tables above it prints the Census's 
 figures per estimator and level (``bench_census2020.census_figures``: mean absolute error of
 total population, of the voting-age population, of the six races alone pooled, of every measured
 query and of the cells) and each race alone at the tract (``pl94_headline``, the release
-report's headline figures, with ``pl94.py``'s bit-mask race codes), with the paired
+report's headline figures; ``pl94.py`` codes race as the DAS's CENRACE), with the paired
 ``blue - topdown`` difference.
 """
 
@@ -63,7 +63,7 @@ import pandas as pd
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.acs import load_acs  # noqa: E402
-from benchmarks.bench_census2020 import RACE_ALONE, census_figures  # noqa: E402
+from benchmarks.bench_census2020 import census_figures  # noqa: E402
 from benchmarks.pl94 import GEOGRAPHY, make_state, pl94_schema  # noqa: E402
 from benchmarks.size_weights import sized_counts  # noqa: E402
 from benchmarks.synthetic import synthetic  # noqa: E402
@@ -80,7 +80,6 @@ from topdown.measurement.measure import measure  # noqa: E402
 from topdown.measurement.tree import build_tree  # noqa: E402
 from topdown.outputs.headline import headline_table  # noqa: E402
 from topdown.presets import census2020_pl94  # noqa: E402
-from topdown.presets.census2020_pl94 import RACE_ALONE as RACE_NAMES  # noqa: E402
 from topdown.presets.census2020_pl94 import pl94_headline  # noqa: E402
 from topdown.strategy import Query  # noqa: E402
 
@@ -152,9 +151,9 @@ def load_census2020(persons: int):
 
 def census_scores(schema, strategy):
     """Per estimator, the Census Bureau's PL94 figures of its counts at every level
-    (``census_figures``) and each race alone at the tract (the preset's headline figures, on
-    ``pl94.py``'s bit-mask race codes)."""
-    races = pl94_headline(schema, race_alone=dict(zip(RACE_NAMES, RACE_ALONE, strict=True)))
+    (``census_figures``) and each race alone at the tract (the preset's headline figures;
+    ``pl94.py`` codes race as the DAS's CENRACE)."""
+    races = pl94_headline(schema)
     at_tract = [f for f in races if f.levels is not None]
 
     def figures(counts: list[np.ndarray], true: list[np.ndarray]) -> list[dict]:

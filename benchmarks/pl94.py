@@ -9,8 +9,12 @@ Deterministic from a seed. The shape follows the 2020 redistricting data (P.L. 9
 * blocks: 35% empty, the others with lognormal sizes (so a few hold hundreds of persons and
   many a handful); group quarters in about 1.5% of blocks;
 * attributes: VOTING_AGE (2) x HISPANIC (2) x RACE (63: the non-empty combinations of six
-  race groups, coded 1..63 as bit masks) x HHGQ (8: household, then seven group-quarters
-  types) = 2,016 cells. Race and Hispanic origin mix differently from tract to tract
+  race groups, coded 1..63 in the Census Bureau's CENRACE order, so the preset
+  ``census2020_pl94`` reads them as the DAS does: 1..6 the races alone (White, Black, AIAN,
+  Asian, NHPI, Some Other Race), then the pairs, triples, ... each in lexicographic order of
+  the races, as ``programs/schema/attributes/cenrace.py`` of the DAS's 2020 redistricting
+  production code lists them) x HHGQ (8: household, then seven group-quarters types) = 2,016
+  cells. Race and Hispanic origin mix differently from tract to tract
   (Dirichlet around state-wide shares); group-quarters types occur only in GQ blocks.
 
 Run ``python benchmarks/pl94.py --persons 10000`` to print a summary of one state.
@@ -19,6 +23,7 @@ Run ``python benchmarks/pl94.py --persons 10000`` to print a summary of one stat
 from __future__ import annotations
 
 import argparse
+import itertools
 import sys
 from dataclasses import dataclass
 from fractions import Fraction
@@ -187,12 +192,27 @@ def _block_sizes(
     return occupied, sizes
 
 
+def _cenrace_of_mask() -> np.ndarray:
+    """Bit mask of the races marked (bit 0 White .. bit 5 Some Other Race) -> CENRACE code
+    1..63: the combinations of one race, then of two, ..., each size in lexicographic order
+    (the DAS's ``cenrace.py``). Index 0 (no race) is unused."""
+    table = np.zeros(64, dtype=np.int64)
+    combos = (c for k in range(1, 7) for c in itertools.combinations(range(6), k))
+    for code, combo in enumerate(combos, start=1):
+        table[sum(1 << race for race in combo)] = code
+    return table
+
+
+CENRACE_OF_MASK = _cenrace_of_mask()
+
+
 def _race(cum: np.ndarray, tract: np.ndarray, u: np.ndarray) -> np.ndarray:
-    """Race codes (1..63) drawn by inverting each person's tract's cumulative shares
-    (``cum``: tracts x 63, rows ending at 1) at the uniforms ``u``; ``tract`` indexes ``cum``."""
+    """CENRACE codes (1..63) drawn by inverting each person's tract's cumulative shares of the
+    race bit masks (``cum``: tracts x 63, column ``mask - 1``, rows ending at 1) at the
+    uniforms ``u``; ``tract`` indexes ``cum``."""
     n_tracts = cum.shape[0]
     race = np.searchsorted((cum + np.arange(n_tracts)[:, None]).ravel(), u + tract, side="right")
-    return race - tract * 63 + 1
+    return CENRACE_OF_MASK[race - tract * 63 + 1]
 
 
 def make_state(persons: int, seed: int = 0) -> PL94State:

@@ -70,7 +70,7 @@ def test_pl94_hook_gives_the_census_figures_and_nothing_to_other_schemas() -> No
     assert [f.name for f in races] == list(RACE_ALONE)
     assert [f.cells for f in races] == [Equal("CENRACE", c) for c in range(1, 7)]
     assert {f.levels for f in races} == {(3,)}  # TRACT is the third column: level 3
-    # bit-mask race codes (benchmarks/pl94.py), and an explicit tract level
+    # another race coding (bit masks: Asian alone is 8), and an explicit tract level
     masks = pl94_headline(schema, race_alone={"White alone": 1, "Asian alone": 8}, tract_level=2)
     assert [(f.name, f.cells, f.levels) for f in masks[2:]] == [
         ("White alone", Equal("CENRACE", 1), (2,)),

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from benchmarks.pl94 import (
+    CENRACE_OF_MASK,
     EMPTY_BLOCKS,
     PRODUCTION_RHO,
     make_state,
@@ -50,6 +51,26 @@ def test_shape(state):
     assert set(r["RACE"]) <= set(range(1, 64)) and r["RACE"].nunique() > 20
     assert set(r["HHGQ"]) <= set(range(8)) and set(r["VOTING_AGE"]) == {0, 1}
     assert 0.6 < r["VOTING_AGE"].mean() < 0.9
+
+
+def test_race_is_coded_as_the_das_cenrace(state):
+    """Codes 1..6 are the races alone, then the pairs, ... in the DAS's cenrace.py order (worked
+    by hand from its level list: white-black is index 6, white-aian 7, white-black-aian 21,
+    black-aian-asian 31, all six 62; codes are index + 1)."""
+    assert [CENRACE_OF_MASK[1 << race] for race in range(6)] == [1, 2, 3, 4, 5, 6]
+    white, black, aian, asian = 1, 2, 4, 8
+    assert CENRACE_OF_MASK[white | black] == 7
+    assert CENRACE_OF_MASK[white | aian] == 8
+    assert CENRACE_OF_MASK[white | black | aian] == 22
+    assert CENRACE_OF_MASK[black | aian | asian] == 32
+    assert CENRACE_OF_MASK[63] == 63
+    assert sorted(CENRACE_OF_MASK[1:]) == list(range(1, 64))
+    # the data follow it: White alone (share 0.62) is code 1, Asian alone (0.06) outnumbers
+    # AIAN alone (0.012), and the two-or-more-race codes are rarer than White alone
+    race = state.records["RACE"].to_numpy()
+    assert np.mean(race == 1) > 0.4
+    assert np.sum(race == 4) > 2 * np.sum(race == 3)
+    assert np.mean(race >= 7) < np.mean(race == 1) / 4
 
 
 def test_schema_and_geography_build_a_tree(state):

@@ -259,9 +259,9 @@ def pl94_headline(
 
     Args:
         schema: the release's schema.
-        race_alone: race name -> CENRACE value (default ``RACE_ALONE``, the DAS's codes 1..6;
-            ``benchmarks/pl94.py`` codes races as bit masks, so there White alone is 1, Black
-            alone 2, AIAN alone 4, ...).
+        race_alone: race name -> CENRACE value (default ``RACE_ALONE``, the DAS's codes 1..6,
+            which ``benchmarks/pl94.py``'s states use too); data coding race otherwise (as
+            bit masks, say) passes its own codes.
         tract_level: the tract's level number (0 = root); default the level of the hierarchy
             column named ``TRACT`` (any case); without one the race figures are left out.
 
