@@ -2,14 +2,24 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))  # benchmarks/ helpers are not installed with the package
+
+# Property tests draw the same examples on every run ("repeatable", the default), so a run of
+# the test command on a clean clone passes or fails the same way each time: a property false on
+# rare inputs must not land or be refused at random. ``HYPOTHESIS_PROFILE=explore`` draws new
+# examples each run (with the example database), to look for such inputs on purpose.
+settings.register_profile("repeatable", derandomize=True, database=None)
+settings.register_profile("explore", derandomize=False)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "repeatable"))
 
 
 @pytest.fixture(scope="session")
