@@ -4,7 +4,8 @@ For each attribute A other than the class, a noisy (A, class) histogram is measu
 equal share of the budget. The estimator (:func:`synth._estimate.consistent_tables`) makes
 the tables non-negative, integer and consistent: every table has the same class totals,
 which a plain implementation (normalising each noisy table on its own) does not give. Rows
-are then generated per class: the class counts follow the class totals and, within a class,
+are then generated per class (as many as the model's unbiased noisy total by default, see
+:attr:`ClassConditional.total`): the class counts follow the class totals and, within a class,
 each attribute's value counts follow P(A | class), both by largest-remainder rounding; each
 attribute's column is shuffled within the class, so attributes are independent given the
 class, as in naive Bayes.
@@ -35,6 +36,7 @@ from synth._estimate import (
     largest_remainder,
     measure_marginals,
     split_budget,
+    unbiased_total,
 )
 from synth.crosstab import check_epsilon
 
@@ -118,8 +120,8 @@ class ClassConditional:
         ledger: the measurements and disclosures.
         tables: the estimated (A, class) tables, by attribute name (integer counts).
         class_totals: the class totals every table agrees on.
-        total: the fitted model's total (the sum of ``class_totals``): a noisy count, the
-            default output size of :meth:`sample`.
+        total: the fitted model's total: a noisy count (unbiased, unlike the sum of
+            ``class_totals``), the default output size of :meth:`sample`.
     """
 
     def __init__(
@@ -141,6 +143,7 @@ class ClassConditional:
         self.columns: list[str] = []
         self.tables: dict[str, np.ndarray] = {}
         self.class_totals: np.ndarray | None = None
+        self._total: int | None = None
         self._rng = make_rng(seed)
 
     def fit(self, data: pd.DataFrame) -> ClassConditional:
@@ -174,14 +177,22 @@ class ClassConditional:
         tables = consistent_tables(measured, sizes, name="class-conditional")
         self.class_totals = tables[0].sum(axis=0) if features else tables[0]
         self.tables = {self.columns[j]: tables[i] for i, j in enumerate(features)}
+        self._total = unbiased_total(measured)
         return self
 
     @property
     def total(self) -> int:
-        """The fitted model's total: the noisy count every estimated table agrees on."""
-        if self.class_totals is None:
+        """The fitted model's total: the noisy tables' raw sums combined (``unbiased_total``).
+
+        Not the sum of :attr:`class_totals`: the non-negative tables keep every positive noise
+        of a wide class column's empty cells and clip every negative one, so their sum grows
+        with the column's width (300 records with a 5,000-value class column at epsilon 2
+        gave class totals summing to about 3,900). ``sample`` spreads this total over the
+        classes in :attr:`class_totals`' proportions.
+        """
+        if self._total is None:
             raise SynthError("the generator is not fitted: call fit(data) first")
-        return int(self.class_totals.sum())
+        return self._total
 
     def sample(self, n: int | None = None) -> pd.DataFrame:
         """Synthetic rows with the data's columns (see the module docstring).

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from fractions import Fraction
 
 import numpy as np
@@ -75,6 +76,35 @@ def test_class_totals_agree_across_tables():
         assert table.dtype == np.int64 and (table >= 0).all()
     assert len(model.ledger) == 2 and model.ledger.total().value == 1
     assert [e.budget.value for e in model.ledger.entries] == [Fraction(1, 2)] * 2
+
+
+def test_total_is_unbiased_on_a_wide_class_column():
+    """300 records, a 5,000-value class: the non-negative tables' class totals keep the positive
+    noise of ~5,000 empty cells per table and sum to >10x the records; the model's total (the
+    default sample size) is the tables' raw sums combined, unbiased. Its standard deviation,
+    worked by hand: each of the two tables (3 x 5,000 and 2 x 5,000 cells) gets epsilon 1, so
+    every cell has two-sided geometric noise of variance 2a/(1-a)^2 with a = e^-1 (1.8413);
+    inverse-variance weighting of the two sums gives sd = (1/(15,000 v) + 1/(10,000 v))^-1/2
+    = 105.1. Each seed is checked at 4 sd (a false alarm about 6e-5 per seed)."""
+    rng = np.random.default_rng(0)
+    n = 300
+    data = pd.DataFrame(
+        {"a": rng.integers(0, 3, n), "b": rng.integers(0, 2, n), "cls": rng.integers(0, 5000, n)}
+    )
+    domains = {"a": [0, 1, 2], "b": [0, 1], "cls": list(range(5000))}
+    a = math.exp(-1)
+    v = 2 * a / (1 - a) ** 2
+    sd = (1 / (15_000 * v) + 1 / (10_000 * v)) ** -0.5
+    assert sd == pytest.approx(105.11, abs=0.01)
+    for seed in range(4):
+        model = ClassConditional(2, domains=domains, seed=seed).fit(data)
+        assert model.class_totals is not None and model.class_totals.sum() > 10 * n
+        assert abs(model.total - n) < 4 * sd
+        sample = model.sample()
+        assert len(sample) == model.total
+        # the classes keep the tables' proportions
+        per_class = sample.groupby("cls").size()
+        assert set(per_class.index) <= {c for c, t in enumerate(model.class_totals) if t > 0}
 
 
 def test_sampled_counts_follow_the_tables_exactly():

@@ -63,7 +63,7 @@ def test_default_output_size_is_not_the_record_count(name):
 def test_default_size_is_the_fitted_models_total_and_nothing_is_disclosed():
     data = _data()
     model = ClassConditional(1, domains=DOMAINS, seed=7).fit(data)
-    assert len(model.sample()) == model.total == int(model.class_totals.sum())
+    assert len(model.sample()) == model.total
     pb = PrivBayes(1, k=1, domains=DOMAINS, seed=7).fit(data)
     assert len(pb.sample()) == pb.total
     for ledger in (model.ledger, pb.ledger):
