@@ -475,7 +475,7 @@ def _level_counts(
     dtype: type = float
     if is_int:
         dtype = int_type_for(min(0, int(sums.min(initial=0))), int(sums.max(initial=0)))
-    out = np.zeros((nodes, cells), dtype=dtype)
+    out: np.ndarray = np.zeros((nodes, cells), dtype=dtype)
     out.reshape(-1)[where] = sums.astype(dtype) if is_int else sums
     return out
 
