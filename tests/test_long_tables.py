@@ -14,12 +14,14 @@ import importlib
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 from cli_helpers import data_config, embedded_subset
 
 from topdown import Attribute, Schema, Strategy, release
 from topdown.errors import ReleaseError
 from topdown.measurement import measure
+from topdown.measurement.tree import build_tree
 from topdown.outputs.microdata import write_csv_parts, write_table
 from topdown.product import release_folder
 from topdown.product.cli import main
@@ -116,3 +118,38 @@ def test_microdata_check_in_long_form_names_the_differing_units() -> None:
     bad = counts.copy()
     bad[2, 2] = -1
     assert _differing_nodes(node, cell, bad).tolist() == [2]
+
+
+def test_histograms_from_the_occupied_cells_equal_a_bincount() -> None:
+    """``build_tree`` writes each level's histograms at the records' cells only (no int64
+    array of every cell): the same counts as a bincount over the level, in the narrowest
+    type that holds them."""
+    rng = np.random.default_rng(11)
+    n = 3000
+    df = pd.DataFrame(
+        {
+            "C": rng.choice(["a", "b", "c"], n),
+            "T": rng.integers(0, 7, n).astype(str),
+            "X": rng.integers(0, 5, n),
+            "Y": rng.integers(0, 4, n),
+        }
+    )
+    df.loc[:399, ["C", "T", "X", "Y"]] = ["a", "0", 0, 0]  # one cell of 400+: int16
+    df["T"] = df["C"] + df["T"]
+    schema = Schema(
+        (Attribute("X", values=tuple(range(5))), Attribute("Y", values=tuple(range(4)))),
+        ("C", "T"),
+    )
+    tree, truth = build_tree(df, schema)
+    cells = schema.encode_cells(df)
+    for lv, counts in zip(tree.levels, truth.counts, strict=True):
+        column = lv.column
+        node = (
+            np.zeros(n, dtype=np.int64)
+            if column is None
+            else np.searchsorted(lv.labels.astype(str), df[column].astype(str).to_numpy())
+        )
+        expected = np.bincount(node * 20 + cells, minlength=lv.size * 20).reshape(lv.size, 20)
+        assert np.array_equal(counts, expected)
+        assert counts.dtype == (np.int16 if expected.max() > 127 else np.int8)
+    assert truth.counts[0].dtype == np.int16 and truth.counts[2].max() >= 400
