@@ -33,7 +33,12 @@ tract level's mean absolute error on each of the preset's ten queries for both (
 Run from the repository root:
 
     python benchmarks/bench_dhc.py [--persons 100000] [--seed 0] [--strategy four|preset]
-        [--estimator blue|topdown]
+        [--estimator blue|topdown] [--only-detailed] [--metrics]
+
+``--only-detailed`` runs the detailed-only release alone (issue 31's memory case: 750,000
+persons, 400 tracts of 1,227,744 cells); ``--metrics`` adds each release's accuracy metrics
+against the records (``Release.metrics``, a level's answers a block of nodes at a time) in
+the same process, with its CPU seconds and the peak memory before and with them.
 """
 
 from __future__ import annotations
@@ -90,8 +95,10 @@ def _strategy(name: str, levels: int) -> Strategy:
 def _tract_mae(rel: Release, records: pd.DataFrame, queries: list[Query]) -> dict[str, float]:
     """Each query's mean absolute error at the tract level, over tracts and answers.
 
-    Released and true answers are summed from the nonzero cells (by ``Query.groups``), so no
-    second (tracts x cells) table is built."""
+    Released and true answers are summed from the nonzero cells (by ``Query.groups``) and
+    compared on the answers either side has: memory follows the records and nonzero cells,
+    never (tracts x answers), which for ``detailed`` is 491 million at 400 tracts (four float
+    arrays of 3.9 GB when this summed whole tables)."""
     schema, tract = rel.schema, rel.schema.n_levels - 1
     counts = rel.counts[tract]
     node, cell = np.nonzero(counts)
@@ -102,16 +109,24 @@ def _tract_mae(rel: Release, records: pd.DataFrame, queries: list[Query]) -> dic
     out = {}
     for q in queries:
         groups, width = q.groups(schema.domain), q.n_answers(schema.domain)
-        released = np.bincount(node * width + groups[cell], value, counts.shape[0] * width)
-        truth = np.bincount(true_node * width + groups[true_cell], None, counts.shape[0] * width)
-        out[q.name] = float(np.abs(released - truth).mean())
+        keys = np.concatenate([node * width + groups[cell], true_node * width + groups[true_cell]])
+        signed = np.concatenate([value, -np.ones(true_cell.size, dtype=np.int64)])
+        _, where = np.unique(keys, return_inverse=True)
+        error = np.abs(np.bincount(where.reshape(-1), signed)).sum()
+        out[q.name] = float(error / (counts.shape[0] * width))
     return out
 
 
 def _run(
-    name: str, persons: int, seed: int, preset: bool = False, estimator: str | None = None
+    name: str,
+    persons: int,
+    seed: int,
+    preset: bool = False,
+    estimator: str | None = None,
+    metrics: bool = False,
 ) -> dict:
-    """One release in this (child) process: its figures."""
+    """One release in this (child) process: its figures; with ``metrics``, then its accuracy
+    metrics against the records (``Release.metrics``), timed apart and inside the peak."""
     state = make_dhc_state(persons, seed)
     if preset:
         schema, strategy = _preset(name)
@@ -129,9 +144,19 @@ def _run(
     options = {} if estimator is None else {"estimator": estimator}
     rel = release(state.records, schema, strategy, seed=seed, geography=geography, **options)
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    peak_release = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    metrics_cpu = float("nan")
+    if metrics:
+        metrics_cpu = time.process_time()
+        rel.metrics(state.records)
+        metrics_cpu = time.process_time() - metrics_cpu
+    peak_metrics = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     mae = _tract_mae(rel, state.records, queries)
     cells = sum(c.size for c in rel.counts)
     return {
+        "peak_release_MiB": peak_release,
+        "peak_metrics_MiB": peak_metrics,
+        "metrics_cpu_s": metrics_cpu,
         "strategy": name,
         "wall_s": wall,
         "cpu_s": cpu,
@@ -157,20 +182,32 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--estimator", choices=("blue", "topdown"), help="release()'s estimator (its default)"
     )
+    parser.add_argument(
+        "--only-detailed",
+        action="store_true",
+        help="run the detailed-only release alone (no second strategy, no ratio)",
+    )
+    parser.add_argument(
+        "--metrics",
+        action="store_true",
+        help="after each release, its accuracy metrics against the records (Release.metrics) "
+        "in the same process: CPU seconds, and the peak memory with them",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     print("$ python benchmarks/bench_dhc.py " + shlex.join(argv or sys.argv[1:]))
     context = multiprocessing.get_context("spawn")
     preset = args.strategy == "preset"
     rows = []
-    for name in ("detailed", "preset" if preset else "four queries"):
+    names = ["detailed"] + ([] if args.only_detailed else ["preset" if preset else "four queries"])
+    for name in names:
         # a worker the kernel kills (out of memory) breaks the executor; a Pool would wait on
         # its result for ever
         with ProcessPoolExecutor(1, mp_context=context) as pool:
             try:
                 rows.append(
                     pool.submit(
-                        _run, name, args.persons, args.seed, preset, args.estimator
+                        _run, name, args.persons, args.seed, preset, args.estimator, args.metrics
                     ).result()
                 )
             except BrokenProcessPool:
@@ -186,6 +223,15 @@ def main(argv: list[str] | None = None) -> int:
             f"{r['strategy']:<14}{r['wall_s']:>8.1f}{r['cpu_s']:>8.1f}{r['peak_MiB']:>10.0f}"
             f"{r['cells_per_cpu_s']:>13,.0f}{r['tract_sex_age_mae']:>19.3f}  {r['l2']}"
         )
+    if args.metrics:
+        for r in rows:
+            print(
+                f"{r['strategy']}: peak {r['peak_release_MiB']:.0f} MiB after the release, "
+                f"{r['peak_metrics_MiB']:.0f} MiB with its metrics ({r['metrics_cpu_s']:.1f} "
+                f"CPU s), {r['peak_MiB']:.0f} MiB with the tract MAE"
+            )
+    if args.only_detailed:
+        return 0
     detailed, other = rows
     print(
         f"{other['strategy']} / detailed: wall {other['wall_s'] / detailed['wall_s']:.2f}x, "

@@ -6,6 +6,7 @@ institutional {1..4}, non-institutional {5..7}) and a 2-value voting age.
 
 from __future__ import annotations
 
+import importlib
 import itertools
 import json
 
@@ -147,10 +148,14 @@ def test_release_with_recoded_queries_is_consistent() -> None:
     assert err.mean() < 5
 
 
-def test_blue_release_with_recoded_queries() -> None:
+@pytest.mark.parametrize("block_bytes", [None, 1])
+def test_blue_release_with_recoded_queries(monkeypatch, block_bytes: int | None) -> None:
     """``estimator="blue"`` takes recoded queries: a consistent release whose per-cell
     standard errors differ between a household cell (a group of 1) and an institutional one
-    (a group of 4) of the same node, and equal the BLUE's own cell variances."""
+    (a group of 4) of the same node, and equal the BLUE's own cell variances (read by the long
+    table a node at a time with ``block_bytes`` 1)."""
+    if block_bytes is not None:
+        monkeypatch.setattr(importlib.import_module("topdown.release"), "LONG_BLOCK_BYTES", 1)
     schema, strategy = _schema_and_strategy()
     rel = release(_data(2000), schema, strategy, estimator="blue", seed=5)
     assert rel.check_correctness().ok

@@ -10,7 +10,7 @@ the strategy's. ``metrics`` compares it with the confidential data, for evaluati
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -32,11 +32,17 @@ from topdown.outputs.metrics import Metrics, compute_metrics
 from topdown.outputs.microdata import expand_microdata
 from topdown.schema import Schema
 from topdown.strategy import Strategy
+from topdown.support.row_blocks import row_blocks
 
-__all__ = ["Release", "CorrectnessReport"]
+__all__ = ["Release", "CorrectnessReport", "WIDE_TABLE_MAX_VALUES"]
 
 log = logging.getLogger(__name__)
 _TOL = 1e-9
+#: The most (nodes x cells) values a wide table is built for (``Release.wide_table``): 50
+#: million int64 counts are 400 MB, and a level past it is mostly zeros
+WIDE_TABLE_MAX_VALUES = 50_000_000
+#: Bytes of the BLUE's cell variances of one block of nodes that ``Release.long_table`` holds
+LONG_BLOCK_BYTES = 1 << 26
 
 
 @dataclass(frozen=True)
@@ -108,21 +114,37 @@ class Release:
         return expand_microdata(self.tree, self.schema, self.counts[-1])
 
     @property
-    def tables(self) -> dict[int, pd.DataFrame]:
-        """Per level, a wide table: one row per node (index = node label), one column per
+    def tables(self) -> Mapping[int, pd.DataFrame]:
+        """Per level, its wide table (``wide_table``), built when the level is read: a
+        DHC-sized level has no wide table (its long one is ``long_table``)."""
+        return _WideTables(self)
+
+    def wide_table(self, level: int) -> pd.DataFrame:
+        """One level as a wide table: one row per node (index = node label), one column per
         cell (MultiIndex of attribute values, in cell order), integer counts (in the level's
-        stored type: see the class docstring)."""
+        stored type: see the class docstring).
+
+        Raises:
+            ReleaseError: the level has more than ``WIDE_TABLE_MAX_VALUES`` (nodes x cells)
+                values: a wide table of 400 tracts of the DHC persons domain holds 491
+                million, almost all zero (a node has at most its population in nonzero
+                cells); ``long_table`` holds its nonzero cells.
+        """
+        lv = self.tree.levels[level]
+        counts = self.counts[level]
+        if counts.size > WIDE_TABLE_MAX_VALUES:
+            raise ReleaseError(
+                f"level {level}'s wide table ({lv.size:,} nodes x {counts.shape[1]:,} cells = "
+                f"{counts.size:,} values) exceeds WIDE_TABLE_MAX_VALUES "
+                f"({WIDE_TABLE_MAX_VALUES:,}); read the level in long form, "
+                f"Release.long_table({level}) (node, attributes, count of its nonzero cells)"
+            )
         columns = pd.MultiIndex.from_tuples(
             self.schema.domain.cell_labels(), names=self.schema.domain.names
         )
-        return {
-            lv.number: pd.DataFrame(
-                self.counts[lv.number],
-                index=pd.Index(lv.labels.astype(str), name="node"),
-                columns=columns,
-            )
-            for lv in self.tree.levels
-        }
+        return pd.DataFrame(
+            counts, index=pd.Index(lv.labels.astype(str), name="node"), columns=columns
+        )
 
     def long_table(self, level: int) -> pd.DataFrame:
         """One level in long format (node, attribute values, count), non-zero cells only; with
@@ -137,12 +159,26 @@ class Release:
         frame["count"] = counts[node, cell].astype(np.int64)  # one type in every table file
         if self.blue is not None and self.blue.blocks:
             # under recodes a cell's standard error depends on its groups' sizes
-            cell_se = np.sqrt(self.blue.cell_variance(level)[node, cell])
+            cell_se = np.sqrt(self._nonzero_cell_variance(level, node, cell))
             frame["stderr"] = np.round(cell_se, 4)
         elif self.blue is not None:
             # the BLUE's standard error of the cell (the same for every cell of a node)
             frame["stderr"] = np.round(self.blue.stderr(level)[node], 4)
         return pd.DataFrame(frame)
+
+    def _nonzero_cell_variance(self, level: int, node: np.ndarray, cell: np.ndarray) -> np.ndarray:
+        """The BLUE's variance of the cells ``(node, cell)`` (``node`` ascending, as
+        ``np.nonzero`` gives it), a block of nodes at a time: a level's (nodes, cells) float
+        variances are 3.9 GB at 400 DHC tracts."""
+        assert self.blue is not None
+        out = np.empty(node.size)
+        cells = self.counts[level].shape[1]
+        for rows in row_blocks(self.tree.levels[level].size, 8 * cells, LONG_BLOCK_BYTES):
+            lo, hi = np.searchsorted(node, [rows.start, rows.stop])
+            if hi > lo:
+                block = self.blue.cell_variance(level, nodes=rows)
+                out[lo:hi] = block[node[lo:hi] - rows.start, cell[lo:hi]]
+        return out
 
     def solver_stats(self, *, timings: bool = False) -> pd.DataFrame:
         """Per level: families, problems, the solvers that took them, failsafes.
@@ -281,3 +317,22 @@ class Release:
             headline=headline,
             level_names=["root", *self.schema.hierarchy],
         )
+
+
+class _WideTables(Mapping[int, pd.DataFrame]):
+    """``Release.tables``: level -> its wide table, each built when it is read (the levels
+    past ``WIDE_TABLE_MAX_VALUES`` refuse, naming ``long_table``)."""
+
+    def __init__(self, rel: Release) -> None:
+        self._rel = rel
+
+    def __getitem__(self, level: int) -> pd.DataFrame:
+        if not isinstance(level, int | np.integer) or not 0 <= level < self._rel.tree.n_levels:
+            raise KeyError(level)
+        return self._rel.wide_table(int(level))
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(range(self._rel.tree.n_levels))
+
+    def __len__(self) -> int:
+        return self._rel.tree.n_levels

@@ -44,7 +44,7 @@ import functools
 import logging
 import os
 import time
-from collections.abc import Callable, Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, Generic, Protocol, TypeVar
@@ -75,12 +75,14 @@ __all__ = [
     "record_level",
     "chunk_nodes",
     "CHUNK_CELLS",
+    "FRAME_ROWS",
     "MAX_CHUNK_NODES",
 ]
 
 log = logging.getLogger(__name__)
 
 CHUNK_CELLS = 2**20  # histogram cells per measurement chunk (about; see chunk_nodes)
+FRAME_ROWS = 2**22  # rows per part of the long measurement file (``Measurements.frames``)
 MAX_CHUNK_NODES = 4096
 
 
@@ -148,25 +150,33 @@ class Measurements(ByLevel[QueryMeasurement]):
     levels: tuple[tuple[QueryMeasurement, ...], ...]
 
     def to_frame(self, tree: Tree) -> pd.DataFrame:
-        """Long format: level, node, query, answer index, noisy answer, variance."""
-        frames = []
+        """Long format: level, node, query, answer index, noisy answer, variance (the whole
+        file in memory: ``frames`` gives it in parts)."""
+        return pd.concat(list(self.frames(tree)), ignore_index=True)
+
+    def frames(self, tree: Tree, max_rows: int | None = None) -> Iterator[pd.DataFrame]:
+        """``to_frame``'s rows in order, as frames of at most ``max_rows`` (default
+        ``FRAME_ROWS``) rows, at least one node's answers: blocks of nodes of one query of one
+        level. A DHC tract level's detailed answers are 491 million rows, tens of GB as one
+        frame; the release folder writes them part by part."""
         for lv in self.levels:
             for m in lv:
                 nodes, answers = m.noisy.shape
                 labels = tree.levels[m.level].labels.astype(str)
-                frames.append(
-                    pd.DataFrame(
+                step = max(1, (max_rows or FRAME_ROWS) // max(1, answers))
+                for start in range(0, max(nodes, 1), step):
+                    rows = slice(start, min(start + step, nodes))
+                    n = rows.stop - rows.start
+                    yield pd.DataFrame(
                         {
                             "level": m.level,
-                            "node": np.repeat(labels, answers),
+                            "node": np.repeat(labels[rows], answers),
                             "query": m.query.name,
-                            "answer": np.tile(np.arange(answers), nodes),
-                            "noisy": m.noisy.ravel(),
+                            "answer": np.tile(np.arange(answers), n),
+                            "noisy": m.noisy[rows].ravel(),
                             "variance": m.variance,
                         }
                     )
-                )
-        return pd.concat(frames, ignore_index=True)
 
 
 def make_level_mechanisms(strategy: Strategy, level: int) -> list[tuple[Query, Fraction, Any]]:

@@ -135,20 +135,33 @@ def build_tree(
         levels = list(geography_tree(geography, schema).levels)
         node_codes = codes_in_geography(data, levels)
     check_dense_levels(levels, size, schema)  # before the (nodes x cells) arrays exist
-    counts = []
-    for lv, codes in zip(levels, node_codes, strict=True):
-        flat = np.bincount(codes * size + cells, minlength=lv.size * size)
-        level_type = dtype or int_type_for(0, int(flat.max(initial=0)))
-        counts.append(flat.reshape(lv.size, size).astype(level_type, copy=False))
-        del flat
+    counts = [
+        _histograms(codes * size + cells, lv.size, size, dtype)
+        for lv, codes in zip(levels, node_codes, strict=True)
+    ]
     records = data if keep_records else None
     return Tree(tuple(levels)), ConfidentialHistograms(
         tuple(counts), records, tuple(node_codes) if keep_records else ()
     )
 
 
-#: Bytes per (node, cell) of a level while its histograms are built: the int64 counts
-#: (np.bincount) and their narrowed copy; the release then holds a few more such arrays.
+def _histograms(
+    flat: np.ndarray, nodes: int, cells: int, dtype: type[np.signedinteger] | None
+) -> np.ndarray:
+    """A level's (nodes, cells) histograms from each record's flat index (node * cells +
+    cell): the occupied cells and their counts first (a sort of the records), then the level's
+    array in its narrow type, written at those cells only. ``np.bincount`` over the level
+    made an int64 array of every cell before narrowing it: at 400 DHC tracts (491 million
+    cells) the pages its scattered records touched were about 3 GB, beside the 491 MB kept."""
+    occupied, count = np.unique(flat, return_counts=True)
+    level_type = dtype or int_type_for(0, int(count.max(initial=0)))
+    out = np.zeros((nodes, cells), dtype=level_type)
+    out.reshape(-1)[occupied] = count
+    return out
+
+
+#: Bytes per (node, cell) of a level while its histograms are built and measured: the
+#: narrow histograms and the noisy answers, and the release holds a few more such arrays.
 DENSE_BYTES_PER_CELL = 16
 
 

@@ -25,8 +25,9 @@ import pandas as pd
 from constraints.domain import Domain
 from constraints.logical_expressions import Expression
 from topdown.errors import OptionsError
+from topdown.support.row_blocks import row_blocks
 
-__all__ = ["HeadlineFigure", "headline_table", "HEADLINE_COLUMNS"]
+__all__ = ["HeadlineFigure", "headline_table", "masked_sums", "HEADLINE_COLUMNS"]
 
 #: The columns of ``headline_table`` (and of a release folder's ``headline.csv``).
 HEADLINE_COLUMNS = ("figure", "level", "geolevel", "nodes", "mae", "mean_true")
@@ -62,6 +63,22 @@ class HeadlineFigure:
                     "numbers >= 0 (0 = root), or None for every level"
                 )
             object.__setattr__(self, "levels", levels)
+
+
+#: Bytes of the int64 copy of one block of nodes' masked cells in ``masked_sums``
+MASKED_BLOCK_BYTES = 1 << 25
+
+
+def masked_sums(counts: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """Each node's count over the cells ``mask`` selects, in int64 (nodes,): the masked cells
+    copied a block of nodes at a time, so a mask over most of a DHC-sized domain never makes a
+    level-sized int64 copy (3.9 GB at 400 tracts of 1,227,744 cells)."""
+    counts = np.asarray(counts)
+    out = np.zeros(counts.shape[0], dtype=np.int64)
+    width = max(1, int(np.count_nonzero(mask)))
+    for rows in row_blocks(counts.shape[0], 8 * width, MASKED_BLOCK_BYTES):
+        out[rows] = counts[rows][:, mask].sum(axis=1, dtype=np.int64)
+    return out
 
 
 def headline_table(
@@ -100,8 +117,8 @@ def headline_table(
             )
         mask = fig.cells.mask(domain)
         for level in levels:
-            est = release_counts[level][:, mask].astype(np.int64).sum(axis=1)
-            true = true_counts[level][:, mask].astype(np.int64).sum(axis=1)
+            est = masked_sums(release_counts[level], mask)
+            true = masked_sums(true_counts[level], mask)
             rows.append(
                 {
                     "figure": fig.name,

@@ -23,11 +23,12 @@ import numpy as np
 import pandas as pd
 
 from constraints.domain import Domain
-from topdown.measurement.measure import Measurements
+from topdown.measurement.measure import Measurements, QueryMeasurement
 from topdown.outputs.headline import HEADLINE_COLUMNS, HeadlineFigure, headline_table
 from topdown.strategy import Query
+from topdown.support.row_blocks import row_blocks
 
-__all__ = ["Metrics", "compute_metrics", "SIZE_BINS"]
+__all__ = ["Metrics", "compute_metrics", "SIZE_BINS", "METRICS_BLOCK_BYTES"]
 
 SIZE_BINS = (0, 10, 100, 1_000, 10_000, 100_000, np.inf)
 
@@ -51,6 +52,13 @@ class Metrics:
         ).round(3)
 
 
+#: Bytes of one block of a level's answers (float64) that the metrics hold at once: a level's
+#: detailed answers are (nodes x cells) floats, 3.9 GB at the tracts of a DHC-shaped state
+#: (400 x 1,227,744 cells), and the figures need several such arrays (truth, release, noisy,
+#: their difference); by blocks of nodes only a block's worth is alive
+METRICS_BLOCK_BYTES = 1 << 25
+
+
 def compute_metrics(
     domain: Domain,
     release_counts: Sequence[np.ndarray],
@@ -61,21 +69,35 @@ def compute_metrics(
     level_names: Sequence[str] | None = None,
 ) -> Metrics:
     """Compare released and noisy answers with the truth, level by level; ``headline``'s
-    figures too (``level_names`` name the levels in their table)."""
+    figures too (``level_names`` name the levels in their table).
+
+    Each level is read a block of nodes at a time (about ``METRICS_BLOCK_BYTES`` of one
+    query's float answers), the figures summed over the blocks: memory follows the block, not
+    the level. The figures are those of the whole level at once, to floating-point rounding
+    (sums in another order)."""
     rows, bias_rows = [], []
     for level, (released, truth) in enumerate(zip(release_counts, true_counts, strict=True)):
         queries = _queries_of_level(measurements, level, extra_queries)
         noisy_detailed = measurements.get(level, "detailed")
         for query in queries:
-            true_ans = query.answer(truth, domain).astype(float)
-            rel_ans = query.answer(released, domain).astype(float)
-            rows.append(_row(level, query.name, "release", rel_ans, true_ans))
-            noisy = _noisy_answers(measurements, level, query, noisy_detailed, domain)
-            if noisy is not None:
-                rows.append(_row(level, query.name, "noisy", noisy, true_ans))
-        true_total = truth.sum(axis=1).astype(float)
-        rel_total = released.sum(axis=1).astype(float)
-        noisy_total = _noisy_answers(measurements, level, Query(()), noisy_detailed, domain)
+            width = query.n_answers(domain)
+            release_sums, noisy_sums = _ErrorSums(), _ErrorSums()
+            # the noisy figures exist when the query or the detailed cells were measured
+            direct = measurements.get(level, query.name)
+            noisy_seen = noisy_detailed is not None or direct is not None
+            for block in row_blocks(truth.shape[0], 8 * max(width, 1), METRICS_BLOCK_BYTES):
+                true_ans = query.answer(truth[block], domain).astype(float)
+                rel_ans = query.answer(released[block], domain).astype(float)
+                release_sums.add(rel_ans, true_ans)
+                noisy = _noisy_answers(measurements, level, query, noisy_detailed, domain, block)
+                if noisy is not None:
+                    noisy_sums.add(noisy, true_ans)
+            rows.append(release_sums.row(level, query.name, "release", width))
+            if noisy_seen:
+                rows.append(noisy_sums.row(level, query.name, "noisy", width))
+        true_total = _totals(truth)
+        rel_total = _totals(released)
+        noisy_total = _noisy_totals(measurements, level, noisy_detailed, domain, truth.shape[0])
         bins = pd.cut(true_total, bins=list(SIZE_BINS), right=False)
         for estimator, est in (
             ("release", rel_total),
@@ -100,6 +122,71 @@ def compute_metrics(
     return Metrics(pd.DataFrame(rows), pd.DataFrame(bias_rows), figures)
 
 
+def _noisy_totals(
+    measurements: Measurements,
+    level: int,
+    noisy_detailed: QueryMeasurement | None,
+    domain: Domain,
+    nodes: int,
+) -> np.ndarray | None:
+    """The noisy node totals (nodes, 1) as ``_noisy_answers`` gives them, a block at a time."""
+    total = Query(())
+    blocks = [
+        _noisy_answers(measurements, level, total, noisy_detailed, domain, block)
+        for block in row_blocks(nodes, 8 * domain.size, METRICS_BLOCK_BYTES)
+    ]
+    if not blocks:
+        return _noisy_answers(measurements, level, total, noisy_detailed, domain)
+    if any(b is None for b in blocks):
+        return None
+    return np.concatenate([b for b in blocks if b is not None])
+
+
+def _totals(counts: np.ndarray) -> np.ndarray:
+    """Each node's total as floats (summed in int64: a narrow count type must not wrap)."""
+    return np.asarray(counts).sum(axis=1, dtype=np.int64).astype(float)
+
+
+@dataclass
+class _ErrorSums:
+    """One query's error figures summed over blocks of nodes: the sums that make the mean
+    absolute error, the root mean squared error, the bias and the mean TVD of the whole level."""
+
+    nodes: int = 0
+    answers: int = 0
+    abs_error: float = 0.0
+    squared_error: float = 0.0
+    error: float = 0.0
+    tvd: float = 0.0
+    tvd_nodes: int = 0
+
+    def add(self, est: np.ndarray, truth: np.ndarray) -> None:
+        err = est - truth
+        self.nodes += int(truth.shape[0])
+        self.answers += int(truth.size)
+        self.abs_error += float(np.abs(err).sum())
+        self.squared_error += float(np.square(err).sum())
+        self.error += float(err.sum())
+        tvd, ok = _node_tvd(est, truth)
+        self.tvd += tvd
+        self.tvd_nodes += ok
+
+    def row(self, level: int, query: str, estimator: str, width: int) -> dict:
+        """The metrics table's row; NaN for a figure of no answers (as numpy's mean of none)."""
+        n = self.answers
+        return {
+            "level": level,
+            "query": query,
+            "estimator": estimator,
+            "nodes": self.nodes,
+            "answers": n,
+            "mae": self.abs_error / n if n else float("nan"),
+            "rmse": float(np.sqrt(self.squared_error / n)) if n else float("nan"),
+            "bias": self.error / n if n else float("nan"),
+            "tvd": self.tvd / self.tvd_nodes if width >= 2 and self.tvd_nodes else float("nan"),
+        }
+
+
 def _queries_of_level(
     measurements: Measurements, level: int, extra: Sequence[Query]
 ) -> list[Query]:
@@ -111,44 +198,41 @@ def _queries_of_level(
     return list(seen.values())
 
 
-def _noisy_answers(measurements, level, query, noisy_detailed, domain) -> np.ndarray | None:
+def _noisy_answers(
+    measurements: Measurements,
+    level: int,
+    query: Query,
+    noisy_detailed: QueryMeasurement | None,
+    domain: Domain,
+    block: slice | None = None,
+) -> np.ndarray | None:
+    """The raw noisy answers of ``query`` at the nodes ``block`` of ``level`` (all by
+    default): measured directly (the detailed cells clipped at 0), else summed from the noisy
+    cells; None when neither was measured."""
+    rows = slice(None) if block is None else block
     direct = measurements.get(level, query.name)
     if direct is not None:
-        ans = direct.noisy.astype(float)
+        ans = direct.noisy[rows].astype(float)
         return np.maximum(ans, 0.0) if query.attributes is None else ans
     if noisy_detailed is None:
         return None
-    return query.answer(noisy_detailed.noisy, domain).astype(float)
+    return query.answer(noisy_detailed.noisy[rows], domain).astype(float)
 
 
-def _row(level: int, query: str, estimator: str, est: np.ndarray, truth: np.ndarray) -> dict:
-    err = est - truth
-    return {
-        "level": level,
-        "query": query,
-        "estimator": estimator,
-        "nodes": int(truth.shape[0]),
-        "answers": int(truth.size),
-        "mae": float(np.abs(err).mean()),
-        "rmse": float(np.sqrt((err**2).mean())),
-        "bias": float(err.mean()),
-        "tvd": _mean_tvd(est, truth),
-    }
-
-
-def _mean_tvd(est: np.ndarray, truth: np.ndarray) -> float:
-    """Mean over nodes of the total variation distance between normalised answer vectors
-    (estimates clipped at zero first; nodes where either side is empty are skipped)."""
+def _node_tvd(est: np.ndarray, truth: np.ndarray) -> tuple[float, int]:
+    """The sum over nodes of the total variation distance between normalised answer vectors
+    (estimates clipped at zero first), and the number of nodes summed: a node where either
+    side is empty is skipped (the mean TVD is their ratio)."""
     if truth.shape[1] < 2:
-        return float("nan")
+        return 0.0, 0
     e = np.maximum(est, 0.0)
     es, ts = e.sum(axis=1), truth.sum(axis=1)
     ok = (es > 0) & (ts > 0)
     if not ok.any():
-        return float("nan")
+        return 0.0, 0
     p = e[ok] / es[ok, None]
     q = truth[ok] / ts[ok, None]
-    return float(0.5 * np.abs(p - q).sum(axis=1).mean())
+    return float(0.5 * np.abs(p - q).sum(axis=1).sum()), int(ok.sum())
 
 
 def _bin_label(interval: pd.Interval) -> str:

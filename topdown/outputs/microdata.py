@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
 
 import numpy as np
@@ -21,7 +22,7 @@ from topdown.schema import Schema
 from topdown.support.optional import require
 from topdown.support.writing import naming
 
-__all__ = ["expand_microdata", "write_table"]
+__all__ = ["expand_microdata", "write_table", "write_csv_parts"]
 
 
 @hugepage_advice_off()  # it runs after the release (Release.microdata, a release folder)
@@ -98,6 +99,28 @@ def write_table(
             else:
                 frame.to_parquet(tmp, index=index)
             os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def write_csv_parts(frames: Iterable[pd.DataFrame], path: str | Path) -> Path:
+    """Write frames of the same columns as one CSV file, one after another (the header once),
+    atomically as ``write_table``: a file too large to hold as one frame (the noisy
+    measurements of a DHC-sized level) is written part by part. The file is the one
+    ``write_table`` writes for the frames' concatenation."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    os.close(fd)
+    try:
+        with naming(path), open(tmp, "w", newline="", encoding="utf-8") as out:
+            header = True
+            for frame in frames:
+                frame.to_csv(out, index=False, header=header)
+                header = False
+        os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise

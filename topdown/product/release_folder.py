@@ -69,11 +69,12 @@ from topdown.outputs.ledger import (
     ledger_summary,
     not_publishable,
 )
-from topdown.outputs.microdata import write_table
+from topdown.outputs.microdata import write_csv_parts, write_table
 from topdown.product.config import RunConfig, load_config, parse_config
 from topdown.product.output_claim import OutputClaim, OutputExistsError, check_output, claim_output
 from topdown.release import Release
 from topdown.strategy import Query
+from topdown.support.int_types import int_type_for, narrowed
 from topdown.support.writing import naming
 
 __all__ = [
@@ -258,7 +259,7 @@ def _write_contents(rel: Release, cfg: RunConfig, folder: Path, metrics: Any) ->
     for lv in rel.tree.levels:
         write_table(rel.long_table(lv.number), folder / table_name(lv.number, lv.column))
     write_table(hierarchy_frame(rel.tree), folder / "hierarchy.csv")
-    write_table(rel.measurements.to_frame(rel.tree), folder / "measurements.csv")
+    write_csv_parts(rel.measurements.frames(rel.tree), folder / "measurements.csv")
     write_table(rel.solver_stats(), folder / "solver_stats.csv")
     if rel.blue is not None:
         write_table(
@@ -431,12 +432,7 @@ def load_release(
             )
         cell = schema.published_cells(table, table_name(lv.number, lv.column))
         raw = _numbers(table, "count", table_name(lv.number, lv.column))
-        is_int = np.isfinite(raw).all() and (raw == np.round(raw)).all()
-        arr = np.zeros((lv.size, domain.size), dtype=np.int64 if is_int else float)
-        np.add.at(
-            arr, (node.to_numpy(dtype=np.int64), cell), raw if not is_int else raw.astype(np.int64)
-        )
-        counts.append(arr)
+        counts.append(_level_counts(node.to_numpy(dtype=np.int64), cell, raw, lv.size, domain.size))
     ledger = Ledger.from_dict(read_json(folder, "ledger.json") if ledger is None else ledger)
     measurements = _measurements(folder, tree, cfg, ledger)
     invariants = read_invariants(folder, tree, cfg)
@@ -463,6 +459,25 @@ def load_release(
         ),
     )
     return rel, cfg
+
+
+def _level_counts(
+    node: np.ndarray, cell: np.ndarray, raw: np.ndarray, nodes: int, cells: int
+) -> np.ndarray:
+    """A level's (nodes, cells) counts from its long table's rows (node, cell, count; a cell
+    listed twice is summed): integers in the narrowest type that holds them, as the release
+    kept them (``topdown.support.int_types``; int64 counts of a DHC tract level would be 3.9 GB,
+    int8 491 MB), floats if a count is not an integer."""
+    flat = node * cells + cell
+    where, inverse = np.unique(flat, return_inverse=True)
+    sums = np.bincount(inverse.reshape(-1), weights=raw, minlength=where.size)
+    is_int = bool(np.isfinite(raw).all() and (raw == np.round(raw)).all())
+    dtype: type = float
+    if is_int:
+        dtype = int_type_for(min(0, int(sums.min(initial=0))), int(sums.max(initial=0)))
+    out: np.ndarray = np.zeros((nodes, cells), dtype=dtype)
+    out.reshape(-1)[where] = sums.astype(dtype) if is_int else sums
+    return out
 
 
 def folder_config(folder: Path, config: Any = None) -> RunConfig:
@@ -516,16 +531,43 @@ def _read_csv(folder: Path, name: str) -> pd.DataFrame:
     return pd.read_csv(path, dtype=str, keep_default_na=False)
 
 
+#: Rows of measurements.csv read at once (``_measurements``): a DHC tract level's detailed
+#: answers are 491 million rows, far too many to hold as one frame of strings
+MEASUREMENT_ROWS = 1 << 22
+
+
+def _measurement_answers(folder: Path) -> tuple[dict, dict]:
+    """measurements.csv read ``MEASUREMENT_ROWS`` rows at a time: per (level, query) as
+    written, the noisy answers in file order (each part in the narrowest integer type) and
+    the first row's variance."""
+    path = folder / "measurements.csv"
+    if not path.is_file():
+        raise ReleaseError(f"release folder {str(folder)!r} lacks measurements.csv")
+    parts: dict[tuple[str, str], list[np.ndarray]] = {}
+    variances: dict[tuple[str, str], float] = {}
+    with pd.read_csv(path, dtype=str, keep_default_na=False, chunksize=MEASUREMENT_ROWS) as chunks:
+        for chunk in chunks:
+            missing = sorted({"level", "query"} - set(chunk.columns))
+            if missing:
+                raise ReleaseError(f"measurements.csv: has no column {missing[0]!r}")
+            for key, rows in chunk.groupby(["level", "query"], sort=False):
+                where = "measurements.csv"
+                parts.setdefault(key, []).append(narrowed(_integers(rows, "noisy", where)))
+                variances.setdefault(key, float(_numbers(rows, "variance", where)[0]))
+    answers = {key: np.concatenate(values) for key, values in parts.items()}
+    return answers, variances
+
+
 def _measurements(folder: Path, tree: Tree, cfg: RunConfig, ledger: Ledger) -> Measurements:
-    frame = _read_csv(folder, "measurements.csv")
+    answers, variances = _measurement_answers(folder)
     budgets = {(e.level, e.query): e.budget for e in ledger.entries}
     per_level = []
     for number, ls in enumerate(cfg.strategy.levels):
         ms = []
         for q, share in ls.queries:
-            rows = frame[(frame["level"] == str(number)) & (frame["query"] == q.name)]
+            key = (str(number), q.name)
             n_nodes = tree.levels[number].size
-            noisy = _integers(rows, "noisy", "measurements.csv")
+            noisy = answers.get(key, np.zeros(0, dtype=np.int64))
             if n_nodes == 0 or noisy.size == 0 or noisy.size % n_nodes:
                 raise ReleaseError(
                     f"measurements.csv: level {number} query {q.name!r} has {noisy.size} answers "
@@ -536,7 +578,7 @@ def _measurements(folder: Path, tree: Tree, cfg: RunConfig, ledger: Ledger) -> M
                     f"ledger.json: no entry for level {number} query {q.name!r}, which "
                     "measurements.csv holds"
                 )
-            variance = float(_numbers(rows, "variance", "measurements.csv")[0])
+            variance = variances[key]
             ms.append(
                 QueryMeasurement(
                     number,
@@ -732,12 +774,27 @@ def _microdata_failures(folder: Path, rel: Release, cfg: RunConfig) -> list[str]
         cell = rel.schema.published_cells(micro, path.name)
     except ReleaseError as err:
         return [str(err)]
-    got = np.zeros_like(rel.counts[-1], dtype=np.int64)
-    np.add.at(got, (node.to_numpy(dtype=np.int64), cell), 1)
-    diff = np.flatnonzero((got != rel.counts[-1]).any(axis=1))
+    diff = _differing_nodes(node.to_numpy(dtype=np.int64), cell, rel.counts[-1])
     return [
         f"unit {leaf.labels[i]!r}: microdata records differ from its table counts" for i in diff
     ]
+
+
+def _differing_nodes(node: np.ndarray, cell: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """The nodes whose records (one per (node, cell) pair given) differ from their counts in
+    some cell, compared in long form (the occupied cells only): no (nodes, cells) int64 array
+    of the records is built (3.9 GB at a DHC tract level)."""
+    cells = counts.shape[1]
+    flat = np.asarray(counts).reshape(-1)
+    have, got = np.unique(node * cells + cell, return_counts=True)
+    want = np.flatnonzero(flat)
+    if np.array_equal(have, want) and np.array_equal(got, flat[want]):
+        return np.zeros(0, dtype=np.int64)
+    every = np.union1d(have, want)
+    records = np.zeros(every.size, dtype=np.int64)
+    records[np.searchsorted(every, have)] = got
+    bad = every[records != flat[every]]
+    return np.unique(bad // cells)
 
 
 REBUILT_BY_REPORT = ("report.html",)
