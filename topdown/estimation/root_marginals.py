@@ -28,13 +28,13 @@ never a matrix over the cells. Then a backtracking (Armijo) line search on the d
 which is strongly concave through ``-mu^2 / v``, so the iteration converges from any start.
 Work per step: O(cells x marginals) for the dual's value and gradient, the step itself
 O(positive cells x marginals) a product. The answer is sparse: at the DHC preset's root with
-20,000 persons, 14,113 of 1,227,744 cells are positive; there the step over the domain's
-cells took 410 CPU seconds, the step over the positive cells 45 s, and with the
-factorisation near the answer 10 s (the same 15 Newton steps, answers equal to 4e-12).
+20,000 persons, 14,113 of 1,227,744 cells are positive, and the steps over the domain's cells
+were most of the preset's CPU time (docs/benchmarks.md, the DHC preset's section).
 
 The same structure as the level-batched families' iteration (``batched.marginals``), with the
 projection onto the orthant instead of onto each cell's children summing to their parent.
-Equal to the general solvers' answers to their tolerance (tests/test_root_marginals.py).
+Equal to the general solvers' answers to their tolerance (tests/test_root_marginals.py, each
+route of the step forced in turn).
 """
 
 from __future__ import annotations
@@ -67,7 +67,9 @@ DENSE_GROUPS = 2000
 #: 261 groups, the built step took 0.7 s where the products take milliseconds)
 DENSE_PER_CELL = 100
 #: otherwise the step is factorised (sparse) while the groups the positive cells touch are at
-#: most this many, and solved by conjugate gradients above
+#: most this many, and solved by conjugate gradients above: the factorisation's time grows
+#: faster than the groups (the DHC root's nine marginals on random positive cells, CPU s per
+#: factorisation: 27,077 touched groups 0.6, 71,873 2.7, 157,815 16, 268,192 53)
 SPARSE_GROUPS = 60_000
 #: ... and while ``H`` has at most this many nonzeros a row on average (the DHC preset's root:
 #: 16; a root whose marginals are all coarse has dense rows and is left to the gradients)
@@ -267,7 +269,8 @@ class _ActiveStep:
         hundreds of products a step to the tightening residual; the factorisation solves the
         step exactly. A minimum-degree ordering of ``H`` keeps the fill near ``H``'s own
         nonzeros: at the DHC preset's root (14,113 positive cells, 22,791 touched groups,
-        nine marginals) 0.3 s a factorisation, where the column ordering took 4.5 s."""
+        nine marginals) 0.3 s a factorisation with 0.39 million nonzeros in its factors, where
+        SuperLU's default column ordering took 4.5 s and 14.6 million."""
         sizes = [t.size for t in self.touched]
         offsets = np.r_[0, np.cumsum(sizes)]
         rows = self.local[0].size
