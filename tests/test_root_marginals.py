@@ -169,6 +169,7 @@ def _force_route(monkeypatch: pytest.MonkeyPatch, route: str) -> list[int]:
     on = route == "factorised"
     monkeypatch.setattr(rm, "SPARSE_GROUPS", 10**9 if on else 0)
     monkeypatch.setattr(rm, "SPARSE_DENSITY", 10**9 if on else 0)
+    monkeypatch.setattr(rm, "SPARSE_PAIRS", 10**12 if on else 0)
     monkeypatch.setattr(rm._ActiveStep, "_factorised", spy)
     return solved
 

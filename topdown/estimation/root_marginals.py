@@ -74,6 +74,9 @@ SPARSE_GROUPS = 60_000
 #: ... and while ``H`` has at most this many nonzeros a row on average (the DHC preset's root:
 #: 16; a root whose marginals are all coarse has dense rows and is left to the gradients)
 SPARSE_DENSITY = 40
+#: ... and while the positive cells times the marginals squared (the entries ``B' B`` is
+#: summed from) are at most this many: few groups can have many positive cells
+SPARSE_PAIRS = 8_000_000
 
 
 def _dense(groups: int, cells: int) -> bool:
@@ -274,6 +277,8 @@ class _ActiveStep:
         sizes = [t.size for t in self.touched]
         offsets = np.r_[0, np.cumsum(sizes)]
         rows = self.local[0].size
+        if rows * len(sizes) ** 2 > SPARSE_PAIRS:
+            return None  # B'B's products alone would hold this many entries
         columns = np.stack([loc + o for loc, o in zip(self.local, offsets, strict=False)], axis=1)
         B = sp.csr_matrix(
             (
