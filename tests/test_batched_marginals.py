@@ -10,7 +10,7 @@ import scipy.sparse as sp
 
 import solvers
 from solvers.builders import children_l2_problem
-from topdown.estimation.batched.families import ChunkShape, level_chunks
+from topdown.estimation.batched.families import ChunkShape, level_chunks, seq_dot, seq_sum
 from topdown.estimation.batched.marginals import LevelMarginal, marginal_newton_chunk
 
 # a 2 x 3 x 4 domain (24 cells, C order) and the group of each cell under some marginals
@@ -195,3 +195,23 @@ def test_bad_marginals_are_refused():
         LevelMarginal(np.array([0, 2]), answers, np.array([1.0, -1.0]))
     with pytest.raises(ValueError, match=r"answers \(shape \(3,\)\) must be 2-D"):
         LevelMarginal(np.array([0, 2]), np.zeros(3), np.ones(3))
+
+
+def test_seq_dot_is_the_sequential_sum_bit_for_bit():
+    """The compiled row dot products equal ``seq_sum(a * b, axis=1)`` exactly (each product
+    rounded, added in index order: no fused multiply-add, no reassociation), on values over
+    twelve orders of magnitude with cancellation, where numpy's pairwise ``sum`` differs in
+    the last bits; on a non-contiguous view as well; and trailing zeros leave the sums as
+    they are (the padding of a chunk)."""
+    rng = np.random.default_rng(3)
+    a = rng.normal(size=(7, 5001)) * 10.0 ** rng.uniform(-6, 6, size=(7, 5001))
+    b = rng.normal(size=(7, 5001))
+    want = seq_sum(a * b, axis=1)
+    np.testing.assert_array_equal(seq_dot(a, b), want)
+    assert not np.array_equal((a * b).sum(axis=1), want)  # the test can tell the orders apart
+    np.testing.assert_array_equal(seq_dot(a[:, ::2], b[:, ::2]), seq_sum(a[:, ::2] * b[:, ::2], 1))
+    padded = np.concatenate([a, np.zeros((7, 999))], axis=1)
+    np.testing.assert_array_equal(seq_dot(padded, np.pad(b, ((0, 0), (0, 999)))), want)
+    np.testing.assert_array_equal(seq_dot(np.zeros((3, 0)), np.zeros((3, 0))), np.zeros(3))
+    with pytest.raises(ValueError, match=r"a \(shape \(2, 3\)\) and b \(shape \(3, 2\)\)"):
+        seq_dot(np.zeros((2, 3)), np.zeros((3, 2)))

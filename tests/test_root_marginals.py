@@ -117,3 +117,105 @@ def test_a_production_root_takes_the_newton_iteration_and_matches_the_general_pa
     assert fast.check_correctness().ok
     assert fast.counts[0].sum() == len(state.records) == general.counts[0].sum()
     assert np.abs(fast.counts[0].astype(int) - general.counts[0].astype(int)).max() <= 1
+
+
+def _random_root(seed: int, shape: tuple[int, ...], persons: int, fine: tuple[int, ...] = ()):
+    """A sparse root: ``persons`` spread over a few cells, detailed noise that keeps about half
+    the domain positive at mu = 0, every one- and two-way marginal and the marginal keeping
+    the ``fine`` axes (groups of a few cells), as the DHC preset's root has."""
+    rng = np.random.default_rng(seed)
+    cells = int(np.prod(shape))
+    truth = np.bincount(rng.integers(0, cells // 20, persons) * 20, minlength=cells)
+    y = truth + rng.normal(0, 2.0, cells)
+    marginals, queries = [], []
+    axes = range(len(shape))
+    kepts = itertools.chain.from_iterable(itertools.combinations(axes, r) for r in (1, 2))
+    for kept in [*kepts, *([fine] if fine else [])]:
+        Q = _marginal_matrix(shape, kept)
+        z = Q @ truth + rng.normal(0, 1.0, Q.shape[0])
+        v = 10.0 ** rng.uniform(-1, 1)
+        marginals.append(RootMarginal(_groups(Q), z, v))
+        queries.append((Q, z, v))
+    return y, 0.25, marginals, queries
+
+
+def _kkt_violation(x, y, w, queries) -> float:
+    """The largest violation of the L2 pass's optimality conditions (no bound on the total):
+    the objective's gradient is 0 on the positive cells and >= 0 on the zero ones, relative
+    to the size of the gradient's terms."""
+    grad = w * (x - y) + sum(v * (Q.T @ (Q @ x - z)) for Q, z, v in queries)
+    scale = 1 + w * np.abs(y).max() + sum(v * np.abs(z).max() for _, z, v in queries)
+    return (
+        float(np.maximum(np.abs(grad[x > 0]).max(initial=0), (-grad[x == 0]).max(initial=0)))
+        / scale
+    )
+
+
+def _force_route(monkeypatch: pytest.MonkeyPatch, route: str) -> list[int]:
+    """Sends the Newton steps on the positive cells' groups to ``route`` (the factorisation
+    at any size and density, or never); returns the list a spy appends to at each step the
+    factorisation solved."""
+    from topdown.estimation import root_marginals as rm
+
+    solved: list[int] = []
+    factorised = rm._ActiveStep._factorised
+
+    def spy(self, b):
+        d = factorised(self, b)
+        if d is not None:
+            solved.append(1)
+        return d
+
+    on = route == "factorised"
+    monkeypatch.setattr(rm, "SPARSE_GROUPS", 10**9 if on else 0)
+    monkeypatch.setattr(rm, "SPARSE_DENSITY", 10**9 if on else 0)
+    monkeypatch.setattr(rm, "SPARSE_PAIRS", 10**12 if on else 0)
+    monkeypatch.setattr(rm._ActiveStep, "_factorised", spy)
+    return solved
+
+
+#: 1-way 54, 2-way 900, the fine marginal (8 x 2 x 2 x 12) 384
+GROUPS_OF_THE_SPARSE_ROOT = 1338
+
+
+@pytest.mark.parametrize("route", ["factorised", "conjugate_gradients"])
+@pytest.mark.parametrize("seed", range(4))
+def test_each_newton_step_route_gives_the_dense_answer(monkeypatch, route, seed):
+    """The Newton step solved on the positive cells' groups, by a sparse factorisation or by
+    conjugate gradients, gives the answer of the step with ``H`` built over every group (the
+    small-domain route), which the general solver agrees with (test above); with a bound on
+    the total binding as well. Each route is forced by its module constant, and a spy checks
+    it ran."""
+    from topdown.estimation import root_marginals as rm
+
+    y, w, marginals, queries = _random_root(seed, (3, 4, 5, 6), 60, fine=(0, 1, 3))
+    lo, hi = -np.inf, (40.0 if seed % 2 else np.inf)  # 60 persons, y's positive part far more
+    with monkeypatch.context() as built:
+        built.setattr(rm, "DENSE_GROUPS", 10**9)
+        built.setattr(rm, "DENSE_PER_CELL", 10**9)
+        built.setattr(rm._ActiveStep, "solve", None)  # not called
+        dense = root_marginal_l2(y, w, marginals, lo, hi)
+    monkeypatch.setattr(rm, "DENSE_GROUPS", 0)
+    factorised = _force_route(monkeypatch, route)
+    x = root_marginal_l2(y, w, marginals, lo, hi)
+    assert dense is not None and x is not None
+    assert bool(factorised) == (route == "factorised")
+    np.testing.assert_allclose(x, dense, atol=1e-6 * (1 + np.abs(y).max()))
+    if seed % 2 == 0:
+        assert _kkt_violation(x, y, w, queries) < 1e-8
+
+
+@pytest.mark.parametrize("route", ["factorised", "conjugate_gradients"])
+def test_a_sparse_root_of_ten_thousand_cells_meets_the_optimality_conditions(monkeypatch, route):
+    """A DHC-like root (11,520 cells, 200 persons on 1 cell in 20, 16 marginals, one of
+    groups of 3 cells): the answer is sparse, non-negative and optimal (KKT within 1e-8 of
+    the terms' size), by either route of the step on the positive cells' groups (the step
+    over every group is not taken at this size: 1,338 groups, their cube above 100 x cells)."""
+    y, w, marginals, queries = _random_root(7, (8, 2, 30, 2, 12), 200, fine=(0, 1, 3, 4))
+    assert sum(m.answers.size for m in marginals) == GROUPS_OF_THE_SPARSE_ROOT
+    factorised = _force_route(monkeypatch, route)
+    x = root_marginal_l2(y, w, marginals)
+    assert bool(factorised) == (route == "factorised")
+    assert x is not None and np.all(x >= 0)
+    assert (x > 0).sum() < y.size / 4
+    assert _kkt_violation(x, y, w, queries) < 1e-8

@@ -33,7 +33,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
+import numba
 import numpy as np
 
 from solvers.backends.closed_form import buckets, project_groups
@@ -252,6 +254,33 @@ def seq_sum(values: np.ndarray, axis: int) -> np.ndarray:
     if values.shape[axis] == 0:
         return np.zeros(values.shape[:axis] + values.shape[axis + 1 :])
     return np.take(np.cumsum(values, axis=axis), -1, axis=axis)
+
+
+@numba.njit(cache=True)
+def _row_dots(a: Any, b: Any, out: Any) -> None:  # pragma: no cover - compiled
+    for i in range(a.shape[0]):
+        if a.shape[1] == 0:
+            out[i] = 0.0
+            continue
+        total = a[i, 0] * b[i, 0]
+        for j in range(1, a.shape[1]):
+            total += a[i, j] * b[i, j]
+        out[i] = total
+
+
+def seq_dot(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Per row of the 2-D ``a`` and ``b``, the sum of ``a * b`` added in index order:
+    ``seq_sum(a * b, axis=1)`` bit for bit, in one compiled pass without the product's and the
+    cumulative sum's arrays (numba, no fast-math: each product rounded, then added in order).
+    On a 42-child DHC tract family the conjugate gradients' dot products by cumulative sums
+    were two thirds of the marginal Newton iteration's time."""
+    a = np.asarray(a, dtype=float)
+    b = np.asarray(b, dtype=float)
+    if a.shape != b.shape or a.ndim != 2:
+        raise ValueError(f"a (shape {a.shape}) and b (shape {b.shape}) must be one 2-D shape")
+    out = np.empty(a.shape[0])
+    _row_dots(a, b, out)
+    return out
 
 
 def active_shares(x: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

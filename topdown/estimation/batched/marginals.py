@@ -47,7 +47,12 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
-from topdown.estimation.batched.families import ChunkShape, active_shares, project_chunk, seq_sum
+from topdown.estimation.batched.families import (
+    ChunkShape,
+    active_shares,
+    project_chunk,
+    seq_dot,
+)
 
 __all__ = ["MARGINAL_NEWTON", "LevelMarginal", "Marginal", "marginal_newton_chunk"]
 
@@ -135,7 +140,7 @@ class Marginal:
 
 def _dot(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """Per family (rows), the sum of a * b in slot order, sequential (padding adds zeros)."""
-    return seq_sum(a * b, axis=1)
+    return seq_dot(a, b)
 
 
 class _Dual:
