@@ -148,7 +148,7 @@ def solve_blocks(
     is the same with any number of threads, bit for bit."""
     splits = blocks[0].splits
     last = tree.n_levels - 1
-    rotated = [np.zeros((lv.size,) + tuple(s.n for s in splits)) for lv in tree.levels]
+    estimates: list[list[np.ndarray]] = []  # per block, per level
     scale: list[list[np.ndarray]] = [[] for _ in tree.levels]
     subtree: list[list[np.ndarray]] = [[] for _ in tree.levels]
     ends = []
@@ -160,27 +160,35 @@ def solve_blocks(
         terms = _take(own, b)
         return _solve_block(tree, inputs, blocks[b], b, terms, (parents, sums), below, top)
 
-    for block, (u, f, var) in zip(blocks, _in_order(one, len(blocks), threads), strict=True):
+    for u, f, var in _in_order(one, len(blocks), threads):
         if below is not None:
             ends.append((np.array(u[last], dtype=float), f[last], np.array(var[last])))
+        estimates.append(u)
         for level in range(last + 1):
-            rotated[level][box(block)] = from_block(u[level], block)
             scale[level].append(f[level])
             subtree[level].append(var[level])
     cells = []
     for level in range(last + 1):
-        cells.append(_cells(rotated[level], splits))
-        rotated[level] = np.empty(0)
+        cells.append(_cells([u[level] for u in estimates], blocks, splits))
+        for u in estimates:
+            u[level] = np.empty(0)
     return BlockSolution(cells, scale, subtree, ends)
 
 
-def _cells(rotated: np.ndarray, splits: Sequence[AxisSplit]) -> np.ndarray:
-    """A level's rotated estimates back on its cells (nodes, cells), a block of nodes at a
-    time (no level-sized temporaries)."""
-    nodes = rotated.shape[0]
-    out = np.empty((nodes, int(np.prod(rotated.shape[1:], dtype=np.int64))))
+def _cells(
+    estimates: Sequence[np.ndarray], blocks: Sequence[Block], splits: Sequence[AxisSplit]
+) -> np.ndarray:
+    """A level's cells (nodes, cells) from every block's estimates: a block of nodes at a
+    time, each block's rows placed in its box of a rotated array and the array rotated back
+    (the boxes cover it once; no level-sized temporaries)."""
+    nodes = estimates[0].shape[0]
+    shape = tuple(s.n for s in splits)
+    out = np.empty((nodes, int(np.prod(shape, dtype=np.int64))))
     for rows in row_blocks(nodes, out[:1].nbytes, GATHER_BYTES):
-        out[rows] = unrotate(rotated[rows], splits).reshape(rows.stop - rows.start, -1)
+        rotated = np.empty((rows.stop - rows.start,) + shape)
+        for block, values in zip(blocks, estimates, strict=True):
+            rotated[box(block)] = from_block(values[rows], block)
+        out[rows] = unrotate(rotated, splits).reshape(rows.stop - rows.start, -1)
     return out
 
 

@@ -17,18 +17,31 @@ every block reads its box; the blocks' estimates, placed in their boxes, are rot
 once. The recursions act on each copy of a block (each contrast coordinate) with the same
 matrices, so they are indifferent to which basis of the contrast part the copies are in.
 
-Both directions cost O(n) per vector along an axis (running sums), not an n x n product.
+Both directions cost O(n) per vector along an axis (running sums, compiled: one pass over the
+array per axis), not an n x n product.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import lru_cache
+from typing import Any, TypeVar, cast
 
+import numba
 import numpy as np
 
 from topdown.blue.blocks import AxisSplit, Block
 from topdown.query import Factor
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+_njit: Any = numba.njit  # its stubs do not type the decorator
+
+
+def _compiled(function: _F) -> _F:
+    """numba-compile ``function``, machine code cached on disk (compiled once per installation,
+    loaded in milliseconds after), releasing the interpreter lock (``solve_blocks`` rotates
+    blocks of nodes on threads)."""
+    return cast(_F, _njit(cache=True, nogil=True)(function))
 
 __all__ = [
     "rotate_axis",
@@ -43,39 +56,89 @@ __all__ = [
 
 
 @lru_cache(maxsize=256)
-def _members(split: AxisSplit) -> tuple[tuple[int, ...], ...]:
-    """Each finest group's values, in increasing order."""
+def _groups(split: AxisSplit) -> tuple[np.ndarray, np.ndarray]:
+    """Each finest group's values in increasing order, concatenated group by group, and where
+    each group starts in that list (g + 1 offsets): the kernels' view of the split."""
     labels = np.asarray(split.groups)
-    return tuple(tuple(int(v) for v in np.flatnonzero(labels == k)) for k in range(split.g))
+    members = np.concatenate([np.flatnonzero(labels == k) for k in range(split.g)])
+    members = members.astype(np.int64)
+    starts = np.concatenate([[0], np.cumsum(split.sizes)]).astype(np.int64)
+    members.flags.writeable = starts.flags.writeable = False
+    return members, starts
 
 
-def _at(ndim: int, axis: int, index: int) -> tuple[slice | int, ...]:
-    """The index of one position of ``axis`` (a slab of the array)."""
-    return (slice(None),) * axis + (index,) + (slice(None),) * (ndim - axis - 1)
+@_compiled
+def _rotate_kernel(
+    x: np.ndarray, out: np.ndarray, members: np.ndarray, starts: np.ndarray
+) -> None:
+    """``out[p, :, q]`` = the rotated coordinates of ``x[p, :, q]`` (see ``rotate_axis``)."""
+    pre, _, post = x.shape
+    g = len(starts) - 1
+    running = np.empty(post)
+    for p in range(pre):
+        offset = g
+        for k in range(g):
+            first, s = starts[k], starts[k + 1] - starts[k]
+            for q in range(post):
+                running[q] = x[p, members[first], q]
+            for t in range(1, s):  # contrast t: (x_0 + ... + x_{t-1} - t x_t) / sqrt(t (t + 1))
+                v = members[first + t]
+                c = 1.0 / np.sqrt(t * (t + 1.0))
+                for q in range(post):
+                    value = x[p, v, q]
+                    out[p, offset + t - 1, q] = (running[q] - t * value) * c
+                    running[q] += value
+            c = 1.0 / np.sqrt(s)
+            for q in range(post):
+                out[p, k, q] = running[q] * c
+            offset += s - 1
+
+
+@_compiled
+def _unrotate_kernel(
+    c: np.ndarray, out: np.ndarray, members: np.ndarray, starts: np.ndarray
+) -> None:
+    """``out[p, :, q]`` = the values whose rotated coordinates are ``c[p, :, q]``."""
+    pre, _, post = c.shape
+    g = len(starts) - 1
+    base = np.empty(post)
+    for p in range(pre):
+        offset = g
+        for k in range(g):
+            first, s = starts[k], starts[k + 1] - starts[k]
+            scale = 1.0 / np.sqrt(s)
+            for q in range(post):
+                base[q] = c[p, k, q] * scale
+            for t in range(s - 1, 0, -1):
+                v = members[first + t]
+                h = 1.0 / np.sqrt(t * (t + 1.0))
+                for q in range(post):
+                    a = c[p, offset + t - 1, q] * h
+                    out[p, v, q] = base[q] - t * a
+                    base[q] += a  # what the values before t get: the later contrasts' a_j
+            v = members[first]
+            for q in range(post):
+                out[p, v, q] = base[q]
+            offset += s - 1
+
+
+def _as_3d(x: np.ndarray, axis: int) -> np.ndarray:
+    """A C-ordered ``x`` as (before the axis, the axis, after it), a view."""
+    before = int(np.prod(x.shape[:axis], dtype=np.int64))
+    return x.reshape(before, x.shape[axis], -1)
 
 
 def rotate_axis(x: np.ndarray, split: AxisSplit, axis: int) -> np.ndarray:
     """``x`` with ``axis`` (the axis's ``n`` values) in the rotated coordinates: a new float
     array of the same shape, per group its sum over ``sqrt(s)`` at the group's index, its
-    Helmert contrasts after the ``g`` span coordinates (group by group).
+    Helmert contrasts after the ``g`` span coordinates (group by group): ``x_0 + ... +
+    x_{t-1} - t x_t`` over ``sqrt(t (t + 1))`` for the group's values ``x_0, x_1, ...``.
 
-    Written as a running sum over the axis's positions, one slab (every other axis) per step:
-    ``np.cumsum`` along a short axis that is not the last one runs its inner loop per
-    element (measured: most of the rotation's time)."""
+    One compiled pass (a running sum per group), reading any numeric dtype."""
+    flat = _as_3d(np.ascontiguousarray(x), axis)
     out = np.empty(x.shape, dtype=float)
-    offset = split.g
-    for k, members in enumerate(_members(split)):
-        s = len(members)
-        running = np.array(x[_at(x.ndim, axis, members[0])], dtype=float)
-        for t in range(1, s):  # contrast t: (x_0 + ... + x_{t-1} - t x_t) / sqrt(t (t + 1))
-            value = x[_at(x.ndim, axis, members[t])]
-            slab = out[_at(x.ndim, axis, offset + t - 1)]
-            np.multiply(value, -float(t), out=slab)
-            slab += running
-            slab *= 1.0 / np.sqrt(t * (t + 1.0))
-            running += value
-        np.multiply(running, 1.0 / np.sqrt(s), out=out[_at(x.ndim, axis, k)])
-        offset += s - 1
+    members, starts = _groups(split)
+    _rotate_kernel(flat, out.reshape(flat.shape), members, starts)
     return out
 
 
@@ -85,19 +148,10 @@ def unrotate_axis(c: np.ndarray, split: AxisSplit, axis: int) -> np.ndarray:
     Value ``t`` of a group is its span coordinate over ``sqrt(s)``, plus ``a_j`` for every
     later contrast ``j > t``, minus ``t a_t``, with ``a_j = h_j / sqrt(j (j + 1))``: the later
     ones as a running sum from the group's last value down."""
+    flat = _as_3d(np.ascontiguousarray(c, dtype=float), axis)
     out = np.empty(c.shape, dtype=float)
-    offset = split.g
-    for k, members in enumerate(_members(split)):
-        s = len(members)
-        base = c[_at(c.ndim, axis, k)] * (1.0 / np.sqrt(s))
-        for t in range(s - 1, 0, -1):
-            a = c[_at(c.ndim, axis, offset + t - 1)] * (1.0 / np.sqrt(t * (t + 1.0)))
-            slab = out[_at(c.ndim, axis, members[t])]
-            np.multiply(a, -float(t), out=slab)
-            slab += base
-            base += a  # what the values before t get: the later contrasts' a_j
-        out[_at(c.ndim, axis, members[0])] = base
-        offset += s - 1
+    members, starts = _groups(split)
+    _unrotate_kernel(flat, out.reshape(flat.shape), members, starts)
     return out
 
 
@@ -127,9 +181,9 @@ def rotate_answers(
             x = rotate_axis(x, split, 1 + i)
         elif split.g == 1 and not f.kept:
             scale *= float(np.sqrt(split.n))
-        else:
+        else:  # a small product along the axis, made C-ordered for the next axis's pass
             moved = np.moveaxis(np.asarray(x, dtype=float), 1 + i, -1) @ _span_map(split, f).T
-            x = np.moveaxis(moved, -1, 1 + i)
+            x = np.ascontiguousarray(np.moveaxis(moved, -1, 1 + i))
     return np.asarray(x, dtype=float), scale
 
 
