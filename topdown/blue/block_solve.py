@@ -25,7 +25,13 @@ import scipy.sparse as sp
 
 from constraints.domain import Domain
 from topdown.blue.block_recursions import MatrixUp, NodeInfo, matrix_downward, matrix_upward
-from topdown.blue.block_terms import GATHER_BYTES, BlockTerms, ScalarTerms, level_terms
+from topdown.blue.block_terms import (
+    GATHER_BYTES,
+    BlockTerms,
+    ScalarTerms,
+    level_terms,
+    on_threads,
+)
 from topdown.blue.blocks import AxisSplit, Block
 from topdown.blue.recursions import _Upward, downward, sum_matrices, upward
 from topdown.blue.rotation import box, from_block, unrotate
@@ -169,26 +175,32 @@ def solve_blocks(
             subtree[level].append(var[level])
     cells = []
     for level in range(last + 1):
-        cells.append(_cells([u[level] for u in estimates], blocks, splits))
+        cells.append(_cells([u[level] for u in estimates], blocks, splits, threads))
         for u in estimates:
             u[level] = np.empty(0)
     return BlockSolution(cells, scale, subtree, ends)
 
 
 def _cells(
-    estimates: Sequence[np.ndarray], blocks: Sequence[Block], splits: Sequence[AxisSplit]
+    estimates: Sequence[np.ndarray],
+    blocks: Sequence[Block],
+    splits: Sequence[AxisSplit],
+    threads: int = 1,
 ) -> np.ndarray:
     """A level's cells (nodes, cells) from every block's estimates: a block of nodes at a
-    time, each block's rows placed in its box of a rotated array and the array rotated back
-    (the boxes cover it once; no level-sized temporaries)."""
+    time (on ``threads`` threads), each block's rows placed in its box of a rotated array and
+    the array rotated back (the boxes cover it once; no level-sized temporaries)."""
     nodes = estimates[0].shape[0]
     shape = tuple(s.n for s in splits)
     out = np.empty((nodes, int(np.prod(shape, dtype=np.int64))))
-    for rows in row_blocks(nodes, out[:1].nbytes, GATHER_BYTES):
+
+    def place(rows: slice) -> None:
         rotated = np.empty((rows.stop - rows.start,) + shape)
         for block, values in zip(blocks, estimates, strict=True):
             rotated[box(block)] = from_block(values[rows], block)
         out[rows] = unrotate(rotated, splits).reshape(rows.stop - rows.start, -1)
+
+    on_threads(place, row_blocks(nodes, out[:1].nbytes, GATHER_BYTES), threads)
     return out
 
 

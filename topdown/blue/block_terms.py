@@ -15,7 +15,7 @@ where the measurements are read; the solve sees only these per-block terms.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -30,7 +30,7 @@ from topdown.measurement.estimator_inputs import QueryEstimate, precision
 from topdown.query import Factor
 from topdown.support.row_blocks import row_blocks
 
-__all__ = ["ScalarTerms", "BlockTerms", "level_terms", "GATHER_BYTES"]
+__all__ = ["ScalarTerms", "BlockTerms", "level_terms", "on_threads", "GATHER_BYTES"]
 
 #: A precision above this is an exact answer (variance 0: see ``precision``).
 _EXACT_PRECISION = 1e100
@@ -108,6 +108,17 @@ def _matrix_weights(
     return pi, weights, exact, total
 
 
+def on_threads(work: Callable[[slice], None], chunks: Sequence[slice], threads: int) -> None:
+    """``work(rows)`` for every block of nodes, on ``threads`` threads (here when 1). The
+    blocks are disjoint rows, so the result does not depend on the order."""
+    if threads > 1 and len(chunks) > 1:
+        with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="blue-rows") as pool:
+            list(pool.map(work, chunks))
+    else:
+        for rows in chunks:
+            work(rows)
+
+
 def level_terms(
     blocks: Sequence[Block],
     lv: Sequence[QueryEstimate],
@@ -154,13 +165,7 @@ def level_terms(
                 sums[b][rows] += part * w
 
     row_bytes = 8 * max(1, int(np.prod(domain.shape)))
-    chunks = row_blocks(nodes, row_bytes, GATHER_BYTES)
-    if threads > 1 and len(chunks) > 1:
-        with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="blue-gather") as pool:
-            list(pool.map(gather, chunks))
-    else:
-        for rows in chunks:
-            gather(rows)
+    on_threads(gather, row_blocks(nodes, row_bytes, GATHER_BYTES), threads)
     out: list[BlockTerms] = []
     for block, head, gathered in zip(blocks, heads, sums, strict=True):
         if isinstance(head, tuple):
