@@ -23,9 +23,7 @@ from topdown.strategy import Query
 __all__ = ["shared_answers"]
 
 
-def shared_answers(
-    cells: np.ndarray, queries: Sequence[Query], domain: Domain
-) -> list[np.ndarray]:
+def shared_answers(cells: np.ndarray, queries: Sequence[Query], domain: Domain) -> list[np.ndarray]:
     """Each query's answers (nodes, answers) from the cells (nodes, cells), each read from
     the smallest answers already computed that hold it (``va x hisp x cenrace`` for
     ``cenrace``, ``hhgq`` for ``hhinst``), not from the cells again: the PL94 preset feeds 11
@@ -46,9 +44,15 @@ def shared_answers(
             if all(h.identity or h == f for h, f in zip(held, factors, strict=True))
         ]
         held, values = min(readable, key=lambda hv: hv[1].size)
-        for i, (h, f) in enumerate(zip(held, factors, strict=True)):
-            if h != f:
-                values = f.reduce(values, 1 + i)
+        changed = [i for i, (h, f) in enumerate(zip(held, factors, strict=True)) if h != f]
+        # the summed axes in one call: numpy sums several axes at once about 4 times faster
+        # than one after another (a middle axis alone is the slow case)
+        summed = tuple(1 + i for i in changed if not factors[i].kept)
+        if summed:
+            values = values.sum(axis=summed, keepdims=True)
+        for i in changed:
+            if factors[i].kept:  # a recode of an axis held whole
+                values = factors[i].reduce(values, 1 + i)
         done.append((factors, values))
         out[j] = values.reshape(nodes, -1)
     return out

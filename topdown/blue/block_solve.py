@@ -6,8 +6,9 @@ variances, each block's ``Q'y`` a box of the level's rotated answers), then each
 problem is solved: by the scalar recursions (``topdown.blue.recursions``) when ``k = 1``, by
 their matrix form (``topdown.blue.block_recursions``) otherwise; the blocks' estimates fill
 their boxes of a rotated array per level, rotated back to the cells once
-(``topdown.blue.rotation``). The same per-block steps serve the pieces of a streamed BLUE (``block_summary``;
-``solve_blocks`` with a summary below or a final estimate above), which share one plan.
+(``topdown.blue.rotation``). The same per-block steps serve the pieces of a streamed BLUE
+(``block_summary``; ``solve_blocks`` with a summary below or a final estimate above), which
+share one plan.
 
 Kept apart from ``topdown.blue.estimate`` (the plain groups' solve, the ``Blue`` type) because
 only strategies with recodes take it.

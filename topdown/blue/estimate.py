@@ -512,4 +512,3 @@ def blue_inputs(
             fed.append(QueryEstimate(level, query, values, variance))
         out.append(tuple(fed))
     return EstimatorInputs(tuple(out))
-

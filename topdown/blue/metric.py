@@ -64,6 +64,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from functools import lru_cache
 
 import numpy as np
 from scipy.optimize import nnls
@@ -151,12 +152,21 @@ def _distinct_rows(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return a[first], np.asarray(inverse).reshape(-1)
 
 
+@lru_cache(maxsize=64)
+def _upper(r: int) -> tuple[tuple[np.ndarray, np.ndarray], np.ndarray, np.ndarray]:
+    """The upper triangle of an ``r x r`` matrix, the off-diagonal entries' factor sqrt(2),
+    and the identity's entries there (the equations' target)."""
+    upper = np.triu_indices(r)
+    factor = np.where(upper[0] == upper[1], 1.0, np.sqrt(2.0))
+    return upper, factor, np.eye(r)[upper] * factor
+
+
 def _block_equations(
-    variance: np.ndarray, grams: Sequence[np.ndarray]
+    variance: np.ndarray, grams: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray] | None:
     """One block's relative equations for one node: ``A`` (equations, queries) and the target,
-    from its subtree covariance (a scalar, or ``k x k``) and the fed queries' ``G_q``; None when
-    every direction of the block is exact.
+    from its subtree covariance (a scalar, or ``k x k``) and the fed queries' ``G_q`` (stacked,
+    (queries, k, k)); None when every direction of the block is exact.
 
     Whitened by the covariance: with ``V = E diag(lam) E'`` over its non-exact directions and
     ``S = E diag(sqrt(lam))``, the equation is ``sum_q w_q S' G_q S = I`` (upper triangle, the
@@ -166,7 +176,7 @@ def _block_equations(
     """
     v = np.asarray(variance, dtype=float)
     if v.ndim == 0:
-        g = np.array([float(gq[0, 0]) for gq in grams])
+        g = grams[:, 0, 0]
         if not np.isfinite(v):
             return g[None, :], np.zeros(1)
         if v <= 0.0 or 1.0 / v >= EXACT_PRECISION:  # exact (an invariant)
@@ -177,11 +187,9 @@ def _block_equations(
     if not keep.any():
         return None
     s = vectors[:, keep] * np.sqrt(lam[keep])
-    r = s.shape[1]
-    upper = np.triu_indices(r)
-    factor = np.where(upper[0] == upper[1], 1.0, np.sqrt(2.0))
-    a = np.stack([(s.T @ gq @ s)[upper] * factor for gq in grams], axis=1)
-    return a, np.eye(r)[upper] * factor
+    upper, factor, target = _upper(s.shape[1])
+    whitened = s.T @ grams @ s  # (queries, r, r), every query at once
+    return (whitened[:, upper[0], upper[1]] * factor).T, target
 
 
 def block_metric_weights(
@@ -203,21 +211,25 @@ def block_metric_weights(
         queries: the fed queries, in the order of the result's columns.
     """
     factors = [q.factors(domain) for q in queries]
-    grams = [[b.gram(f) if b.sees(f) else np.zeros((b.k, b.k)) for f in factors] for b in blocks]
+    ks = [b.k for b in blocks]
+    grams = [
+        np.stack([b.gram(f) if b.sees(f) else np.zeros((k, k)) for f in factors])
+        for b, k in zip(blocks, ks, strict=True)
+    ]
     nodes = np.asarray(subtree_scale[0]).shape[0]
     flat = np.concatenate(
         [np.asarray(s, dtype=float).reshape(nodes, -1) for s in subtree_scale], axis=1
     )
     rows, inverse = _distinct_rows(flat)
-    sizes = [b.k * b.k if b.k > 1 else 1 for b in blocks]
+    sizes = [k * k if k > 1 else 1 for k in ks]
     starts = np.concatenate([[0], np.cumsum(sizes)])
     solved = np.zeros((rows.shape[0], len(queries)))
     worst = 0.0
     for r, row in enumerate(rows):
         parts = []
-        for b, block in enumerate(blocks):
+        for b, k in enumerate(ks):
             v = row[starts[b] : starts[b + 1]]
-            v = v.reshape(block.k, block.k) if block.k > 1 else v[0]
+            v = v.reshape(k, k) if k > 1 else v[0]
             part = _block_equations(v, grams[b])
             if part is not None:
                 parts.append(part)

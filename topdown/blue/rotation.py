@@ -43,6 +43,7 @@ def _compiled(function: _F) -> _F:
     blocks of nodes on threads)."""
     return cast(_F, _njit(cache=True, nogil=True)(function))
 
+
 __all__ = [
     "rotate_axis",
     "unrotate_axis",
@@ -68,9 +69,7 @@ def _groups(split: AxisSplit) -> tuple[np.ndarray, np.ndarray]:
 
 
 @_compiled
-def _rotate_kernel(
-    x: np.ndarray, out: np.ndarray, members: np.ndarray, starts: np.ndarray
-) -> None:
+def _rotate_kernel(x: np.ndarray, out: np.ndarray, members: np.ndarray, starts: np.ndarray) -> None:
     """``out[p, :, q]`` = the rotated coordinates of ``x[p, :, q]`` (see ``rotate_axis``)."""
     pre, _, post = x.shape
     g = len(starts) - 1
