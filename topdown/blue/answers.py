@@ -28,8 +28,10 @@ def shared_answers(cells: np.ndarray, queries: Sequence[Query], domain: Domain) 
     the smallest answers already computed that hold it (``va x hisp x cenrace`` for
     ``cenrace``, ``hhgq`` for ``hhinst``), not from the cells again: the PL94 preset feeds 11
     queries a level, 10 of them sums over the same 2,016 cells. The detailed query's answers
-    are the cells themselves (no copy). Sums in another order than ``Query.answer``'s: equal
-    to round-off."""
+    are the cells themselves (no copy), and the node totals are summed from the cells (one
+    contiguous sum), so neither depends on which marginals are fed (``blue_inputs(...,
+    marginals=False)`` feeds them unchanged). Sums in another order than ``Query.answer``'s:
+    equal to round-off."""
     nodes = cells.shape[0]
     whole = Query(None).factors(domain)
     done: list[tuple[Sequence[Factor], np.ndarray]] = [
@@ -43,6 +45,8 @@ def shared_answers(cells: np.ndarray, queries: Sequence[Query], domain: Domain) 
             for held, values in done
             if all(h.identity or h == f for h, f in zip(held, factors, strict=True))
         ]
+        if not any(f.kept for f in factors):  # the total: from the cells, whatever else is fed
+            readable = readable[:1]
         held, values = min(readable, key=lambda hv: hv[1].size)
         changed = [i for i, (h, f) in enumerate(zip(held, factors, strict=True)) if h != f]
         # the summed axes in one call: numpy sums several axes at once about 4 times faster
