@@ -1,11 +1,14 @@
 """The whole-tree BLUE over the blocks of a recoded split (``topdown.blue.blocks``).
 
-Per block, each level's own measurements are gathered (``Q'y`` projected on the block, and
-``Q'Q`` there, weighted by the inverse variances), then the block's tree problem is solved:
-by the scalar recursions (``topdown.blue.recursions``) when ``k = 1``, by their matrix form
-(``topdown.blue.block_recursions``) otherwise, and the blocks' estimates are added on the
-cells. The same per-block steps serve the pieces of a streamed BLUE (``block_summary``;
-``solve_blocks`` with a summary below or a final estimate above), which share one plan.
+Each level's own measurements are gathered for every block at once
+(``topdown.blue.block_terms``: ``Q'y`` and ``Q'Q`` on the block, weighted by the inverse
+variances, each block's ``Q'y`` a box of the level's rotated answers), then each block's tree
+problem is solved: by the scalar recursions (``topdown.blue.recursions``) when ``k = 1``, by
+their matrix form (``topdown.blue.block_recursions``) otherwise; the blocks' estimates fill
+their boxes of a rotated array per level, rotated back to the cells once
+(``topdown.blue.rotation``). The same per-block steps serve the pieces of a streamed BLUE
+(``block_summary``; ``solve_blocks`` with a summary below or a final estimate above), which
+share one plan.
 
 Kept apart from ``topdown.blue.estimate`` (the plain groups' solve, the ``Blue`` type) because
 only strategies with recodes take it.
@@ -17,23 +20,27 @@ from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
+import scipy.sparse as sp
 
 from constraints.domain import Domain
 from topdown.blue.block_recursions import MatrixUp, NodeInfo, matrix_downward, matrix_upward
-from topdown.blue.blocks import Block
+from topdown.blue.block_terms import (
+    GATHER_BYTES,
+    BlockTerms,
+    ScalarTerms,
+    level_terms,
+    on_threads,
+)
+from topdown.blue.blocks import AxisSplit, Block
 from topdown.blue.recursions import _Upward, downward, sum_matrices, upward
-from topdown.errors import StrategyError
-from topdown.measurement.estimator_inputs import EstimatorInputs, QueryEstimate, precision
+from topdown.blue.rotation import box, from_block, unrotate
+from topdown.measurement.estimator_inputs import EstimatorInputs
 from topdown.measurement.tree import Tree
-from topdown.query import Factor
+from topdown.support.row_blocks import row_blocks
 
 __all__ = ["BlockSolution", "solve_blocks", "block_summary"]
-
-#: A precision above this is an exact answer (variance 0: see ``precision``).
-_EXACT_PRECISION = 1e100
 
 
 @dataclass(frozen=True)
@@ -48,86 +55,6 @@ class BlockSolution:
     ends: list[tuple[np.ndarray, np.ndarray, np.ndarray]]
 
 
-def _level_terms(
-    block: Block, lv: tuple[QueryEstimate, ...], domain: Domain, nodes: int
-) -> list[tuple[QueryEstimate, tuple[Factor, ...], np.ndarray]]:
-    """The level's measurements that see the block, with their factors and precisions."""
-    out = []
-    for m in lv:
-        factors = m.query.factors(domain)
-        if block.sees(factors):
-            prec = np.broadcast_to(precision(m.variance), (nodes,))
-            out.append((m, factors, prec))
-    return out
-
-
-def _answers(m: QueryEstimate, factors: Sequence[Factor], prec: np.ndarray) -> np.ndarray:
-    values = np.asarray(m.noisy, dtype=float)
-    values = values.reshape((values.shape[0],) + tuple(f.n_out for f in factors))
-    if not np.all(prec > 0):  # no information: its values are not read
-        values = np.where((prec > 0).reshape((-1,) + (1,) * (values.ndim - 1)), values, 0.0)
-    return values
-
-
-def _scalar_level(
-    block: Block, lv: tuple[QueryEstimate, ...], domain: Domain, nodes: int
-) -> tuple[np.ndarray, np.ndarray]:
-    """A ``k = 1`` block's precision pi (nodes,) and z = r / pi (nodes, block cells), each
-    term weighted by its precision's share of pi (an exact answer does not swamp)."""
-    terms = _level_terms(block, lv, domain, nodes)
-    pi = np.zeros(nodes)
-    for _, factors, prec in terms:
-        pi = pi + prec * float(block.gram(factors)[0, 0])
-    z: np.ndarray | None = None
-    with np.errstate(divide="ignore", invalid="ignore"):
-        for m, factors, prec in terms:
-            weight = np.where(pi > 0, prec / pi, 0.0).reshape((nodes,) + (1,) * len(block.shape))
-            part = _weighted(block.rep(factors, _answers(m, factors, prec)), weight, m.noisy)
-            if z is None and part.shape[1:] == block.shape:
-                z = part
-            elif z is None:
-                z = np.zeros((nodes,) + block.shape) + part
-            else:
-                z += part
-    if z is None:
-        return pi, np.zeros((nodes, int(np.prod(block.shape))))
-    return pi, z.reshape(nodes, -1)
-
-
-def _weighted(rep: np.ndarray, weight: np.ndarray, source: np.ndarray) -> np.ndarray:
-    """``weight * rep``, in place when ``rep`` is a fresh array (not the answers themselves)."""
-    if np.shares_memory(rep, source) or rep.dtype != np.float64:
-        return weight * rep
-    rep *= weight
-    return rep
-
-
-def _matrix_level(
-    block: Block, lv: tuple[QueryEstimate, ...], domain: Domain, nodes: int, where: str
-) -> NodeInfo:
-    """A ``k > 1`` block's precisions, information vectors and exact totals at a level."""
-    k = block.k
-    pi = np.zeros((nodes, k, k))
-    r = np.zeros((nodes,) + block.shape)
-    exact = np.zeros(nodes, dtype=bool)
-    total = np.zeros(nodes)
-    for m, factors, prec in _level_terms(block, lv, domain, nodes):
-        hard = prec > _EXACT_PRECISION
-        if hard.any():
-            if any(f.kept for f in factors):
-                raise StrategyError(
-                    f"query {m.query.name!r} at {where} has answers of variance 0 (exact); the "
-                    "BLUE of recoded queries takes exact node totals only (invariants)"
-                )
-            exact |= hard
-            total[hard] = np.asarray(m.noisy, dtype=float)[hard, 0]
-        soft = np.where(hard, 0.0, prec)
-        pi += soft[:, None, None] * block.gram(factors)[None]
-        weight = soft.reshape((nodes,) + (1,) * len(block.shape))
-        r += _weighted(block.rep(factors, _answers(m, factors, soft)), weight, m.noisy)
-    return NodeInfo(pi, block.to_matrix(r), exact if exact.any() else None, total)
-
-
 def _where(tree: Tree, level: int, inputs: EstimatorInputs | None = None) -> str:
     """A level as an error names it: its number and column, and what it measures."""
     lv = tree.levels[level]
@@ -137,35 +64,53 @@ def _where(tree: Tree, level: int, inputs: EstimatorInputs | None = None) -> str
     return out
 
 
-def _scalar_upward(
-    tree: Tree,
-    domain: Domain,
-    inputs: EstimatorInputs,
-    block: Block,
-    below: tuple[np.ndarray, np.ndarray] | None,
-) -> _Upward:
-    """A ``k = 1`` block's upward recursion: the plain scalar one, on the block's cells."""
-    levels = [
-        _scalar_level(block, inputs.at(i), domain, lv.size) for i, lv in enumerate(tree.levels)
+#: Per level, every block's own terms (``level_terms``); a block's are dropped once it is solved.
+_Own = list[list[BlockTerms | None]]
+
+
+def _own_terms(
+    tree: Tree, domain: Domain, inputs: EstimatorInputs, blocks: Sequence[Block], threads: int
+) -> _Own:
+    """Every level's own terms for every block, from one rotation of each level's answers."""
+    return [
+        list(
+            level_terms(
+                blocks, inputs.at(level), domain, lv.size, _where(tree, level), threads=threads
+            )
+        )
+        for level, lv in enumerate(tree.levels)
     ]
-    pis = [p for p, _ in levels]
-    return upward(lambda level: levels[level][1], pis, sum_matrices(tree), below)
 
 
-def _matrix_upward(
+def _take(own: _Own, b: int) -> list[BlockTerms]:
+    """Block ``b``'s terms at every level, dropped from ``own`` (its memory goes with the
+    block's recursion, which overwrites its arrays)."""
+    out = []
+    for per_level in own:
+        terms = per_level[b]
+        assert terms is not None, f"block {b}'s terms were taken twice"
+        per_level[b] = None
+        out.append(terms)
+    return out
+
+
+def _upward(
     tree: Tree,
-    domain: Domain,
     inputs: EstimatorInputs,
     block: Block,
+    terms: list[BlockTerms],
+    sums: list[sp.csr_matrix],
     below: tuple[np.ndarray, np.ndarray] | None,
-) -> MatrixUp:
-    """A ``k > 1`` block's upward recursion in matrix form."""
+) -> _Upward | MatrixUp:
+    """A block's upward recursion: the plain scalar one (``k = 1``) or its matrix form."""
+    if block.k == 1:
+        scalar = [t for t in terms if isinstance(t, ScalarTerms)]
+        return upward(lambda level: scalar[level].z, [t.precision for t in scalar], sums, below)
+    info = [t for t in terms if isinstance(t, NodeInfo)]
     return matrix_upward(
-        lambda level: _matrix_level(
-            block, inputs.at(level), domain, tree.levels[level].size, _where(tree, level)
-        ),
+        lambda level: info[level],
         tree.n_levels,
-        sum_matrices(tree),
+        sums,
         block.total_direction(),
         lambda level: _where(tree, level, inputs),
         below,
@@ -176,10 +121,11 @@ def block_summary(
     tree: Tree, domain: Domain, inputs: EstimatorInputs, blocks: Sequence[Block]
 ) -> tuple[tuple[np.ndarray, ...], tuple[np.ndarray, ...]]:
     """Per block, a subtree's top's estimate from its descendants and its covariance."""
+    own = _own_terms(tree, domain, inputs, blocks, 1)
+    sums = sum_matrices(tree)
     est, var = [], []
-    for block in blocks:
-        upward_of = _scalar_upward if block.k == 1 else _matrix_upward
-        up = upward_of(tree, domain, inputs, block, None)
+    for b, block in enumerate(blocks):
+        up = _upward(tree, inputs, block, _take(own, b), sums, None)
         est.append(np.asarray(up.est[0], dtype=float))
         var.append(up.var[0])
     return tuple(est), tuple(var)
@@ -195,38 +141,68 @@ def solve_blocks(
     top: tuple[tuple[np.ndarray, ...], ...] | None = None,
     threads: int = 1,
 ) -> BlockSolution:
-    """Every block's recursions over ``tree``, the estimates added on the cells. ``below``:
-    per block, the last level's children's summed estimates and covariances; ``top``: per
-    block, the first level's final estimates, covariances and subtree covariances.
+    """Every block's recursions over ``tree``, the estimates put together on the cells.
+    ``below``: per block, the last level's children's summed estimates and covariances;
+    ``top``: per block, the first level's final estimates, covariances and subtree
+    covariances (both in the block's own layout, ``topdown.blue.rotation.box_shape``).
 
-    The blocks are independent problems: with ``threads > 1`` that many are solved at once on
-    threads (numpy's array work releases the interpreter lock; the PL94 preset has 16 blocks),
-    at most ``threads`` finished ahead of the one being added, and each block's estimates are
-    added on the cells in block order, so the answer is the same with any number of threads,
-    bit for bit."""
-    shape = tuple(int(n) for n in domain.shape)
+    Each level's answers are rotated once and every block reads its box of them
+    (``topdown.blue.block_terms``); each block's final estimates fill its box of the level's
+    rotated array, which is rotated back to the cells once. With ``threads > 1`` the rotation
+    runs on that many threads (blocks of nodes), and that many blocks are solved at once
+    (numpy's array work releases the interpreter lock; the PL94 preset has 16 blocks), at most
+    ``threads`` finished ahead of the one being placed. The boxes are disjoint, so the answer
+    is the same with any number of threads, bit for bit."""
+    splits = blocks[0].splits
     last = tree.n_levels - 1
-    cells = [np.zeros((lv.size,) + shape) for lv in tree.levels]
+    estimates: list[list[np.ndarray]] = []  # per block, per level
     scale: list[list[np.ndarray]] = [[] for _ in tree.levels]
     subtree: list[list[np.ndarray]] = [[] for _ in tree.levels]
     ends = []
     parents = [lv.parent for lv in tree.levels]
     sums = sum_matrices(tree)
+    own = _own_terms(tree, domain, inputs, blocks, threads)
 
     def one(b: int) -> _Solved:
-        return _solve_block(tree, domain, inputs, blocks[b], b, (parents, sums), below, top)
+        terms = _take(own, b)
+        return _solve_block(tree, inputs, blocks[b], b, terms, (parents, sums), below, top)
 
-    for block, (u, f, var) in zip(blocks, _in_order(one, len(blocks), threads), strict=True):
+    for u, f, var in _in_order(one, len(blocks), threads):
         if below is not None:
             ends.append((np.array(u[last], dtype=float), f[last], np.array(var[last])))
+        estimates.append(u)
         for level in range(last + 1):
-            values = u[level]
-            if block.k > 1:
-                values = block.from_matrix(values)
-            cells[level] += block.expand(values.reshape((-1,) + block.shape))
             scale[level].append(f[level])
             subtree[level].append(var[level])
-    return BlockSolution([c.reshape(c.shape[0], -1) for c in cells], scale, subtree, ends)
+    cells = []
+    for level in range(last + 1):
+        cells.append(_cells([u[level] for u in estimates], blocks, splits, threads))
+        for u in estimates:
+            u[level] = np.empty(0)
+    return BlockSolution(cells, scale, subtree, ends)
+
+
+def _cells(
+    estimates: Sequence[np.ndarray],
+    blocks: Sequence[Block],
+    splits: Sequence[AxisSplit],
+    threads: int = 1,
+) -> np.ndarray:
+    """A level's cells (nodes, cells) from every block's estimates: a block of nodes at a
+    time (on ``threads`` threads), each block's rows placed in its box of a rotated array and
+    the array rotated back (the boxes cover it once; no level-sized temporaries)."""
+    nodes = estimates[0].shape[0]
+    shape = tuple(s.n for s in splits)
+    out = np.empty((nodes, int(np.prod(shape, dtype=np.int64))))
+
+    def place(rows: slice) -> None:
+        rotated = np.empty((rows.stop - rows.start,) + shape)
+        for block, values in zip(blocks, estimates, strict=True):
+            rotated[box(block)] = from_block(values[rows], block)
+        out[rows] = unrotate(rotated, splits).reshape(rows.stop - rows.start, -1)
+
+    on_threads(place, row_blocks(nodes, out[:1].nbytes, GATHER_BYTES), threads)
+    return out
 
 
 #: One block's final estimates, covariances and subtree covariances, per level.
@@ -235,30 +211,27 @@ _Solved = tuple[list[np.ndarray], list[np.ndarray], list[np.ndarray]]
 
 def _solve_block(
     tree: Tree,
-    domain: Domain,
     inputs: EstimatorInputs,
     block: Block,
     b: int,
-    structure: tuple[list[np.ndarray], Any],
+    terms: list[BlockTerms],
+    structure: tuple[list[np.ndarray], list[sp.csr_matrix]],
     below: tuple[tuple[np.ndarray, ...], tuple[np.ndarray, ...]] | None,
     top: tuple[tuple[np.ndarray, ...], ...] | None,
 ) -> _Solved:
-    """Block ``b``'s upward and downward recursions (see ``solve_blocks``); ``structure``:
-    the levels' parent indices and ``sum_matrices``."""
+    """Block ``b``'s upward and downward recursions (see ``solve_blocks``) from its own
+    ``terms`` per level; ``structure``: the levels' parent indices and ``sum_matrices``."""
     parents, sums = structure
     child = None if below is None else (below[0][b], below[1][b])
     given = None if top is None else (top[0][b], top[1][b])
-    if block.k == 1:
-        up = _scalar_upward(tree, domain, inputs, block, child)
-        if top is not None:  # the top's whole-tree subtree variance
-            up.var[0] = top[2][b]
-        u, f, _ = downward(up, parents, sums, False, given)
+    up = _upward(tree, inputs, block, terms, sums, child)
+    if top is not None:  # the top's whole-tree subtree variance
+        up.var[0] = top[2][b]
+    if isinstance(up, MatrixUp):
+        u, f = matrix_downward(up, parents, sums, block.total_direction(), given)
         return list(u), list(f), list(up.var)
-    mup = _matrix_upward(tree, domain, inputs, block, child)
-    if top is not None:
-        mup.var[0] = top[2][b]
-    u, f = matrix_downward(mup, parents, sums, block.total_direction(), given)
-    return list(u), list(f), list(mup.var)
+    u, f, _ = downward(up, parents, sums, False, given)
+    return list(u), list(f), list(up.var)
 
 
 def _in_order(work: Callable[[int], _Solved], n: int, threads: int) -> Iterator[_Solved]:

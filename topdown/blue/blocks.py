@@ -20,9 +20,10 @@ is one tree problem per block, with a ``k x k`` precision per node (``k = 1``: a
 recursions as before; ``topdown.blue.block_recursions`` for ``k > 1``). An axis never recoded
 has ``g = 1``: its span is the mean, and the split is the plain one.
 
-A block's vector at a node is held as an array of the block's shape: the contrast axes whole
-(the projection itself), the span axes in the ``f`` coordinates; ``rep`` maps a query's
-answers ``Q'y`` there, ``expand`` maps an estimate back to the cells.
+A block's vector at a node is held in the coordinates of ``topdown.blue.rotation``: per
+contrast axis an orthonormal basis of its within-group contrasts, per span axis the ``f``
+coordinates; there every block is a box of one rotated array, read from each query's answers
+rotated once and written back to the cells once.
 
 Kept apart from ``topdown.blue.plan`` (the plain groups) because only strategies with recodes
 take it; the plain path keeps its speed.
@@ -87,12 +88,6 @@ class AxisSplit:
         return cls(groups, sizes)
 
 
-def _along(x: np.ndarray, matrix: np.ndarray, axis: int) -> np.ndarray:
-    """``matrix`` (out, in) applied along ``axis`` of ``x`` (the axis keeps its position)."""
-    moved = np.moveaxis(x, axis, -1)
-    return np.moveaxis(moved @ matrix.T, -1, axis)
-
-
 def axis_diag(factor: Factor, projector: np.ndarray) -> np.ndarray:
     """``diag(F P F')`` of an axis factor ``F`` and a projector ``P`` of the axis (n_out,)."""
     f = factor.matrix().toarray()
@@ -122,13 +117,10 @@ class Block:
         return int(np.prod([self.splits[i].g for i in self.span], dtype=np.int64))
 
     @property
-    def shape(self) -> tuple[int, ...]:
-        """The block's array per node, in axis order: contrast axes whole, span axes as g."""
-        return tuple(s.n if i in self.contrast else s.g for i, s in enumerate(self.splits))
-
-    @property
     def copies(self) -> int:
-        """How many copies of the k-vector one node's array holds."""
+        """The product of the contrast axes' sizes: the copies of the k-vector the block's
+        projection holds per node in value coordinates (its dimension is ``k`` times the
+        product of the ``n - g``, the copies in ``topdown.blue.rotation``'s coordinates)."""
         return int(np.prod([self.splits[i].n for i in self.contrast], dtype=np.int64))
 
     def sees(self, factors: Sequence[Factor]) -> bool:
@@ -146,56 +138,6 @@ class Block:
         for i in self.span:
             out = np.kron(out, np.sqrt(np.asarray(self.splits[i].sizes, dtype=float)))
         return out
-
-    def rep(self, factors: Sequence[Factor], answers: np.ndarray) -> np.ndarray:
-        """``Q'y`` projected on the block, per node: answers (nodes, *n_out) -> (nodes,
-        *shape). The span axes first (``U'F'``: they shrink the array), then the contrast
-        axes (the query keeps them whole: subtract the finest groups' means)."""
-        x = answers
-        for i in self.span:
-            f, split = factors[i], self.splits[i]
-            if split.g == 1 and f.identity:  # the mean direction's coordinate
-                x = x.sum(axis=1 + i, keepdims=True) / np.sqrt(split.n)
-            elif split.g == 1 and not f.kept:  # a summed axis: already one value
-                x = x * np.sqrt(split.n)
-            else:
-                x = _along(x, _span_map(split, f), 1 + i)
-        if self.contrast:  # in place, on a float array of our own (half the time, measured)
-            x = np.array(x, dtype=float) if x is answers else x.astype(float, copy=False)
-        for i in sorted(self.contrast):
-            split = self.splits[i]
-            if split.g == 1:
-                x -= x.sum(axis=1 + i, keepdims=True) * (1.0 / split.n)
-            else:
-                u = split.basis()
-                x -= _along(_along(x, u.T, 1 + i), u, 1 + i)
-        return np.asarray(x, dtype=float)
-
-    def expand(self, values: np.ndarray) -> np.ndarray:
-        """A block array (nodes, *shape) as its cells' vectors (nodes, *cells' shape) with
-        the contrast axes as they are and the span axes through ``U`` (broadcast where
-        ``g = 1``: the mean direction, a size-1 axis)."""
-        x = values
-        for i in self.span:
-            s = self.splits[i]
-            x = _along(x, s.basis(), 1 + i) if s.g > 1 else x / np.sqrt(s.n)
-        return x
-
-    def to_matrix(self, values: np.ndarray) -> np.ndarray:
-        """(nodes, *shape) -> (nodes, copies, k): the span axes last, flattened."""
-        nodes = values.shape[0]
-        span = [1 + i for i in self.span]
-        moved = np.moveaxis(values, span, list(range(values.ndim - len(span), values.ndim)))
-        return moved.reshape(nodes, self.copies, self.k)
-
-    def from_matrix(self, values: np.ndarray) -> np.ndarray:
-        """(nodes, copies, k) -> (nodes, *shape), the inverse of ``to_matrix``."""
-        nodes = values.shape[0]
-        contrast = [self.shape[i] for i in sorted(self.contrast)]
-        span = [self.shape[i] for i in self.span]
-        x = values.reshape([nodes] + contrast + span)
-        order = [0] + [1 + i for i in sorted(self.contrast)] + [1 + i for i in self.span]
-        return np.moveaxis(x, list(range(len(order))), order)
 
     def answer_terms(self, factors: Sequence[Factor]) -> tuple[np.ndarray, np.ndarray]:
         """How a query's answers read this block: ``B`` (n_out of the span axes, k) for the
@@ -231,12 +173,6 @@ def _frozen(a: np.ndarray) -> np.ndarray:
     """A cached array, made read-only: every caller shares it."""
     a.flags.writeable = False
     return a
-
-
-@lru_cache(maxsize=4096)
-def _span_map(split: AxisSplit, factor: Factor) -> np.ndarray:
-    """``U'F'`` (g, n_out): an axis's answers to the span coordinates."""
-    return _frozen(split.basis().T @ factor.matrix().toarray().T)
 
 
 @lru_cache(maxsize=4096)

@@ -37,6 +37,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from constraints.domain import Domain
+from topdown.blue.answers import shared_answers
 from topdown.blue.block_solve import solve_blocks
 from topdown.blue.blocks import Block
 from topdown.blue.metric import block_metric_weights, metric_weights
@@ -500,8 +501,8 @@ def blue_inputs(
                 estimate.domain, estimate.groups, estimate.subtree_scale[level], queries
             )
         )
-        for i, (name, query) in enumerate(zip(names, queries, strict=True)):
-            values = query.answer(cells, estimate.domain)  # the cells themselves: no copy
+        answers = shared_answers(cells, queries, estimate.domain)
+        for i, (name, query, values) in enumerate(zip(names, queries, answers, strict=True)):
             variance = estimate.variance(level, query, subtree=True)
             if weights is not None:
                 with np.errstate(divide="ignore"):
