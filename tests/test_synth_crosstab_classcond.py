@@ -95,7 +95,6 @@ def test_total_is_unbiased_on_a_wide_class_column():
     a = math.exp(-1)
     v = 2 * a / (1 - a) ** 2
     sd = (1 / (15_000 * v) + 1 / (10_000 * v)) ** -0.5
-    assert sd == pytest.approx(105.11, abs=0.01)
     for seed in range(4):
         model = ClassConditional(2, domains=domains, seed=seed).fit(data)
         assert model.class_totals is not None and model.class_totals.sum() > 10 * n
