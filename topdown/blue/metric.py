@@ -72,6 +72,7 @@ from scipy.optimize import nnls
 from constraints.domain import Domain
 from topdown.blue.blocks import Block
 from topdown.blue.plan import kept_axes, lift
+from topdown.blue.shared_matrices import SharedMatrices, type_index
 from topdown.strategy import Query
 
 __all__ = ["metric_weights", "block_metric_weights"]
@@ -135,7 +136,7 @@ def metric_weights(
         worst = max(worst, residual / np.sqrt(ok.sum()))
     if worst > RESIDUAL:
         log.debug("the fed queries express the subtree precision to %.2g (relative)", worst)
-    return solved[np.asarray(inverse).reshape(-1)]
+    return solved[inverse]
 
 
 def _distinct_rows(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -195,7 +196,7 @@ def _block_equations(
 def block_metric_weights(
     domain: Domain,
     blocks: Sequence[Block],
-    subtree_scale: Sequence[np.ndarray],
+    subtree_scale: Sequence[np.ndarray | SharedMatrices],
     queries: Sequence[Query],
 ) -> np.ndarray:
     """Per node and fed query, the weight ``w_q`` (nodes, queries) for a BLUE of blocks
@@ -207,7 +208,8 @@ def block_metric_weights(
         domain: the query domain.
         blocks: the BLUE's blocks (``Blue.blocks``).
         subtree_scale: per block, the covariance of each node's subtree estimate in the block:
-            (nodes,) for ``k = 1`` (inf: no information; 0: exact), else (nodes, k, k).
+            (nodes,) for ``k = 1`` (inf: no information; 0: exact), else (nodes, k, k) (an
+            array or shared matrices: solved once per distinct combination of types).
         queries: the fed queries, in the order of the result's columns.
     """
     factors = [q.factors(domain) for q in queries]
@@ -216,20 +218,16 @@ def block_metric_weights(
         np.stack([b.gram(f) if b.sees(f) else np.zeros((k, k)) for f in factors])
         for b, k in zip(blocks, ks, strict=True)
     ]
-    nodes = np.asarray(subtree_scale[0]).shape[0]
-    flat = np.concatenate(
-        [np.asarray(s, dtype=float).reshape(nodes, -1) for s in subtree_scale], axis=1
-    )
-    rows, inverse = _distinct_rows(flat)
-    sizes = [k * k if k > 1 else 1 for k in ks]
-    starts = np.concatenate([[0], np.cumsum(sizes)])
-    solved = np.zeros((rows.shape[0], len(queries)))
+    scales = [SharedMatrices.of(s) if k > 1 else np.asarray(s) for s, k in zip(subtree_scale, ks)]
+    # a node's covariances are its types' (shared matrices) and its k = 1 blocks' scalars
+    keys = [s.index if isinstance(s, SharedMatrices) else s for s in scales]
+    inverse, first = type_index(keys)
+    solved = np.zeros((first.size, len(queries)))
     worst = 0.0
-    for r, row in enumerate(rows):
+    for r, node in enumerate(first):
         parts = []
-        for b, k in enumerate(ks):
-            v = row[starts[b] : starts[b + 1]]
-            v = v.reshape(k, k) if k > 1 else v[0]
+        for b, s in enumerate(scales):
+            v = s.values[s.index[node]] if isinstance(s, SharedMatrices) else s[node]
             part = _block_equations(v, grams[b])
             if part is not None:
                 parts.append(part)
