@@ -5,8 +5,9 @@ of Kronecker products: per axis a projector (a contrast part, or the span part w
 block's ``k x k`` covariance over the span axes jointly). The variance of a query's answers is
 the diagonal of ``Q C Q'``, and the diagonal of a Kronecker product is the Kronecker product of
 the diagonals, so each block gives ``diag(F P F')`` per contrast axis times ``diag(B Phi B')``
-over the span axes (``B`` the Kronecker product of their ``F U``): O(answers) per node, no
-matrix over the cells. The plain groups (``topdown.blue.plan``) are the case of one group per
+over the span axes (``B`` the Kronecker product of their ``F U``, contracted with ``Phi`` one
+axis at a time, never formed: it has ``k`` columns), once per distinct ``Phi``
+(``topdown.blue.shared_matrices``): O(answers) per node, no matrix over the cells. The plain groups (``topdown.blue.plan``) are the case of one group per
 axis with scalar covariances; their formula is used for a recoded query asked of a BLUE whose
 strategy had none (its answers' variances differ with the groups' sizes).
 
@@ -40,14 +41,35 @@ def _times(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.where(np.isnan(product), 0.0, product)
 
 
-def _span_variance(b: np.ndarray, phi: Covariance) -> np.ndarray:
-    """``diag(B Phi B')`` per node (nodes, span answers); a scalar ``Phi`` may be infinite.
-    Shared matrices: once per distinct matrix, then per node."""
+def _kron_diag(maps: Sequence[np.ndarray], phi: np.ndarray) -> np.ndarray:
+    """``diag(B Phi B')`` for each matrix of ``phi`` (t, k, k), ``B`` the Kronecker product of
+    ``maps`` (each (n_a, g_a), ``k`` the product of the ``g_a``): (t, product of the n_a).
+
+    Contracted one axis at a time on both sides of ``Phi`` (as a tensor with a left and a
+    right index per axis), never forming ``B``."""
+    t, m = phi.shape[0], len(maps)
+    x = phi.reshape([t] + [mp.shape[1] for mp in maps] * 2)
+    labels = list(range(1 + 2 * m))  # the matrix, then per axis its left and right index
+    for a, mp in enumerate(maps):
+        answer = 1 + 2 * m + a
+        out = [answer if label == 1 + a else label for label in labels if label != 1 + m + a]
+        x = np.einsum(x, labels, mp, [answer, 1 + a], mp, [answer, 1 + m + a], out, optimize=True)
+        labels = out
+    return x.reshape(t, -1)
+
+
+def _span_variance(maps: Sequence[np.ndarray], phi: Covariance) -> np.ndarray:
+    """``diag(B Phi B')`` per node (nodes, span answers), ``B`` the Kronecker product of
+    ``maps``; a scalar ``Phi`` may be infinite. Shared matrices: once per distinct matrix,
+    then per node."""
     if isinstance(phi, SharedMatrices):
-        return _span_variance(b, phi.values)[phi.index]
+        return _span_variance(maps, phi.values)[phi.index]
     if phi.ndim == 1:
-        return _times((b[:, 0] ** 2)[None, :], phi[:, None])
-    return (np.matmul(phi, b.T) * b.T[None]).sum(axis=1)
+        squares = np.ones(1)
+        for mp in maps:
+            squares = np.kron(squares, mp[:, 0] ** 2)
+        return _times(squares[None, :], phi[:, None])
+    return _kron_diag(maps, phi)
 
 
 def _abs(phi: Covariance) -> Covariance:
@@ -114,11 +136,12 @@ def summed_variance_terms(
     node, (nodes,) for k = 1 or (nodes, k, k) (an array or shared matrices)."""
     out = size = None
     for block, phi in terms:
-        b, d = block.answer_terms(factors)
+        maps, d = block.answer_maps(factors)
         contrast = sorted(block.contrast)
-        term = _placed(contrast, block.span, d, _span_variance(b, phi), factors)
+        term = _placed(contrast, block.span, d, _span_variance(maps, phi), factors)
+        magnitudes = [np.abs(mp) for mp in maps]
         mag = _placed(
-            contrast, block.span, np.abs(d), _span_variance(np.abs(b), _abs(phi)), factors
+            contrast, block.span, np.abs(d), _span_variance(magnitudes, _abs(phi)), factors
         )
         out = term if out is None else out + term
         size = mag if size is None else size + mag
