@@ -114,7 +114,12 @@ def _childless(pi: np.ndarray, bad: int, where: str) -> np.ndarray:
 
 
 def _children(
-    level: int, n_levels: int, sums: list[sp.csr_matrix], up: MatrixUp, n: int, k: int,
+    level: int,
+    n_levels: int,
+    sums: list[sp.csr_matrix],
+    up: MatrixUp,
+    n: int,
+    k: int,
     below: tuple[np.ndarray, np.ndarray | SharedMatrices] | None,
 ) -> tuple[np.ndarray | None, SharedMatrices, np.ndarray, np.ndarray]:
     """The children's summed subtree estimates (None: no node has children) and covariances

@@ -174,7 +174,9 @@ def solve_blocks(
 
     for u, f, var in _in_order(one, len(blocks), threads):
         if below is not None:
-            ends.append((np.array(u[last], dtype=float), dense(f[last]), np.array(dense(var[last]))))
+            ends.append(
+                (np.array(u[last], dtype=float), dense(f[last]), np.array(dense(var[last])))
+            )
         estimates.append(u)
         for level in range(last + 1):
             scale[level].append(f[level])
@@ -237,8 +239,8 @@ def _solve_block(
         return list(u), list(f), list(up.var)
     if top is not None:
         up.var[0] = top[2][b]
-    u, f, _ = downward(up, parents, sums, False, given)
-    return list(u), list(f), list(up.var)
+    est, final, _ = downward(up, parents, sums, False, given)
+    return list(est), list(final), list(up.var)
 
 
 def _in_order(work: Callable[[int], _Solved], n: int, threads: int) -> Iterator[_Solved]:

@@ -132,6 +132,11 @@ class Block:
         """``Q'Q`` on the block (k, k): the Kronecker product of the span axes' ``U'F'FU``."""
         return _gram(self, tuple(factors))
 
+    def gram_factors(self, factors: Sequence[Factor]) -> tuple[np.ndarray, ...]:
+        """``gram``'s Kronecker factors, one ``U'F'FU`` (g, g) per span axis: ``gram`` itself
+        is 10.8 MB at the DHC persons preset's ``k = 1,160``."""
+        return _gram_factors(self, tuple(factors))
+
     def total_direction(self) -> np.ndarray:
         """``w`` (k,): the node total of a block vector is ``w' c`` (span axes only)."""
         out = np.ones(1)
@@ -146,9 +151,7 @@ class Block:
         variance from this block is then ``d[contrast index] * (B Phi B')[span index]``."""
         return _answer_terms(self, tuple(factors))
 
-    def answer_maps(
-        self, factors: Sequence[Factor]
-    ) -> tuple[tuple[np.ndarray, ...], np.ndarray]:
+    def answer_maps(self, factors: Sequence[Factor]) -> tuple[tuple[np.ndarray, ...], np.ndarray]:
         """``answer_terms`` with ``B`` as its Kronecker factors, one ``F U`` (n_out, g) per span
         axis: ``B`` itself has a row per answer of the span axes and ``k`` columns, 1.2
         million x 1,160 for the detailed query on the DHC persons preset's largest block."""
@@ -186,10 +189,18 @@ def _frozen(a: np.ndarray) -> np.ndarray:
 @lru_cache(maxsize=4096)
 def _gram(block: Block, factors: tuple[Factor, ...]) -> np.ndarray:
     out = np.ones((1, 1))
+    for part in _gram_factors(block, factors):
+        out = np.kron(out, part)
+    return _frozen(out)
+
+
+@lru_cache(maxsize=4096)
+def _gram_factors(block: Block, factors: tuple[Factor, ...]) -> tuple[np.ndarray, ...]:
+    parts = []
     for i in block.span:
         fu = factors[i].matrix().toarray() @ block.splits[i].basis()
-        out = np.kron(out, fu.T @ fu)
-    return _frozen(out)
+        parts.append(_frozen(fu.T @ fu))
+    return tuple(parts)
 
 
 @lru_cache(maxsize=4096)

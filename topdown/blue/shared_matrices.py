@@ -45,7 +45,8 @@ class SharedMatrices:
                 f"values (shape {self.values.shape}) must be (types, k, k) square matrices"
             )
         if self.index.ndim != 1 or (
-            self.index.size and not 0 <= int(self.index.min()) <= int(self.index.max()) < len(self.values)
+            self.index.size
+            and not 0 <= int(self.index.min()) <= int(self.index.max()) < len(self.values)
         ):
             raise ValueError(
                 f"index (shape {self.index.shape}) must be one type in [0, {len(self.values)}) "

@@ -7,9 +7,10 @@ the diagonal of ``Q C Q'``, and the diagonal of a Kronecker product is the Krone
 the diagonals, so each block gives ``diag(F P F')`` per contrast axis times ``diag(B Phi B')``
 over the span axes (``B`` the Kronecker product of their ``F U``, contracted with ``Phi`` one
 axis at a time, never formed: it has ``k`` columns), once per distinct ``Phi``
-(``topdown.blue.shared_matrices``): O(answers) per node, no matrix over the cells. The plain groups (``topdown.blue.plan``) are the case of one group per
-axis with scalar covariances; their formula is used for a recoded query asked of a BLUE whose
-strategy had none (its answers' variances differ with the groups' sizes).
+(``topdown.blue.shared_matrices``): O(answers) per node, no matrix over the cells. The plain
+groups (``topdown.blue.plan``) are the case of one group per axis with scalar covariances;
+their formula is used for a recoded query asked of a BLUE whose strategy had none (its
+answers' variances differ with the groups' sizes).
 
 Each term comes with its absolute size, so an answer whose variance is rounding left over
 from an exact direction (an invariant's total) can be reported as 0.
