@@ -159,6 +159,38 @@ def test_covariances_are_held_once_per_node_type() -> None:
         np.testing.assert_allclose(est.cells[level], dense[level], rtol=0, atol=1e-8)
 
 
+def _with_variances(inputs: EstimatorInputs, level: int, query: str, var: np.ndarray):
+    """``inputs`` with ``query``'s per-node variances at ``level`` replaced by ``var``."""
+    levels = list(inputs.levels)
+    levels[level] = tuple(
+        QueryEstimate(m.level, m.query, m.noisy, var) if m.query.name == query else m
+        for m in levels[level]
+    )
+    return EstimatorInputs(tuple(levels))
+
+
+def test_types_follow_every_query_and_the_parents_final_covariance() -> None:
+    """Nodes that share the number of children and a query's variance but not another's:
+    the level-1 parents of 2 children measure ``detailed`` with different variances (so
+    their children, alike themselves, differ in their parents' final covariance), and one
+    marginal is unmeasured at three leaves (so leaves differ in a query other than the
+    first). Still the dense GLS, cells and variances."""
+    rng = np.random.default_rng(13)
+    tree = _two_or_three_children()
+    inputs = tb.random_inputs(rng, tree, [QUERIES] * 3, per_node=False)
+    inputs = _with_variances(inputs, 1, "detailed", np.array([0.5, 2.0, 4.0, 2.0]))
+    missing = np.full(10, 1.5)
+    missing[[0, 3, 7]] = np.inf
+    inputs = _with_variances(inputs, 2, "E x S", missing)
+    est = blue(tree, DOMAIN, inputs)
+    dense, cov = tb.dense_gls(tree, inputs)
+    for level in range(tree.n_levels):
+        np.testing.assert_allclose(est.cells[level], dense[level], rtol=0, atol=1e-8)
+        for query in ("detailed", "E x S"):
+            want = tb.dense_variance(tree, cov, level, query)
+            np.testing.assert_allclose(est.answer_variance(level, query), want, rtol=1e-8)
+
+
 def test_fed_inputs_weigh_equal_types_equally() -> None:
     """The passes' weights (``blue_inputs``) are solved per combination of types and spread
     to the nodes: nodes of one type get equal variances, the two leaf types different ones."""
