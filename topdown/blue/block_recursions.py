@@ -73,14 +73,27 @@ def _sym(a: np.ndarray) -> np.ndarray:
 
 
 def _off_direction(a: np.ndarray, w: np.ndarray) -> np.ndarray:
-    """``a`` (k, k) with ``w`` projected out (an exact direction)."""
+    """Each of the matrices ``a`` (..., k, k) with ``w`` projected out (an exact direction)."""
     p = np.eye(len(w)) - np.outer(w, w) / (w @ w)
     return _sym(p @ a @ p)
 
 
-def _times(a: np.ndarray, x: np.ndarray) -> np.ndarray:
-    """``a`` (k, k) times each copy of each node's ``x`` (nodes, copies, k): ``x a'``."""
-    return np.matmul(x, a.T)
+#: Bytes of per-node ``k x k`` matrices gathered at once (``_apply``): below it a level's
+#: nodes are multiplied in one batched product (the PL94 preset: k <= 8, thousands of node
+#: types); above it, a product per type (the DHC preset: 10.8 MB a matrix, few types).
+GATHER_BYTES = 1 << 26
+
+
+def _apply(g: np.ndarray, types: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """Per node ``v``, ``g[types[v]]`` (k, k) times each copy of ``x[v]`` (nodes, copies, k):
+    ``x g'`` as a new array, by node type."""
+    if len(types) * g[0].nbytes <= GATHER_BYTES:
+        return np.matmul(x, np.swapaxes(g[types], 1, 2))
+    out = np.empty(x.shape)
+    for t in range(len(g)):
+        rows = type_rows(types, t)
+        out[rows] = np.matmul(x[rows], g[t].T)
+    return out
 
 
 def _summed(S: sp.csr_matrix, child: SharedMatrices) -> SharedMatrices:
@@ -98,16 +111,19 @@ def _summed(S: sp.csr_matrix, child: SharedMatrices) -> SharedMatrices:
     return SharedMatrices(values, types)
 
 
-def _childless(pi: np.ndarray, bad: int, where: str) -> np.ndarray:
-    """The inverse of a childless node type's precision ``pi`` (k, k), refused (naming the
-    ``bad`` nodes of that type) when the measurements do not identify the node's cells."""
+def _childless(pi: np.ndarray, types: np.ndarray, kinds: np.ndarray, where: str) -> np.ndarray:
+    """The inverses of childless node types' precisions ``pi`` (those types ``kinds``, of
+    ``types`` per node), refused (naming how many nodes) where the measurements do not
+    identify a node's cells."""
     eig = np.linalg.eigvalsh(pi)
-    if eig[0] <= _PD_TOLERANCE * max(float(eig[-1]), 1e-300):
+    bad = eig[:, 0] <= _PD_TOLERANCE * np.maximum(eig[:, -1], 1e-300)
+    if bad.any():
+        nodes = int(np.isin(types, kinds[bad]).sum())
         raise StrategyError(
             "the BLUE of recoded queries needs every node without children to "
             "identify, by its own measurements, how its cells split between the "
             "recodes' groups within every combination of the other attributes' values; "
-            f"{bad} node(s) of {where} do not. Measure 'detailed' "
+            f"{nodes} node(s) of {where} do not. Measure 'detailed' "
             "there (as the Census strategies do), or use estimator 'topdown'"
         )
     return np.linalg.inv(pi)
@@ -152,8 +168,8 @@ def matrix_upward(
     its nodes are not leaves (a streamed release's subtrees, summarised).
 
     Each ``k x k`` step runs once per node type (``topdown.blue.shared_matrices``: same
-    precision, same children's covariance, same exact total flags); the estimates, per node,
-    are products with that type's matrices."""
+    precision, same children's covariance, same exact total flags), batched over the types;
+    the estimates, per node, are products with their type's matrices (``_apply``)."""
     empty: list = [np.empty(0)] * n_levels
     up = MatrixUp(*(list(empty) for _ in range(6)))
     for level in range(n_levels - 1, -1, -1):
@@ -165,30 +181,36 @@ def matrix_upward(
         fresh = np.zeros(n, dtype=bool) if given is None else given & ~child_exact
         exact = child_exact if given is None else child_exact | given
         types, first = type_index([pi.index, M.index, has, fresh, exact])
-        values = np.empty((first.size, k, k))
-        est = np.empty(r.shape)
-        for t, f in enumerate(first):
-            rows = type_rows(types, t)
-            p = pi.values[pi.index[f]]
-            if has[f]:
-                cov = M.values[M.index[f]]
-                a_inv = np.linalg.inv(np.eye(k) + cov @ p)
-                var = _sym(a_inv @ cov)
-                assert m is not None
-                est[rows] = _times(a_inv, m[rows] + _times(cov, r[rows]))
-            else:
-                bad = int(np.count_nonzero(types == t))
-                inv = _childless(p, bad, where(level))
-                var = _sym(inv)
-                est[rows] = _times(inv, r[rows])
-            if fresh[f]:
-                assert node.total is not None
-                vw = var @ w
-                q = float(vw @ w)
-                gap = node.total[rows] - est[rows, 0, :] @ w
-                est[rows, 0, :] += vw[None, :] * (gap / q)[:, None]
-                var = var - np.outer(vw, vw) / q
-            values[t] = _off_direction(var, w) if exact[f] else var
+        p = pi.values[pi.index[first]]
+        # per type: est = of_m m + of_r r (of_m = 0 without children), values = covariance
+        of_m, of_r = np.zeros_like(p), np.empty_like(p)
+        values = np.empty_like(p)
+        leaf = ~has[first]
+        if leaf.any():
+            inv = _childless(p[leaf], types, np.flatnonzero(leaf), where(level))
+            of_r[leaf], values[leaf] = inv, _sym(inv)
+        if (~leaf).any():
+            cov = M.values[M.index[first[~leaf]]]
+            a_inv = np.linalg.inv(np.eye(k) + cov @ p[~leaf])
+            of_m[~leaf] = a_inv
+            of_r[~leaf] = a_inv @ cov
+            values[~leaf] = _sym(a_inv @ cov)
+        est = _apply(of_r, types, r)
+        if m is not None and (~leaf).any():
+            est += _apply(of_m, types, m)
+        changed = fresh[first]
+        if changed.any():
+            assert node.total is not None
+            vw = values[changed] @ w  # (types, k)
+            q = vw @ w
+            shift = np.zeros((first.size, k))  # per type: V w / w'Vw
+            shift[changed] = vw / q[:, None]
+            rows = fresh
+            gap = node.total[rows] - est[rows, 0, :] @ w
+            est[rows, 0, :] += shift[types[rows]] * gap[:, None]
+            values[changed] -= np.einsum("tk,tl->tkl", vw, vw) / q[:, None, None]
+        held = exact[first]
+        values[held] = _off_direction(values[held], w)
         up.est[level], up.var[level], up.exact[level] = est, SharedMatrices(values, types), exact
         if level < n_levels - 1 or below is not None:
             assert m is not None
@@ -197,14 +219,18 @@ def matrix_upward(
     return up
 
 
-def _pinv_sum(M: np.ndarray, exact: bool, w: np.ndarray) -> np.ndarray:
-    """``M^+`` of one summed covariance (k, k): the inverse, or where every child is exact
-    in ``w``, the inverse off that direction (``P (P M P + w w'/|w|^2)^-1 P``)."""
-    if not exact:
-        return _sym(np.linalg.inv(M))
-    unit = w / np.sqrt(w @ w)
-    p = np.eye(len(w)) - np.outer(unit, unit)
-    return _sym(p @ np.linalg.inv(p @ M @ p + np.outer(unit, unit)) @ p)
+def _pinv_sum(M: np.ndarray, exact: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """``M^+`` of summed covariances (types, k, k): the inverse, or where every child is
+    exact in ``w``, the inverse off that direction (``P (P M P + w w'/|w|^2)^-1 P``)."""
+    out = np.empty_like(M)
+    plain = ~exact
+    if plain.any():
+        out[plain] = np.linalg.inv(M[plain])
+    if exact.any():
+        unit = w / np.sqrt(w @ w)
+        p = np.eye(len(w)) - np.outer(unit, unit)
+        out[exact] = p @ np.linalg.inv(p @ M[exact] @ p + np.outer(unit, unit)) @ p
+    return _sym(out)
 
 
 def _exact_rows(var: np.ndarray, w: np.ndarray) -> np.ndarray:
@@ -226,8 +252,9 @@ def matrix_downward(
     covariances when it is not the root (a streamed release's subtree).
 
     Each ``k x k`` step runs once per child type (its subtree covariance, its parent's summed
-    children's and final covariances, its exact flag). The estimates are corrected in place:
-    ``up.est`` below the first level is the final estimate afterwards."""
+    children's and final covariances, its exact flag), batched over the types. The estimates
+    are corrected in place: ``up.est`` below the first level is the final estimate
+    afterwards."""
     n_levels = len(up.est)
     u = [up.est[0] if top is None else top[0]]
     f = [up.var[0] if top is None else SharedMatrices.of(top[1])]
@@ -246,16 +273,16 @@ def matrix_downward(
         fp = f[level - 1]
         keys = [V.index, M.index[par], children_exact[par], fp.index[par], exact[level]]
         types, first = type_index(keys)
-        values = np.empty((first.size, V.k, V.k))
+        v = V.values[V.index[first]]
+        parent = par[first]
+        gain = v @ _pinv_sum(M.values[M.index[parent]], children_exact[parent], w)
+        fp_t = fp.values[fp.index[parent]]
+        values = _sym(v - gain @ v + gain @ fp_t @ np.swapaxes(gain, 1, 2))
+        held = exact[level][first]
+        values[held] = _off_direction(values[held], w)
         gap = u[level - 1] - up.child_sum[level - 1]  # per parent
         est = up.est[level]
-        for t, c in enumerate(first):
-            rows = type_rows(types, t)
-            v = V.values[V.index[c]]
-            gain = v @ _pinv_sum(M.values[M.index[par[c]]], bool(children_exact[par[c]]), w)
-            est[rows] += _times(gain, gap[par[rows]])
-            final = _sym(v - gain @ v + gain @ fp.values[fp.index[par[c]]] @ gain.T)
-            values[t] = _off_direction(final, w) if exact[level][c] else final
+        est += _apply(gain, types, gap[par])
         u.append(est)
         f.append(SharedMatrices(values, types))
     return u, f

@@ -42,8 +42,9 @@ G_qb) V_b^(1/2) = I`` in the Frobenius norm (so each block's residual does not d
 block's basis); at ``k = 1`` this is the scalar row, and each block counts once whatever its
 number of copies, as each scalar subset does. They are solved from their normal equations,
 ``tr(G_q V G_p V)`` and ``tr(G_q V)`` summed over the blocks (queries x queries), with each
-``G_q V`` formed from ``G_q``'s Kronecker factors: no square root of ``V``, no ``k x k``
-eigendecomposition and no ``G_q`` (the DHC persons preset's blocks have ``k = 1,160``). Unlike the plain split, the subtree precision of a parent is not
+``G_q V`` formed from ``G_q``'s Kronecker factors where ``G_q`` is large: no square root of
+``V``, no ``k x k`` eigendecomposition and no ``G_q`` (the DHC persons preset's blocks have
+``k = 1,160``). Unlike the plain split, the subtree precision of a parent is not
 always in the span of the ``G_q``: the children's summed covariances, inverted, leave it (on
 ``hhinst``'s span the grams are combinations of ``I``, ``diag(s)`` and ``vv'``, ``v =
 sqrt(s)``; the inverse of one is in general not one, ``1 / (a + b s)`` not being affine in the
@@ -152,8 +153,25 @@ def _kron_times(parts: Sequence[np.ndarray], v: np.ndarray) -> np.ndarray:
 _Normal = tuple[np.ndarray, np.ndarray, float]
 
 
+#: Bytes of a block's stacked ``G_q`` (queries, k, k) formed densely; above it, each ``G_q V``
+#: from ``G_q``'s Kronecker factors (a dense product per query is cheaper for small ``k``).
+DENSE_GRAM_BYTES = 1 << 24
+
+
+def _stacked_grams(block: Block, factors: Sequence[Sequence[Factor]]) -> np.ndarray | None:
+    """The fed queries' ``G_q`` on ``block`` (queries, k, k; zero where unseen), or None when
+    larger than ``DENSE_GRAM_BYTES``."""
+    k = block.k
+    if len(factors) * k * k * 8 > DENSE_GRAM_BYTES:
+        return None
+    return np.stack([block.gram(f) if block.sees(f) else np.zeros((k, k)) for f in factors])
+
+
 def _block_normal(
-    variance: np.ndarray, block: Block, factors: Sequence[Sequence[Factor]]
+    variance: np.ndarray,
+    block: Block,
+    factors: Sequence[Sequence[Factor]],
+    grams: np.ndarray | None,
 ) -> _Normal:
     """One block's relative equations for one node, as their normal equations, from its
     subtree covariance (a scalar, or ``k x k``) and the fed queries' factors.
@@ -170,17 +188,21 @@ def _block_normal(
     n = len(factors)
     v = np.asarray(variance, dtype=float)
     if v.ndim == 0:
-        g = np.array([block.gram(f)[0, 0] if block.sees(f) else 0.0 for f in factors])
+        assert grams is not None  # k = 1
+        g = grams[:, 0, 0]
         if not np.isfinite(v):
             return np.outer(g, g), np.zeros(n), 0.0
         if v <= 0.0 or 1.0 / v >= EXACT_PRECISION:  # exact (an invariant)
             return np.zeros((n, n)), np.zeros(n), 0.0
         return np.outer(v * g, v * g), v * g, 1.0
     k = v.shape[0]
-    products = np.zeros((n, k * k))  # G_q V, flattened
-    for q, f in enumerate(factors):
-        if block.sees(f):
-            products[q] = _kron_times(block.gram_factors(f), v).reshape(-1)
+    if grams is not None:
+        products = (grams @ v).reshape(n, -1)  # G_q V, flattened
+    else:
+        products = np.zeros((n, k * k))
+        for q, f in enumerate(factors):
+            if block.sees(f):
+                products[q] = _kron_times(block.gram_factors(f), v).reshape(-1)
     # tr(G_q V G_p V) = sum_ij (G_q V)_ij (G_p V)_ji
     transposed = products.reshape(n, k, k).transpose(0, 2, 1).reshape(n, -1)
     h = products @ transposed.T
@@ -228,13 +250,14 @@ def block_metric_weights(
     # a node's covariances are its types' (shared matrices) and its k = 1 blocks' scalars
     keys = [s.index if isinstance(s, SharedMatrices) else s for s in scales]
     inverse, first = type_index(keys)
+    grams = [_stacked_grams(block, factors) for block in blocks]
     solved = np.zeros((first.size, len(queries)))
     worst = 0.0
     for r, node in enumerate(first):
         h, c, target = np.zeros((len(queries),) * 2), np.zeros(len(queries)), 0.0
-        for block, s in zip(blocks, scales, strict=True):
+        for block, s, g in zip(blocks, scales, grams, strict=True):
             v = s.values[s.index[node]] if isinstance(s, SharedMatrices) else s[node]
-            part = _block_normal(v, block, factors)
+            part = _block_normal(v, block, factors, g)
             h, c, target = h + part[0], c + part[1], target + part[2]
         if not target:
             continue
