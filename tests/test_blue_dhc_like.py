@@ -18,6 +18,7 @@ import pytest
 import test_blue as tb
 
 from constraints.domain import Domain
+from topdown.blue import block_recursions, metric
 from topdown.blue.blocks import blocks_of
 from topdown.blue.estimate import blue, blue_inputs
 from topdown.blue.shared_matrices import SharedMatrices, type_index, type_rows
@@ -189,6 +190,33 @@ def test_types_follow_every_query_and_the_parents_final_covariance() -> None:
         for query in ("detailed", "E x S"):
             want = tb.dense_variance(tree, cov, level, query)
             np.testing.assert_allclose(est.answer_variance(level, query), want, rtol=1e-8)
+
+
+def test_the_large_k_paths_give_the_same_blue_and_weights(monkeypatch) -> None:
+    """What the DHC preset's ``k = 1,160`` takes, forced here at ``k <= 25``: products per
+    node type instead of a gathered batch (``GATHER_BYTES``), and the metric's ``G_q V``
+    from the Kronecker factors instead of stacked grams (``DENSE_GRAM_BYTES``). The same
+    estimate (the dense GLS), variances and fed weights as the small-k paths."""
+    rng = np.random.default_rng(17)
+    tree = tb.random_tree(rng, (3, 2), only_child=True)
+    inputs = tb.random_inputs(rng, tree, [QUERIES] * 3, per_node=False)
+    small = blue(tree, DOMAIN, inputs, exact_totals={0: {0: 400.0}})
+    fed_small = blue_inputs(inputs, small, {0: {0: 400.0}})
+    monkeypatch.setattr(block_recursions, "GATHER_BYTES", 0)
+    monkeypatch.setattr(metric, "DENSE_GRAM_BYTES", 0)
+    large = blue(tree, DOMAIN, inputs, exact_totals={0: {0: 400.0}})
+    fed_large = blue_inputs(inputs, large, {0: {0: 400.0}})
+    for level in range(tree.n_levels):
+        np.testing.assert_allclose(large.cells[level], small.cells[level], rtol=1e-12, atol=1e-9)
+        for query in ("detailed", "G:adult x R:r3"):
+            np.testing.assert_allclose(
+                large.answer_variance(level, query),
+                small.answer_variance(level, query),
+                rtol=1e-10,
+                atol=1e-12,
+            )
+        for a, b in zip(fed_large.at(level), fed_small.at(level), strict=True):
+            np.testing.assert_allclose(a.variance, b.variance, rtol=1e-8)
 
 
 def test_fed_inputs_weigh_equal_types_equally() -> None:

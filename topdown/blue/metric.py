@@ -160,9 +160,9 @@ DENSE_GRAM_BYTES = 1 << 24
 
 def _stacked_grams(block: Block, factors: Sequence[Sequence[Factor]]) -> np.ndarray | None:
     """The fed queries' ``G_q`` on ``block`` (queries, k, k; zero where unseen), or None when
-    larger than ``DENSE_GRAM_BYTES``."""
+    ``k > 1`` and they are larger than ``DENSE_GRAM_BYTES``."""
     k = block.k
-    if len(factors) * k * k * 8 > DENSE_GRAM_BYTES:
+    if k > 1 and len(factors) * k * k * 8 > DENSE_GRAM_BYTES:
         return None
     return np.stack([block.gram(f) if block.sees(f) else np.zeros((k, k)) for f in factors])
 
