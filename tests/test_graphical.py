@@ -126,7 +126,7 @@ def test_the_logged_loss_falls_at_every_step_to_the_closed_form_optimum(caplog):
         r.args[1] for r in caplog.records if r.getMessage().startswith("fit_model: iteration")
     ]
     assert len(losses) > 10
-    assert all(later <= earlier for earlier, later in zip(losses, losses[1:]))
+    assert all(later <= earlier for earlier, later in zip(losses[:-1], losses[1:], strict=True))
     assert losses[0] > optimum + 1.0  # it started away from the optimum
     assert losses[-1] == pytest.approx(optimum, rel=1e-6, abs=1e-6)
 
