@@ -21,8 +21,8 @@ standard error.
 
 Run from the repository root:
 
-    /work/venv/bin/python -m benchmarks.bench_synth [--data adult nltcs acs] [--eps 0.1 1 5]
-        [--seeds 0 1 2] [--peer-python /work/venv-peer/bin/python] [--aim]
+    /work/venv/bin/python -m benchmarks.bench_synth [--data adult nltcs acs acs-ma2019 acs-tx2019]
+        [--eps 0.1 1 5] [--seeds 0 1 2] [--peer-python /work/venv-peer/bin/python] [--aim]
         [--pgm-mechanisms DIR | --aim-saved DIR] [--methods adaptive]
 
 The process's peak resident memory is printed at the end (run one method and one data set
@@ -93,16 +93,20 @@ def load_nltcs() -> tuple[pd.DataFrame, dict, str | None]:
     return df, {c: [0, 1] for c in df.columns}, None
 
 
-def load_acs_excerpt() -> tuple[pd.DataFrame, dict, str | None]:
-    """Ten ACS columns (age in the engine's bins), domains from the data dictionary."""
+def load_acs_excerpt(excerpt: str = "national2019") -> tuple[pd.DataFrame, dict, str | None]:
+    """Ten ACS columns (age in the engine's bins), domains from the excerpt's data dictionary.
+
+    ``excerpt`` names a file pair in ``acs_excerpts`` (``<excerpt>.csv`` and ``.json``): the
+    state excerpts (ma2019, tx2019) are held-out checks for tuning done on national2019.
+    """
     folder = shared_data() / "acs_excerpts"
-    df = pd.read_csv(folder / "national2019.csv", dtype=str, keep_default_na=False)[ACS_COLUMNS]
+    df = pd.read_csv(folder / f"{excerpt}.csv", dtype=str, keep_default_na=False)[ACS_COLUMNS]
     ages = df["AGEP"].astype(int)
     edges = list(AGE_BINS)
     df["AGEP"] = pd.cut(ages, edges + [200], right=False, labels=[str(e) for e in edges]).astype(
         str
     )
-    schema = json.loads((folder / "national2019.json").read_text())["schema"]
+    schema = json.loads((folder / f"{excerpt}.json").read_text())["schema"]
     domains = {"AGEP": [str(e) for e in edges]}
     for column in ACS_COLUMNS:
         values = schema.get(column, {}).get("values")
@@ -118,6 +122,8 @@ DATASETS: dict[str, Callable[[], tuple[pd.DataFrame, dict, str | None]]] = {
     "adult": load_adult,
     "nltcs": load_nltcs,
     "acs": load_acs_excerpt,
+    "acs-ma2019": lambda: load_acs_excerpt("ma2019"),
+    "acs-tx2019": lambda: load_acs_excerpt("tx2019"),
 }
 
 

@@ -105,6 +105,32 @@ def test_a_chain_of_two_cliques_fits_the_closed_form():
     np.testing.assert_allclose(model.marginal((0, 1, 2)), joint, atol=1e-3)
 
 
+def test_the_logged_loss_falls_at_every_step_to_the_closed_form_optimum(caplog):
+    """The debug log carries the objective after each kept step (what the convergence study
+    of issue 25 reads): backtracking keeps a step only when the loss falls, and on the chain
+    AB, BC of the test above the last value is the closed-form optimum's loss."""
+    rng = np.random.default_rng(4)
+    a, b, c = 3, 4, 2
+    y1 = rng.uniform(200, 400, (a, b))
+    y2 = rng.uniform(300, 500, (b, c))
+    v1, v2 = 4.0, 9.0
+    w1, w2 = 1 / (v1 * a), 1 / (v2 * c)
+    b_star = (w1 * y1.sum(axis=0) + w2 * y2.sum(axis=1)) / (w1 + w2)
+    x1 = y1 + (b_star - y1.sum(axis=0))[None, :] / a
+    x2 = y2 + (b_star - y2.sum(axis=1))[:, None] / c
+    optimum = 0.5 * np.sum((x1 - y1) ** 2) / v1 + 0.5 * np.sum((x2 - y2) ** 2) / v2
+    measurements = [Measurement((0, 1), y1, v1), Measurement((1, 2), y2, v2)]
+    with caplog.at_level("DEBUG", logger="synth.graphical.estimation"):
+        fit_model(measurements, (a, b, c), total=float(b_star.sum()), iters=2000)
+    losses = [
+        r.args[1] for r in caplog.records if r.getMessage().startswith("fit_model: iteration")
+    ]
+    assert len(losses) > 10
+    assert all(later <= earlier for earlier, later in zip(losses[:-1], losses[1:], strict=True))
+    assert losses[0] > optimum + 1.0  # it started away from the optimum
+    assert losses[-1] == pytest.approx(optimum, rel=1e-6, abs=1e-6)
+
+
 def test_agrees_with_the_stacked_weighted_least_squares_on_a_small_domain():
     """Same objective: on decomposable cliques every consistent set of tables is a
     distribution's marginals, so the two optima coincide once the model's total is the least
