@@ -36,15 +36,12 @@ from topdown.blue.block_terms import (
 from topdown.blue.blocks import AxisSplit, Block
 from topdown.blue.recursions import _Upward, downward, sum_matrices, upward
 from topdown.blue.rotation import box, from_block, unrotate
-from topdown.blue.shared_matrices import SharedMatrices, dense
+from topdown.blue.shared_matrices import Covariance, SharedMatrices, dense
 from topdown.measurement.estimator_inputs import EstimatorInputs
 from topdown.measurement.tree import Tree
 from topdown.support.row_blocks import row_blocks
 
-__all__ = ["BlockSolution", "Covariance", "solve_blocks", "block_summary"]
-
-#: A block's covariances over a level's nodes: (nodes,) for k = 1, shared matrices otherwise.
-Covariance = np.ndarray | SharedMatrices
+__all__ = ["BlockSolution", "solve_blocks", "block_summary"]
 
 
 @dataclass(frozen=True)

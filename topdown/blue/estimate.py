@@ -38,7 +38,7 @@ import numpy as np
 
 from constraints.domain import Domain
 from topdown.blue.answers import shared_answers
-from topdown.blue.block_solve import Covariance, solve_blocks
+from topdown.blue.block_solve import solve_blocks
 from topdown.blue.blocks import Block
 from topdown.blue.metric import block_metric_weights, metric_weights
 from topdown.blue.plan import BluePlan, coefficient, kept_axes
@@ -53,7 +53,7 @@ from topdown.blue.recursions import (
     upward,
     z_of,
 )
-from topdown.blue.shared_matrices import SharedMatrices
+from topdown.blue.shared_matrices import Covariance, SharedMatrices
 from topdown.blue.variance_terms import mean_variance, plain_variance_terms, summed_variance_terms
 from topdown.measurement.estimator_inputs import EstimatorInputs, QueryEstimate, as_inputs
 from topdown.measurement.measure import Measurements

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["SharedMatrices", "type_index", "type_rows", "dense"]
+__all__ = ["Covariance", "SharedMatrices", "type_index", "type_rows", "dense"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -116,6 +116,11 @@ class SharedMatrices:
 def dense(a: np.ndarray | SharedMatrices) -> np.ndarray:
     """Per-node matrices as an array, whichever way they are held."""
     return a.dense() if isinstance(a, SharedMatrices) else np.asarray(a)
+
+
+#: A block's covariances over a level's nodes: (nodes,) for k = 1, else (nodes, k, k) as an
+#: array or held once per distinct matrix.
+Covariance = np.ndarray | SharedMatrices
 
 
 def type_index(keys: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:

@@ -23,13 +23,10 @@ from collections.abc import Sequence
 import numpy as np
 
 from topdown.blue.blocks import Block, axis_diag
-from topdown.blue.shared_matrices import SharedMatrices
+from topdown.blue.shared_matrices import Covariance, SharedMatrices
 from topdown.query import Factor
 
 __all__ = ["summed_variance_terms", "plain_variance_terms", "mean_variance"]
-
-#: A block's covariance per node: (nodes,) for k = 1, else (nodes, k, k) or shared matrices.
-Covariance = np.ndarray | SharedMatrices
 
 
 def _times(a: np.ndarray, b: np.ndarray) -> np.ndarray:
