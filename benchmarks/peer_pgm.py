@@ -21,9 +21,10 @@ Two versions of private-pgm run here, the same AIM algorithm: the JAX rewrite (`
 514dea3, Nov 2024, installed with its ``mechanisms`` folder beside ``src``; its environment
 needs pandas < 2.2 for ``synthetic_data``'s ``groupby``, numpy < 2 and autodp). On this
 2-core machine the JAX version spends most of a fit compiling (a new XLA program for each new
-clique and array shape): the NLTCS fit took 2,478 CPU-s and a 5,949 MiB peak there against 1,288 CPU-s
-and 158 MiB in the numpy version. The numpy version measures with hdmm's ``Identity``; hdmm is
-not on the package index, so a stand-in gives the same identity map (below).
+clique and array shape): the NLTCS fit took 2,478 CPU-s and a 5,949 MiB peak there, against
+1,288 CPU-s and 158 MiB in the numpy version. The numpy version measures with hdmm's
+``Identity``; hdmm is not on the package index, so a stand-in gives the same identity map
+(below).
 
 aim.py and cdp2adp.py print progress; it goes to stderr so stdout's last line is the JSON of
 this fit's wall seconds, CPU seconds (all threads of this process) and peak resident memory.
