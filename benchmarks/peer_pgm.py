@@ -13,8 +13,10 @@ Settings (the published ones): the workload is every 3-way marginal with at most
 the caller); ``max_model_size`` 80 MB and ``max_iters`` 1000 (the defaults of aim.py, which
 its docstring asks to keep "for any official comparisons"); rounds 16 d (AIM's default).
 Records are i.i.d. draws from the fitted model (``synthetic_data(method="sample")``), as many
-as the real data's rows (what the smartnoise peer did). Every column's values come from the
-domain file (declared values in order), coded 0..k-1 for mbi and decoded back.
+as the real data's rows (what the smartnoise peer did); ``--round-target`` also writes the
+same model's records by private-pgm's default synthesis (``method="round"``). Every column's
+values come from the domain file (declared values in order), coded 0..k-1 for mbi and decoded
+back.
 
 Two versions of private-pgm run here, the same AIM algorithm: the JAX rewrite (``mbi`` 1.1.0,
 ``mechanisms`` at commit 4d2b3c5) and the numpy version before it (the repository at commit
@@ -49,6 +51,13 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+
+
+def _decode(synthetic: pd.DataFrame, values: dict, columns: list) -> pd.DataFrame:
+    """mbi's codes 0..k-1 back to the domain file's values."""
+    return pd.DataFrame(
+        {c: np.asarray(values[c], dtype=object)[synthetic[c].to_numpy()] for c in columns}
+    )
 
 
 def _import_aim(mechanisms: str) -> type:
@@ -122,6 +131,11 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--max-cells", type=int, default=10_000)
     parser.add_argument("--max-model-size", type=float, default=80.0)
     parser.add_argument("--max-iters", type=int, default=1000)
+    parser.add_argument(
+        "--round-target",
+        help="also write the model's records by private-pgm's default synthesis "
+        "(method='round': each conditional's counts rounded, not drawn) to this CSV",
+    )
     args = parser.parse_args(argv)
 
     aim_class = _import_aim(args.mechanisms)
@@ -163,10 +177,11 @@ def main(argv: list[str]) -> int:
         model, _ = mechanism.run(data, workload, num_synth_rows=1)
         synthetic = model.synthetic_data(rows=len(frame), method="sample").df
     seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
-    decoded = pd.DataFrame(
-        {c: np.asarray(values[c], dtype=object)[synthetic[c].to_numpy()] for c in columns}
-    )
-    decoded.to_csv(args.target, index=False)
+    _decode(synthetic, values, columns).to_csv(args.target, index=False)
+    if args.round_target:
+        # after the i.i.d. draw, so the i.i.d. records are those a run without it writes
+        rounded = model.synthetic_data(rows=len(frame), method="round").df
+        _decode(rounded, values, columns).to_csv(args.round_target, index=False)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     report = {
         "seconds": seconds,
