@@ -80,7 +80,9 @@ def test_worked_case_counts_are_floor_or_ceiling_and_sum_to_the_group():
 
 def test_integer_expected_counts_are_exact_and_empty_groups_stay_empty():
     counts = rounded_counts(
-        np.array([8, 0, 16]), np.array([[4, 2, 1, 1], [1, 1, 1, 1], [4, 2, 1, 1]]), np.random.default_rng(1)
+        np.array([8, 0, 16]),
+        np.array([[4, 2, 1, 1], [1, 1, 1, 1], [4, 2, 1, 1]]),
+        np.random.default_rng(1),
     )
     assert counts.tolist() == [[4, 2, 1, 1], [0, 0, 0, 0], [8, 4, 2, 2]]
 
@@ -105,7 +107,9 @@ def test_each_separator_group_is_split_by_floor_or_ceiling_of_its_conditional():
         clique, sep = tree.cliques[c], tree.separators[c]
         new = tuple(a for a in clique if a not in sep)
         joint = model.probability((*sep, *new))
-        conditional = joint / joint.sum(axis=tuple(range(len(sep), len(sep) + len(new))), keepdims=True)
+        conditional = joint / joint.sum(
+            axis=tuple(range(len(sep), len(sep) + len(new))), keepdims=True
+        )
         counts = _counts(codes, (*sep, *new))
         for state in np.ndindex(*(SIZES[a] for a in sep)):
             m = counts[state].sum()

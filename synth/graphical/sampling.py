@@ -103,9 +103,7 @@ def _weights(probs: np.ndarray, bits: int) -> np.ndarray:
     return weights
 
 
-def rounded_counts(
-    sizes: np.ndarray, weights: np.ndarray, rng: np.random.Generator
-) -> np.ndarray:
+def rounded_counts(sizes: np.ndarray, weights: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     """Controlled rounding of ``sizes[g] * weights[g] / weights[g].sum()``, one row a group.
 
     Each count is the floor or the ceiling of its expected count, each row sums to exactly
