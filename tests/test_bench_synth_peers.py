@@ -168,3 +168,19 @@ def test_peer_ratios_name_each_of_ours() -> None:
     table = bench_synth.peer_ratios(rows)
     assert list(table["ours"]) == ["Adaptive (ours)", "Adaptive-rounded (ours)"]
     assert table["ratio_tvd3"].tolist() == pytest.approx([0.8, 0.6])
+
+
+def test_peer_ratios_compare_on_the_seeds_both_ran() -> None:
+    rows = [
+        {"data": "d", "eps": 1.0, "method": "Adaptive (ours)", "tvd3": 0.02, "seed": 0},
+        {"data": "d", "eps": 1.0, "method": "Adaptive (ours)", "tvd3": 0.04, "seed": 1},
+        {"data": "d", "eps": 1.0, "method": "Adaptive (ours)", "tvd3": 0.09, "seed": 2},
+        {"data": "d", "eps": 1.0, "method": "AIM (private-pgm, saved)", "tvd3": 0.05, "seed": 0},
+        {"data": "d", "eps": 1.0, "method": "AIM (private-pgm, saved)", "tvd3": 0.07, "seed": 1},
+        {"data": "d", "eps": 1.0, "method": "bootstrap floor", "tvd3": 0.01},
+    ]
+    table = bench_synth.peer_ratios(rows)
+    assert table[["ours", "peer", "seeds"]].values.tolist() == [
+        ["Adaptive (ours)", "AIM (private-pgm, saved)", "0 1"]
+    ]
+    assert table["ratio_tvd3"].tolist() == pytest.approx([0.03 / 0.06])  # seed 2 left out
