@@ -33,7 +33,9 @@ QUERIES = (
 def _strategy(first_pass_levels: tuple[int, ...]) -> Strategy:
     """Three queries a level; the levels named fit ``SEX`` and ``AGE x RACE`` first."""
     levels = tuple(
-        LevelStrategy(Fraction(1, 2), QUERIES, ("SEX", "AGE x RACE") if i in first_pass_levels else ())
+        LevelStrategy(
+            Fraction(1, 2), QUERIES, ("SEX", "AGE x RACE") if i in first_pass_levels else ()
+        )
         for i in range(4)
     )
     return Strategy(levels, "discrete_gaussian")
@@ -61,7 +63,9 @@ def test_at_the_limit_or_with_a_named_solver_the_root_first_pass_runs(
     rel = release(DATA, SCHEMA, _strategy((0,)), seed=1, estimator="topdown")
     assert rel.check_correctness().ok
     monkeypatch.setattr(first_pass_limit, "GENERAL_FIRST_PASS_MAX_VARIABLES", 10)
-    named = release(DATA, SCHEMA, _strategy((0,)), seed=1, estimator="topdown", solver="cvxpy:CLARABEL")
+    named = release(
+        DATA, SCHEMA, _strategy((0,)), seed=1, estimator="topdown", solver="cvxpy:CLARABEL"
+    )
     assert named.check_correctness().ok
 
 

@@ -289,7 +289,7 @@ def census2020_dhcp(
             subsequence of ``DHCP_GEOLEVELS[1:]``).
         multipass: fit the nine marginals first and ``detailed`` after, as production did.
             Only the general solvers take that first pass, and at 1,227,744 cells they cannot
-            (Clarabel grew to 7.9 GB and stopped at its time limit): under the ``auto`` L2
+            (the process grew to 7.9 GB in Clarabel, which stopped at its time limit): under the ``auto`` L2
             solver ``release`` refuses it before reading the data
             (``topdown.estimation.first_pass_limit``). ``multipass=False`` (a config's
             ``[strategy] multipass = false``) fits the ten queries in one pass by the
