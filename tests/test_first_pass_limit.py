@@ -44,14 +44,17 @@ def _strategy(first_pass_levels: tuple[int, ...]) -> Strategy:
 def test_a_root_first_pass_over_the_limit_is_refused_before_the_data_is_read(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    monkeypatch.setattr(first_pass_limit, "GENERAL_FIRST_PASS_MAX_VARIABLES", 143)
+    monkeypatch.setattr(first_pass_limit, "GENERAL_FIRST_PASS_MAX_VARIABLES", 217)
     missing = tmp_path / "no-such-file.csv"  # reading it would raise another error
     with pytest.raises(FirstPassTooLargeError) as err:
         release(missing, SCHEMA, _strategy((0,)), seed=1)
     message = str(err.value)
     assert message.startswith("strategy.multipass: the multipass first pass of level 0 (root)")
     assert "'SEX', 'AGE x RACE'" in message
-    assert "144 cell variables (1 node(s) x 144 cells), more than the 143" in message
+    # 144 cells and 2 + 72 answers of SEX and AGE x RACE (lifted: one variable each)
+    assert (
+        "218 variables (1 node(s) x (144 cells + 74 query answers)), more than the 217" in message
+    )
     assert "multipass = false" in message and "multipass=False" in message
     assert isinstance(err.value, ValueError)  # the command line's usage error (exit 2)
 
@@ -59,7 +62,7 @@ def test_a_root_first_pass_over_the_limit_is_refused_before_the_data_is_read(
 def test_at_the_limit_or_with_a_named_solver_the_root_first_pass_runs(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(first_pass_limit, "GENERAL_FIRST_PASS_MAX_VARIABLES", 144)
+    monkeypatch.setattr(first_pass_limit, "GENERAL_FIRST_PASS_MAX_VARIABLES", 218)
     rel = release(DATA, SCHEMA, _strategy((0,)), seed=1, estimator="topdown")
     assert rel.check_correctness().ok
     monkeypatch.setattr(first_pass_limit, "GENERAL_FIRST_PASS_MAX_VARIABLES", 10)
@@ -78,13 +81,15 @@ def test_a_family_first_pass_over_the_limit_is_refused_when_it_is_built(
     families = rel.tree.levels[1].size  # the root's children: one family
     cells = int((rel.counts[0][0] > 0).sum())
     assert rel.check_correctness().ok  # within the default limit it runs
-    monkeypatch.setattr(first_pass_limit, "GENERAL_FIRST_PASS_MAX_VARIABLES", families * cells - 1)
+    monkeypatch.setattr(
+        first_pass_limit, "GENERAL_FIRST_PASS_MAX_VARIABLES", families * (cells + 74) - 1
+    )
     with pytest.raises(FirstPassTooLargeError) as err:
         release(DATA, SCHEMA, _strategy((1,)), seed=1, estimator="topdown")
     message = str(err.value)
     assert "first pass of level 1, children of " in message
     assert "fits 2 of its 3 queries before the other queries" in message
-    assert f"({families:,} node(s) x {cells:,} cells)" in message
+    assert f"({families:,} node(s) x ({cells:,} cells + 74 query answers))" in message
 
 
 def test_the_dhc_preset_default_stops_at_once_from_the_command_line(
@@ -116,5 +121,6 @@ def test_the_dhc_preset_default_stops_at_once_from_the_command_line(
     err = capsys.readouterr().err
     assert err.startswith(f"topdown: error: {config}: strategy.multipass: the multipass first pass")
     assert "of level 0 (root)" in err
-    assert "1,227,744 cell variables" in err and "multipass = false" in err
+    # 1,227,744 cells and the nine marginals' 675,545 answers
+    assert "1,903,289 variables" in err and "multipass = false" in err
     assert not out.exists()

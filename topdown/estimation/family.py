@@ -191,15 +191,16 @@ def _l2(task: FamilyTask, parent: np.ndarray | None) -> tuple[np.ndarray, SolveS
     rows = task.rows
     stats = SolveStats()
     if task.first_pass:
+        first = [task.measurements[i] for i in task.first_pass]
         check_family_first_pass(
             task.where,
-            len(task.first_pass),
+            len(first),
             len(task.measurements),
             task.k,
             task.n,
+            sum(Q.shape[0] for Q, _, _ in first if not is_identity(Q)) if _coupled(first) else 0,
             l2_solver=task.options.solver.l2,
         )
-        first = [task.measurements[i] for i in task.first_pass]
         problem = children_l2_problem(
             parent,
             first,

@@ -14,7 +14,7 @@ pass 1': time_limit``, which says nothing of multipass (``docs/benchmarks.md``, 
 
 So before any data is read (``check_root_first_pass``), and again before a family's first pass
 is built (``check_family_first_pass``), a first pass that would go to the general solvers over
-more than ``GENERAL_FIRST_PASS_MAX_VARIABLES`` cell variables stops the release with an error
+more than ``GENERAL_FIRST_PASS_MAX_VARIABLES`` variables stops the release with an error
 that names ``strategy.multipass`` and the route that works: one pass, every query fitted
 together by the matrix-free Newton iterations, from the same measurements. The check applies
 under the ``auto`` L2 solver only: a named solver (``--solver``, ``[solver] name``) is the
@@ -25,20 +25,27 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from constraints.domain import Domain
 from topdown.errors import StrategyError
+from topdown.strategy import LevelStrategy
 
 __all__ = [
     "GENERAL_FIRST_PASS_MAX_VARIABLES",
     "FirstPassTooLargeError",
     "check_family_first_pass",
     "check_root_first_pass",
+    "first_pass_answers",
 ]
 
-#: The most cell variables (children x support cells) a multipass first pass may hand to the
-#: general solvers under ``auto``. The interior-point QP solvers take about a second at 6 x 10^4
-#: variables on this problem class (``DESIGN.md``, Solvers) and did not finish the DHC root's
-#: 1.2 million cells; the limit sits between, where a solve still ends within its time limit.
-GENERAL_FIRST_PASS_MAX_VARIABLES = 250_000
+#: The most variables a multipass first pass may hand to the general solvers under ``auto``:
+#: children x (support cells + the answers of its marginal queries, one lifted variable each;
+#: ``solvers.builders.children_l2_problem``). Measured on the DHC root's first pass cut to a
+#: random 60,000 and 250,000 of its cells (735,545 and 925,545 variables: the two large
+#: marginals alone have 675,360 answers), Clarabel stopped at its 60-second time limit both
+#: times, on a machine at load 11 (9.3 and 12.9 CPU s); the whole root (1,903,289 variables)
+#: grew the run to 7.9 GB first. The limit refuses what is larger than anything seen tried;
+#: below it a solve that runs out of time fails within about a minute, with the solver's error.
+GENERAL_FIRST_PASS_MAX_VARIABLES = 1_000_000
 
 
 class FirstPassTooLargeError(StrategyError):
@@ -46,30 +53,51 @@ class FirstPassTooLargeError(StrategyError):
 
 
 def check_root_first_pass(
-    first_pass: Sequence[str], cells: int, *, l2_solver: str = "auto"
+    first_pass: Sequence[str], cells: int, answers: int, *, l2_solver: str = "auto"
 ) -> None:
-    """Refuse the root's multipass first pass over more than the limit's cells.
+    """Refuse the root's multipass first pass over more than the limit's variables.
 
     The root is one node over every cell of the domain (``cells``) and its first pass always
-    goes to the general solvers (``topdown.estimation.batched.level``), so this is known before
-    the data is read.
+    goes to the general solvers (``topdown.estimation.batched.level``), with one more variable
+    per answer of its marginal queries (``answers``), so this is known before the data is read.
 
     Raises:
         FirstPassTooLargeError: ``first_pass`` is not empty, ``l2_solver`` is ``auto`` and
-            ``cells`` exceeds ``GENERAL_FIRST_PASS_MAX_VARIABLES``.
+            ``cells + answers`` exceeds ``GENERAL_FIRST_PASS_MAX_VARIABLES``.
     """
-    if first_pass and l2_solver == "auto" and cells > GENERAL_FIRST_PASS_MAX_VARIABLES:
-        raise FirstPassTooLargeError(_message("level 0 (root)", _names(first_pass), 1, cells))
+    if first_pass and l2_solver == "auto" and cells + answers > GENERAL_FIRST_PASS_MAX_VARIABLES:
+        raise FirstPassTooLargeError(
+            _message("level 0 (root)", _names(first_pass), 1, cells, answers)
+        )
 
 
 def check_family_first_pass(
-    where: str, first: int, queries: int, k: int, n: int, *, l2_solver: str = "auto"
+    where: str,
+    first: int,
+    queries: int,
+    k: int,
+    n: int,
+    answers: int,
+    *,
+    l2_solver: str = "auto",
 ) -> None:
     """Refuse a family's first pass (``first`` of its ``queries`` queries, ``k`` children over
-    ``n`` support cells) on the general path when ``k * n`` exceeds the limit (see
-    ``check_root_first_pass``)."""
-    if first and l2_solver == "auto" and k * n > GENERAL_FIRST_PASS_MAX_VARIABLES:
-        raise FirstPassTooLargeError(_message(where, f"{first} of its {queries} queries", k, n))
+    ``n`` support cells, ``answers`` lifted answers a child) on the general path when its
+    variables exceed the limit (see ``check_root_first_pass``)."""
+    if first and l2_solver == "auto" and k * (n + answers) > GENERAL_FIRST_PASS_MAX_VARIABLES:
+        raise FirstPassTooLargeError(
+            _message(where, f"{first} of its {queries} queries", k, n, answers)
+        )
+
+
+def first_pass_answers(level: LevelStrategy, domain: Domain) -> int:
+    """The lifted variables a node's first pass adds: the answers of its first-pass queries
+    other than ``detailed`` (which acts on the cells directly), 0 when none couples cells."""
+    return sum(
+        q.n_answers(domain)
+        for q, _ in level.queries
+        if q.name in level.first_pass and q.attributes is not None
+    )
 
 
 def _names(first_pass: Sequence[str]) -> str:
@@ -77,13 +105,13 @@ def _names(first_pass: Sequence[str]) -> str:
     return ", ".join(names if len(names) <= 3 else [*names[:3], f"... ({len(names)} queries)"])
 
 
-def _message(where: str, what: str, k: int, n: int) -> str:
+def _message(where: str, what: str, k: int, n: int, answers: int) -> str:
     return (
         f"strategy.multipass: the multipass first pass of {where} fits {what} before the "
         f"other queries; only the general solvers (CVXPY, HiGHS) take that pass, here a QP over "
-        f"{k * n:,} cell variables ({k:,} node(s) x {n:,} cells), more than the "
-        f"{GENERAL_FIRST_PASS_MAX_VARIABLES:,} they finish in time and memory (the DHC persons "
-        "root: Clarabel at 7.9 GB, stopped by its time limit). Set multipass = false in the "
+        f"{k * (n + answers):,} variables ({k:,} node(s) x ({n:,} cells + {answers:,} query "
+        f"answers)), more than the {GENERAL_FIRST_PASS_MAX_VARIABLES:,} they can be given (the "
+        "DHC persons root: 7.9 GB, then Clarabel's time limit). Set multipass = false in the "
         "config's [strategy] table (Python: the preset's multipass=False, or LevelStrategy "
         "first_pass=()): one pass fits every query together by the matrix-free route, from the "
         "same measurements; or name an L2 solver that takes this size (--solver)"
