@@ -118,7 +118,7 @@ def release(
     for name in choice.named():  # an unknown name is an error now, not after measurement
         solvers.get(name, problem="release(solver=...)")
     # the root's first pass is a general QP over every cell: too large is an error now, not
-    # after hours in a solver (topdown.estimation.first_pass_limit)
+    # after the measurement and the BLUE (topdown.estimation.first_pass_limit)
     check_root_first_pass(
         strategy.levels[0].first_pass,
         schema.domain.size,

@@ -198,7 +198,7 @@ def _l2(task: FamilyTask, parent: np.ndarray | None) -> tuple[np.ndarray, SolveS
             len(task.measurements),
             task.k,
             task.n,
-            sum(Q.shape[0] for Q, _, _ in first if not is_identity(Q)) if _coupled(first) else 0,
+            sum(Q.shape[0] for Q, _, _ in first if not is_identity(Q)),  # lifted answers
             l2_solver=task.options.solver.l2,
         )
         problem = children_l2_problem(
