@@ -12,8 +12,9 @@ for Clarabel, which grew the process to 7.9 GB resident and stopped at its 60-se
 limit: the run failed after 7.5 minutes with ``cvxpy:CLARABEL on problem 'level 0 (root) / L2
 pass 1': time_limit``, which says nothing of multipass (``docs/benchmarks.md``, DHC section).
 
-So before any data is read (``check_root_first_pass``), and again before a family's first pass
-is built (``check_family_first_pass``), a first pass that would go to the general solvers over
+So before anything is measured (``check_root_first_pass``: ``release`` checks it before it
+reads a data path; the command line has read its data file by then), and again before a
+family's first pass is built (``check_family_first_pass``), a first pass that would go to the general solvers over
 more than ``GENERAL_FIRST_PASS_MAX_VARIABLES`` variables stops the release with an error
 that names ``strategy.multipass`` and the route that works: one pass, every query fitted
 together by the matrix-free Newton iterations, from the same measurements. The check applies

@@ -290,7 +290,7 @@ def census2020_dhcp(
         multipass: fit the nine marginals first and ``detailed`` after, as production did.
             Only the general solvers take that first pass, and at this size they cannot (the
             run grew to 7.9 GB in Clarabel, which stopped at its time limit): under the
-            ``auto`` L2 solver ``release`` refuses it before reading the data
+            ``auto`` L2 solver ``release`` refuses it before measuring
             (``topdown.estimation.first_pass_limit``). ``multipass=False`` (a config's
             ``[strategy] multipass = false``) fits the ten queries in one pass by the
             matrix-free route, from the same measurements: the route measured in
