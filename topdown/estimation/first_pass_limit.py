@@ -14,10 +14,11 @@ pass 1': time_limit``, which says nothing of multipass (``docs/benchmarks.md``, 
 
 So before anything is measured (``check_root_first_pass``: ``release`` checks it before it
 reads a data path; the command line has read its data file by then), and again before a
-family's first pass is built (``check_family_first_pass``), a first pass that would go to the general solvers over
-more than ``GENERAL_FIRST_PASS_MAX_VARIABLES`` variables stops the release with an error
-that names ``strategy.multipass`` and the route that works: one pass, every query fitted
-together by the matrix-free Newton iterations, from the same measurements. The check applies
+family's first pass is built (``check_family_first_pass``), a first pass that would go to
+the general solvers with more than ``GENERAL_FIRST_PASS_MAX_VARIABLES`` variables stops the
+release with an error that names ``strategy.multipass`` and the route that works: one pass,
+every query fitted together by the matrix-free Newton iterations, from the same
+measurements. The check applies
 under the ``auto`` L2 solver only: a named solver (``--solver``, ``[solver] name``) is the
 user's own choice of what can take the problem.
 """
