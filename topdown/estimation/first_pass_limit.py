@@ -18,9 +18,8 @@ family's first pass is built (``check_family_first_pass``), a first pass that wo
 the general solvers with more than ``GENERAL_FIRST_PASS_MAX_VARIABLES`` variables stops the
 release with an error that names ``strategy.multipass`` and the route that works: one pass,
 every query fitted together by the matrix-free Newton iterations, from the same
-measurements. The check applies
-under the ``auto`` L2 solver only: a named solver (``--solver``, ``[solver] name``) is the
-user's own choice of what can take the problem.
+measurements. The check applies under the ``auto`` L2 solver only: a named solver
+(``--solver``, ``[solver] name``) is the user's own choice of what can take the problem.
 """
 
 from __future__ import annotations
