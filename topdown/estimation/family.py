@@ -37,6 +37,7 @@ from solvers import InfeasibleError, Problem, SolverError, SolveStatus
 from solvers.builders import children_l2_problem, is_identity, rounding_problem, rounding_solution
 from topdown.estimation import capture
 from topdown.estimation.family_newton import newton_l2
+from topdown.estimation.first_pass_limit import check_family_first_pass
 from topdown.estimation.passes import EstimateOptions, SolveStats, controlled_window
 
 __all__ = ["FamilyTask", "FamilyResult", "solve_family"]
@@ -191,6 +192,15 @@ def _l2(task: FamilyTask, parent: np.ndarray | None) -> tuple[np.ndarray, SolveS
     stats = SolveStats()
     if task.first_pass:
         first = [task.measurements[i] for i in task.first_pass]
+        check_family_first_pass(
+            task.where,
+            len(first),
+            len(task.measurements),
+            task.k,
+            task.n,
+            sum(Q.shape[0] for Q, _, _ in first if not is_identity(Q)),  # lifted answers
+            l2_solver=task.options.solver.l2,
+        )
         problem = children_l2_problem(
             parent,
             first,
