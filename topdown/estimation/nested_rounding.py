@@ -57,18 +57,36 @@ def refines(finer: np.ndarray, coarser: np.ndarray) -> bool:
 
 def refinement_chain(partitions: Sequence[np.ndarray]) -> list[int]:
     """The indices of the longest chain of ``partitions`` (each an array of cells' groups) in
-    which each refines the one before, coarse first; ties go to the earliest partitions.
-    Partitions that are equal (both refine each other) count once; one with a single group (the
-    total) is left out (the rounding holds the total by itself)."""
-    sizes = [np.unique(p).size for p in partitions]
-    order = sorted((i for i in range(len(partitions)) if sizes[i] > 1), key=lambda i: sizes[i])
+    which each refines the one before, coarse first. Partitions that are equal (both refine
+    each other) count once; one with a single group (the total) is left out (the rounding holds
+    the total by itself). Ties go by the partitions' contents (their groups in a canonical
+    numbering), not their order: the batched root and the per-family root list their
+    marginals in different orders and must round alike."""
+    canonical = [_canonical(p) for p in partitions]
+    sizes = [int(c.max(initial=-1)) + 1 for c in canonical]
+    order = sorted(
+        (i for i in range(len(partitions)) if sizes[i] > 1),
+        key=lambda i: (sizes[i], canonical[i].tobytes()),
+    )
     best: dict[int, list[int]] = {}
     for i in order:  # coarse first: every partition i refines has its chain already
         below = [
-            best[j] for j in best if sizes[j] < sizes[i] and refines(partitions[i], partitions[j])
+            best[j]
+            for j in order[: order.index(i)]
+            if sizes[j] < sizes[i] and refines(canonical[i], canonical[j])
         ]
         best[i] = max(below, key=len, default=[]) + [i]
-    return max(best.values(), key=len, default=[])
+    return max((best[i] for i in order), key=len, default=[])
+
+
+def _canonical(partition: np.ndarray) -> np.ndarray:
+    """The partition with its groups numbered by first appearance (0, 1, ...)."""
+    _, first, inverse = np.unique(
+        np.asarray(partition).reshape(-1), return_index=True, return_inverse=True
+    )
+    rank = np.empty(first.size, dtype=np.int64)
+    rank[np.argsort(first, kind="stable")] = np.arange(first.size)
+    return rank[inverse.reshape(-1)]
 
 
 def nested_round(x: np.ndarray, chain: Sequence[np.ndarray], total: int) -> np.ndarray:

@@ -19,10 +19,17 @@ The rounding pass of the root (``topdown.estimation.family``'s problem with no p
 ``floor(x) + z`` minimising ``sum (1 - 2 frac) z`` with the total within the controlled window
 ``[floor(T), ceil(T)]`` of the L2 total ``T`` and the bounds. Cells are tied only through the
 total, so the optimum takes the ``m`` cheapest cells, ``m`` the number of negative costs
-clamped to the window.
+clamped to the window. When the root is fitted with marginals (the Newton iteration of
+``topdown.estimation.root_marginals``), the batched root rounds instead along the longest chain
+of its nested marginals (``topdown.estimation.nested_rounding``, on by default:
+``EstimateOptions.nested_root_rounding``): every cell still within a unit of ``x`` and the
+total in the same window, and each answer of those marginals within a unit of its L2 answer;
+its cells' L1 distance is then not the least.
 
-Both equal the general solvers' answers (tests/test_root.py); the general path stays for
-anything else (rows over part of the cells, structural zeros, other queries, a capture).
+The L2 answer and the cell rounding equal the general solvers' answers (tests/test_root.py);
+the general path stays for anything else (rows over part of the cells, structural zeros, other
+queries, a capture), and rounds along the same chain where the root has the batched root's form
+(``topdown.estimation.family``).
 """
 
 from __future__ import annotations
