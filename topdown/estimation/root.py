@@ -20,8 +20,8 @@ The rounding pass of the root (``topdown.estimation.family``'s problem with no p
 ``[floor(T), ceil(T)]`` of the L2 total ``T`` and the bounds. Cells are tied only through the
 total, so the optimum takes the ``m`` cheapest cells, ``m`` the number of negative costs
 clamped to the window. When the root is fitted with marginals (the Newton iteration of
-``topdown.estimation.root_marginals``), the batched root rounds instead along the longest chain
-of its nested marginals (``topdown.estimation.nested_rounding``, on by default:
+``topdown.estimation.root_marginals``), the batched root can round instead along the longest
+chain of its nested marginals (``topdown.estimation.nested_rounding``, off by default:
 ``EstimateOptions.nested_root_rounding``): every cell still within a unit of ``x`` and the
 total in the same window, and each answer of those marginals within a unit of its L2 answer;
 its cells' L1 distance is then not the least.
