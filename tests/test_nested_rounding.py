@@ -12,7 +12,7 @@ import topdown.estimation.batched.level as level_module
 from constraints.domain import Domain
 from topdown.estimation.estimate import estimate
 from topdown.estimation.nested_rounding import nested_round, refinement_chain, refines
-from topdown.estimation.passes import EstimateOptions
+from topdown.estimation.passes import EstimateOptions, SolverChoice
 from topdown.estimation.root import root_round
 from topdown.measurement.estimator_inputs import EstimatorInputs, QueryEstimate
 from topdown.measurement.tree import Level, Tree
@@ -151,3 +151,30 @@ def test_the_batched_root_rounds_along_its_nested_marginals() -> None:
         for q in (Query.parse("A"), Query.parse("A x B"))
     )
     assert worst >= 1.0  # the case does exercise the difference
+
+
+def test_the_per_family_root_rounds_along_the_same_chain() -> None:
+    """The root's per-family path (here: a general L2 solver named, which the batched root
+    declines) rounds along the same chain as the batched root: the same counts from L2 answers
+    that agree to the QP's tolerance, and each chain answer within a unit of the batched L2."""
+    domain = Domain({"A": [0, 1], "B": list(range(6)), "C": list(range(6))})
+    tree = Tree((Level(0, None, np.array(["r"], dtype=object), np.array([-1])),))
+    rng = np.random.default_rng(8)
+    truth = np.zeros(domain.size)
+    truth[rng.choice(domain.size, 10, replace=False)] = 1.0
+    noisy = truth + rng.normal(0.0, 0.6, domain.size)
+    rows = []
+    for name, variance in (("detailed", 1.0), ("A", 1e-3), ("A x B", 1e-2)):
+        q = Query.parse(name)
+        rows.append(QueryEstimate(0, q, q.answer(noisy[None, :], domain), np.array([variance])))
+    inputs = EstimatorInputs((tuple(rows),))
+    released = {}
+    for l2 in ("auto", "cvxpy:CLARABEL"):
+        options = EstimateOptions(solver=SolverChoice(l2=l2), nested_root_rounding=True)
+        counts, stats = estimate(tree, domain, inputs, first_pass={}, options=options)
+        released[l2] = counts[0][0]
+        assert ("l2", "root_newton" if l2 == "auto" else l2, 1) in stats[0].solved
+    np.testing.assert_array_equal(released["auto"], released["cvxpy:CLARABEL"])
+    off = EstimateOptions(solver=SolverChoice(l2="cvxpy:CLARABEL"))
+    cells, _ = estimate(tree, domain, inputs, first_pass={}, options=off)
+    assert not np.array_equal(cells[0][0], released["auto"])  # the chain changed the rounding

@@ -289,9 +289,8 @@ def _nested_root(
     """The root's counts rounded along its nested marginals, as the batched root rounds them
     (``topdown.estimation.root.root_round`` with a chain), when the root is in the batched
     root's form: nothing attached but bounds on the total (no other rows, no structural zeros),
-    one pass, the option on, and
-    at least one measured marginal (a partition of the cells, weighted) besides the cells and
-    the total. None otherwise: the general rounding."""
+    one pass, the option on, and at least one measured marginal (a partition of the cells,
+    weighted) besides the cells and the total. None otherwise: the general rounding."""
     if (
         parent is not None
         or task.ub is not None
