@@ -31,6 +31,7 @@ from topdown.estimation.batched.chunk_tasks import chunk_task, solve_chunk
 from topdown.estimation.batched.families import detailed_only, level_chunks
 from topdown.estimation.batched.marginals import MARGINAL_NEWTON, LevelMarginal
 from topdown.estimation.batched.total import DUAL_NEWTON
+from topdown.estimation.nested_rounding import refinement_chain
 from topdown.estimation.node_constraints import NodeConstraints
 from topdown.estimation.passes import EstimateOptions, SolveStats
 from topdown.estimation.root import root_l2, root_round
@@ -228,6 +229,7 @@ def _root(inputs: LevelInputs) -> Batch:
         return Batch()  # a root's multipass goes to the per-family path
     start = time.perf_counter()
     y, w = np.asarray(fit.noisy[0], dtype=float), float(fit.weights[0])
+    chain: list[np.ndarray] = []  # the nested marginals the rounding holds (none: cell by cell)
     if fit.marginals:
         solver = ROOT_NEWTON
         marginals = [
@@ -236,6 +238,9 @@ def _root(inputs: LevelInputs) -> Batch:
             if m.weights[0] > 0  # a weight of 0: the marginal does not count
         ]
         x = root_marginal_l2(y, w, marginals, *bounds)
+        if inputs.options.nested_root_rounding:
+            groups = [np.asarray(m.groups).reshape(-1) for m in marginals]
+            chain = [groups[i] for i in refinement_chain(groups)]
     else:
         solver = "closed_form"
         x = root_l2(
@@ -247,7 +252,9 @@ def _root(inputs: LevelInputs) -> Batch:
         )
     middle = time.perf_counter()
     counts = (
-        None if x is None else root_round(x, *bounds, controlled=inputs.options.controlled_rounding)
+        None
+        if x is None
+        else root_round(x, *bounds, controlled=inputs.options.controlled_rounding, chain=chain)
     )
     if counts is None:
         return Batch()
