@@ -105,24 +105,30 @@ def test_every_chain_answer_and_cell_within_a_unit(
         assert np.all(np.abs(released - np.bincount(part, x, minlength=width)) < 1.0 + 1e-9)
 
 
+def _sparse_root(
+    width: int, ones: int, seed: int, variances: tuple[float, float, float]
+) -> tuple[Domain, Tree, EstimatorInputs]:
+    """A root alone over A (2) x B x C (``width`` each) with ``ones`` cells of 1 and the rest
+    0, measured with Gaussian noise as ``detailed``, ``A`` and ``A x B`` (nested marginals) at
+    ``variances``."""
+    domain = Domain({"A": [0, 1], "B": list(range(width)), "C": list(range(width))})
+    tree = Tree((Level(0, None, np.array(["r"], dtype=object), np.array([-1])),))
+    rng = np.random.default_rng(seed)
+    truth = np.zeros(domain.size)
+    truth[rng.choice(domain.size, ones, replace=False)] = 1.0
+    noisy = truth + rng.normal(0.0, 0.6, domain.size)
+    rows = []
+    for name, variance in zip(("detailed", "A", "A x B"), variances, strict=True):
+        q = Query.parse(name)
+        rows.append(QueryEstimate(0, q, q.answer(noisy[None, :], domain), np.array([variance])))
+    return domain, tree, EstimatorInputs((tuple(rows),))
+
+
 def test_the_batched_root_rounds_along_its_nested_marginals() -> None:
     """A root measuring the detailed cells of a sparse domain and two nested marginals (``A``,
     and ``A x B`` inside it): the released root holds each marginal answer within a unit of
     the L2 answer, which rounding each cell on its own (the option off) does not here."""
-    domain = Domain({"A": [0, 1], "B": list(range(10)), "C": list(range(10))})
-    tree = Tree((Level(0, None, np.array(["r"], dtype=object), np.array([-1])),))
-    rng = np.random.default_rng(3)
-    truth = np.zeros(domain.size)
-    truth[rng.choice(domain.size, 12, replace=False)] = 1.0
-    noisy = truth + rng.normal(0.0, 0.6, domain.size)
-
-    def measured(name: str, variance: float) -> QueryEstimate:
-        q = Query.parse(name)
-        return QueryEstimate(0, q, q.answer(noisy[None, :], domain), np.array([variance]))
-
-    inputs = EstimatorInputs(
-        ((measured("detailed", 1.0), measured("A", 1e-4), measured("A x B", 1e-3)),)
-    )
+    domain, tree, inputs = _sparse_root(10, 12, 3, (1.0, 1e-4, 1e-3))
     seen: dict[str, np.ndarray] = {}
     original = level_module.root_l2, level_module.root_marginal_l2
 
@@ -157,17 +163,7 @@ def test_the_per_family_root_rounds_along_the_same_chain() -> None:
     """The root's per-family path (here: a general L2 solver named, which the batched root
     declines) rounds along the same chain as the batched root: the same counts from L2 answers
     that agree to the QP's tolerance, and each chain answer within a unit of the batched L2."""
-    domain = Domain({"A": [0, 1], "B": list(range(6)), "C": list(range(6))})
-    tree = Tree((Level(0, None, np.array(["r"], dtype=object), np.array([-1])),))
-    rng = np.random.default_rng(8)
-    truth = np.zeros(domain.size)
-    truth[rng.choice(domain.size, 10, replace=False)] = 1.0
-    noisy = truth + rng.normal(0.0, 0.6, domain.size)
-    rows = []
-    for name, variance in (("detailed", 1.0), ("A", 1e-3), ("A x B", 1e-2)):
-        q = Query.parse(name)
-        rows.append(QueryEstimate(0, q, q.answer(noisy[None, :], domain), np.array([variance])))
-    inputs = EstimatorInputs((tuple(rows),))
+    domain, tree, inputs = _sparse_root(6, 10, 8, (1.0, 1e-3, 1e-2))
     released = {}
     for l2 in ("auto", "cvxpy:CLARABEL"):
         options = EstimateOptions(solver=SolverChoice(l2=l2), nested_root_rounding=True)

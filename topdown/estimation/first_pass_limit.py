@@ -66,10 +66,8 @@ def check_root_first_pass(
         FirstPassTooLargeError: ``first_pass`` is not empty, ``l2_solver`` is ``auto`` and
             ``cells + answers`` exceeds ``GENERAL_FIRST_PASS_MAX_VARIABLES``.
     """
-    if first_pass and l2_solver == "auto" and cells + answers > GENERAL_FIRST_PASS_MAX_VARIABLES:
-        raise FirstPassTooLargeError(
-            _message("level 0 (root)", _names(first_pass), 1, cells, answers)
-        )
+    if first_pass:
+        _check("level 0 (root)", _names(first_pass), 1, cells, answers, l2_solver)
 
 
 def check_family_first_pass(
@@ -85,10 +83,8 @@ def check_family_first_pass(
     """Refuse a family's first pass (``first`` of its ``queries`` queries, ``k`` children over
     ``n`` support cells, ``answers`` lifted answers a child) on the general path when its
     variables exceed the limit (see ``check_root_first_pass``)."""
-    if first and l2_solver == "auto" and k * (n + answers) > GENERAL_FIRST_PASS_MAX_VARIABLES:
-        raise FirstPassTooLargeError(
-            _message(where, f"{first} of its {queries} queries", k, n, answers)
-        )
+    if first:
+        _check(where, f"{first} of its {queries} queries", k, n, answers, l2_solver)
 
 
 def first_pass_answers(level: LevelStrategy, domain: Domain) -> int:
@@ -99,6 +95,12 @@ def first_pass_answers(level: LevelStrategy, domain: Domain) -> int:
         for q, _ in level.queries
         if q.name in level.first_pass and q.attributes is not None
     )
+
+
+def _check(where: str, what: str, k: int, n: int, answers: int, l2_solver: str) -> None:
+    """The one rule both checks apply: under ``auto``, ``k * (n + answers)`` variables at most."""
+    if l2_solver == "auto" and k * (n + answers) > GENERAL_FIRST_PASS_MAX_VARIABLES:
+        raise FirstPassTooLargeError(_message(where, what, k, n, answers))
 
 
 def _names(first_pass: Sequence[str]) -> str:
