@@ -71,10 +71,11 @@ from topdown.outputs.ledger import (
 )
 from topdown.outputs.microdata import write_csv_parts, write_table
 from topdown.product.config import RunConfig, load_config, parse_config
+from topdown.product.measurement_file import measurement_answers, numbers
 from topdown.product.output_claim import OutputClaim, OutputExistsError, check_output, claim_output
 from topdown.release import Release
 from topdown.strategy import Query
-from topdown.support.int_types import int_type_for, narrowed
+from topdown.support.int_types import int_type_for
 from topdown.support.writing import naming
 
 __all__ = [
@@ -431,7 +432,7 @@ def load_release(
                 f"{sorted(set(table['node'][node.isna()]))[:5]} are not in hierarchy.csv"
             )
         cell = schema.published_cells(table, table_name(lv.number, lv.column))
-        raw = _numbers(table, "count", table_name(lv.number, lv.column))
+        raw = numbers(table, "count", table_name(lv.number, lv.column))
         counts.append(_level_counts(node.to_numpy(dtype=np.int64), cell, raw, lv.size, domain.size))
     ledger = Ledger.from_dict(read_json(folder, "ledger.json") if ledger is None else ledger)
     measurements = _measurements(folder, tree, cfg, ledger)
@@ -496,34 +497,6 @@ def _check_is_folder(folder: Path) -> None:
         raise ReleaseError(f"release folder {str(folder)!r} does not exist")
 
 
-def _numbers(frame: pd.DataFrame, column: str, where: str) -> np.ndarray:
-    """A column of a release file as finite floats; a cell that is not one is an error naming
-    the file, the line and the value (never a NaN that turns into 9.2e18 later)."""
-    if column not in frame.columns:
-        raise ReleaseError(f"{where}: has no column {column!r}")
-    values = pd.to_numeric(frame[column], errors="coerce").to_numpy(dtype=float)
-    bad = np.flatnonzero(~np.isfinite(values))
-    if bad.size:
-        i = int(bad[0])
-        raise ReleaseError(
-            f"{where}: column {column!r} at line {int(frame.index[i]) + 2} holds "
-            f"{frame[column].iloc[i]!r}, not a number ({bad.size} such value(s))"
-        )
-    return values
-
-
-def _integers(frame: pd.DataFrame, column: str, where: str) -> np.ndarray:
-    values = _numbers(frame, column, where)
-    bad = np.flatnonzero((values != np.round(values)) | (np.abs(values) >= 2.0**63))
-    if bad.size:
-        i = int(bad[0])
-        raise ReleaseError(
-            f"{where}: column {column!r} at line {int(frame.index[i]) + 2} holds "
-            f"{frame[column].iloc[i]!r}, not a 64-bit integer"
-        )
-    return pd.to_numeric(frame[column]).astype(np.int64).to_numpy()
-
-
 def _read_csv(folder: Path, name: str) -> pd.DataFrame:
     path = folder / name
     if not path.is_file():
@@ -531,35 +504,8 @@ def _read_csv(folder: Path, name: str) -> pd.DataFrame:
     return pd.read_csv(path, dtype=str, keep_default_na=False)
 
 
-#: Rows of measurements.csv read at once (``_measurements``): a DHC tract level's detailed
-#: answers are 491 million rows, far too many to hold as one frame of strings
-MEASUREMENT_ROWS = 1 << 22
-
-
-def _measurement_answers(folder: Path) -> tuple[dict, dict]:
-    """measurements.csv read ``MEASUREMENT_ROWS`` rows at a time: per (level, query) as
-    written, the noisy answers in file order (each part in the narrowest integer type) and
-    the first row's variance."""
-    path = folder / "measurements.csv"
-    if not path.is_file():
-        raise ReleaseError(f"release folder {str(folder)!r} lacks measurements.csv")
-    parts: dict[tuple[str, str], list[np.ndarray]] = {}
-    variances: dict[tuple[str, str], float] = {}
-    with pd.read_csv(path, dtype=str, keep_default_na=False, chunksize=MEASUREMENT_ROWS) as chunks:
-        for chunk in chunks:
-            missing = sorted({"level", "query"} - set(chunk.columns))
-            if missing:
-                raise ReleaseError(f"measurements.csv: has no column {missing[0]!r}")
-            for key, rows in chunk.groupby(["level", "query"], sort=False):
-                where = "measurements.csv"
-                parts.setdefault(key, []).append(narrowed(_integers(rows, "noisy", where)))
-                variances.setdefault(key, float(_numbers(rows, "variance", where)[0]))
-    answers = {key: np.concatenate(values) for key, values in parts.items()}
-    return answers, variances
-
-
 def _measurements(folder: Path, tree: Tree, cfg: RunConfig, ledger: Ledger) -> Measurements:
-    answers, variances = _measurement_answers(folder)
+    answers, variances = measurement_answers(folder)
     budgets = {(e.level, e.query): e.budget for e in ledger.entries}
     per_level = []
     for number, ls in enumerate(cfg.strategy.levels):
