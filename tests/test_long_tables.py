@@ -23,7 +23,7 @@ from topdown.errors import ReleaseError
 from topdown.measurement import measure
 from topdown.measurement.tree import build_tree
 from topdown.outputs.microdata import write_csv_parts, write_table
-from topdown.product import measurement_file, release_folder
+from topdown.product import measurement_file
 from topdown.product.cli import main
 from topdown.product.release_folder import _differing_nodes, load_release
 from topdown.release import Release
