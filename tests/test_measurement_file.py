@@ -7,15 +7,20 @@ Each test runs both readers on the same bytes.
 
 from __future__ import annotations
 
+import json
+import shutil
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
+from cli_helpers import data_config, embedded_subset
 
 from topdown.errors import ReleaseError
 from topdown.product import measurement_file
+from topdown.product.cli import main
 from topdown.product.measurement_file import measurement_answers
+from topdown.product.release_folder import load_release
 
 pytest.importorskip("pyarrow")
 
@@ -160,3 +165,121 @@ def test_a_missing_column_is_named_by_either_reader(
 def test_a_missing_file_is_named(tmp_path: Path, reader: str) -> None:
     with pytest.raises(ReleaseError, match="lacks measurements.csv"):
         measurement_answers(tmp_path)
+
+
+# -- measurements.parquet ([output] format = "parquet") -------------------------------------
+PARQUET = '[output]\nformat = "parquet"\n'
+
+
+@pytest.fixture(scope="module")
+def both(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """The same seeded release written as CSV and as Parquet (same noise: same seed)."""
+    base = tmp_path_factory.mktemp("formats")
+    embedded_subset(("01", "08"), rows_per_state=300).to_csv(base / "data.csv", index=False)
+    out = []
+    for name, tail in (("csv", ""), ("parquet", PARQUET)):
+        (base / f"{name}.toml").write_text(data_config(6, ("STATE", "PUMA"), tail))
+        argv = ["-q", "run", str(base / f"{name}.toml"), "--out", str(base / name)]
+        assert main(argv) == 0
+        out.append(base / name)
+    return out[0], out[1]
+
+
+def test_a_parquet_folder_holds_the_same_measurements(both: tuple[Path, Path]) -> None:
+    csv, parquet = both
+    assert (csv / "measurements.csv").is_file() and not (csv / "measurements.parquet").exists()
+    assert (parquet / "measurements.parquet").is_file()
+    assert not (parquet / "measurements.csv").exists()
+    want, got = measurement_answers(csv), measurement_answers(parquet)
+    assert got[1] == want[1] and list(got[0]) == list(want[0])
+    for key, values in want[0].items():
+        assert got[0][key].dtype == values.dtype and np.array_equal(got[0][key], values)
+    frame = pd.read_parquet(parquet / "measurements.parquet")
+    assert list(frame.columns) == ["level", "node", "query", "variance", "noisy"]
+    rows = pd.read_csv(csv / "measurements.csv", dtype={"node": str})
+    assert len(frame) == len(rows.groupby(["level", "node", "query"]))
+    assert sum(len(v) for v in frame["noisy"]) == len(rows)
+
+
+def test_a_parquet_folder_passes_check_and_report(both: tuple[Path, Path], tmp_path: Path) -> None:
+    _, parquet = both
+    assert main(["-q", "check", str(parquet)]) == 0
+    copy = tmp_path / "copy"
+    shutil.copytree(parquet, copy)
+    assert main(["-q", "report", str(copy), "--truth", str(parquet.parent / "data.csv")]) == 0
+    assert main(["-q", "check", str(copy)]) == 0
+
+
+def test_an_older_parquet_folder_with_measurements_csv_is_read(
+    both: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """Before format 3 a Parquet folder held measurements.csv: still read and checked."""
+    csv, parquet = both
+    old = tmp_path / "old"
+    shutil.copytree(parquet, old)
+    (old / "measurements.parquet").unlink()
+    shutil.copy(csv / "measurements.csv", old / "measurements.csv")
+    manifest = json.loads((old / "manifest.json").read_text())
+    del manifest["files"]["measurements.parquet"]
+    manifest["files"]["measurements.csv"] = json.loads((csv / "manifest.json").read_text())[
+        "files"
+    ]["measurements.csv"]
+    (old / "manifest.json").write_text(json.dumps(manifest))
+    assert main(["-q", "check", str(old)]) == 0
+    rel, _ = load_release(old, whole_blue=False)
+    again, _ = load_release(parquet, whole_blue=False)
+    for a, b in zip(rel.measurements.levels, again.measurements.levels, strict=True):
+        for ma, mb in zip(a, b, strict=True):
+            assert np.array_equal(ma.noisy, mb.noisy) and ma.variance == mb.variance
+
+
+def _rewrite(path: Path, change) -> None:
+    import pyarrow.parquet as pq
+
+    pq.write_table(change(pq.read_table(path)), path)
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (lambda t: t.drop_columns(["variance"]), "has no column 'variance'"),
+        (
+            lambda t: t.set_column(
+                t.schema.get_field_index("noisy"),
+                "noisy",
+                t["noisy"].cast(pa_list_of_floats()),
+            ),
+            "column 'noisy' holds list<.*: double>, not lists of integers",
+        ),
+        (
+            lambda t: t.set_column(
+                t.schema.get_field_index("variance"),
+                "variance",
+                _nan_first(t["variance"]),
+            ),
+            "a variance is not a finite number",
+        ),
+    ],
+)
+def test_a_bad_parquet_measurement_file_is_named(
+    both: tuple[Path, Path], tmp_path: Path, change, message: str
+) -> None:
+    copy = tmp_path / "copy"
+    shutil.copytree(both[1], copy)
+    _rewrite(copy / "measurements.parquet", change)
+    with pytest.raises(ReleaseError, match=f"measurements.parquet: {message}"):
+        measurement_answers(copy)
+
+
+def pa_list_of_floats():
+    import pyarrow as pa
+
+    return pa.list_(pa.float64())
+
+
+def _nan_first(column):
+    import pyarrow as pa
+
+    values = column.to_numpy().copy()
+    values[0] = np.nan
+    return pa.array(values)

@@ -1,14 +1,24 @@
-"""``measurements.csv`` read back: every noisy answer of a release folder, per (level, query).
+"""The noisy measurement file of a release folder: written, and read back per (level, query).
 
-``topdown check`` and ``topdown report --truth`` rebuild the release's measurements from this
-file. At the DHC persons preset it holds 1,903,289 rows a node (26.6 million at a
-20,000-person state to the tract, 1.8 GB). pandas reads it as strings and converts them with
-``to_numeric``: more than 66 CPU s there without finishing (``docs/benchmarks.md``). So the
-file goes through Arrow's C++ CSV reader when pyarrow (the ``parquet`` extra) is installed,
-typed as it reads (``noisy`` int64, ``variance`` float64, ``level`` and ``query`` as
-dictionaries), a block of rows at a time; only the columns the check reads are converted.
+Two layouts. ``measurements.csv`` (the default, ``[output] format = "csv"``): one row per
+answer, ``level, node, query, answer, noisy, variance``, readable by anything. At the DHC
+persons preset that is 1,903,289 rows a node, about 69 bytes each (the query's name and the
+variance's 17 digits repeated on every row): 1.8 GB at a 20,000-person state to the tract.
+``measurements.parquet`` (``[output] format = "parquet"``): one row per node and query, the
+layout of a streamed release's parts (``topdown.streaming.measurements``) with a ``level``
+column: ``level``, ``node`` and ``query`` (dictionary-encoded), ``variance``, and ``noisy``, the
+answers as a list of integers in the query's answer order (zstd): the answers are the only
+per-answer data. Either file holds the same numbers; a folder has one of them (an older
+folder written as Parquet holds ``measurements.csv``, read as before).
 
-One rule decides what the file holds, pandas': a file that Arrow cannot read as it expects
+``topdown check`` and ``topdown report --truth`` rebuild the release's measurements from it.
+pandas reads the CSV as strings and converts them with ``to_numeric``: more than 66 CPU s at
+the 20,000-person DHC state without finishing (``docs/benchmarks.md``). So the CSV goes
+through Arrow's C++ CSV reader when pyarrow (the ``parquet`` extra) is installed, typed as it
+reads (``noisy`` int64, ``variance`` float64, ``level`` and ``query`` as dictionaries), a
+block of rows at a time; only the columns the check reads are converted.
+
+One rule decides what the CSV holds, pandas': a file that Arrow cannot read as it expects
 (a value that is not an int64 or a finite float, a missing column, an empty field) is read
 again by the pandas path, which either accepts it (``3.0`` is an integer there) or raises its
 error naming the line and the value. So the verdict and the messages never depend on which
@@ -25,10 +35,24 @@ import numpy as np
 import pandas as pd
 
 from topdown.errors import ReleaseError
+from topdown.measurement.measure import Measurements
+from topdown.measurement.tree import Tree
+from topdown.outputs.microdata import write_csv_parts
+from topdown.streaming.measurements import answer_rows
 from topdown.support.int_types import narrowed
-from topdown.support.optional import is_installed
+from topdown.support.optional import is_installed, require
+from topdown.support.writing import naming
 
-__all__ = ["MEASUREMENT_ROWS", "MEASUREMENT_BYTES", "measurement_answers", "numbers", "integers"]
+__all__ = [
+    "MEASUREMENT_ROWS",
+    "MEASUREMENT_BYTES",
+    "measurement_answers",
+    "numbers",
+    "integers",
+    "write_measurement_file",
+    "measurement_file_name",
+    "measurement_file_in",
+]
 
 log = logging.getLogger(__name__)
 
@@ -51,16 +75,74 @@ class _NotArrowReadable(Exception):
     """The file is not what Arrow's typed read expects: the pandas path reads it again."""
 
 
+def measurement_file_name(fmt: str) -> str:
+    """The measurement file of a folder written in output format ``fmt``."""
+    return "measurements.parquet" if fmt == "parquet" else "measurements.csv"
+
+
+def write_measurement_file(measurements: Measurements, tree: Tree, folder: Path, fmt: str) -> Path:
+    """Write ``measurement_file_name(fmt)`` into ``folder`` and return its path: the CSV part
+    by part (``write_csv_parts``), the Parquet file one row group of at most ``ROW_GROUP``
+    answers at a time (one integer type for the whole file)."""
+    path = Path(folder) / measurement_file_name(fmt)
+    if fmt != "parquet":
+        return write_csv_parts(measurements.frames(tree), path)
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    every = [m.noisy.dtype for lv in measurements.levels for m in lv]
+    dtype = np.result_type(*every) if every else np.dtype(np.int64)
+    with naming(path):
+        writer: pq.ParquetWriter | None = None
+        try:
+            for level in range(len(measurements.levels)):
+                for rows in answer_rows(measurements, tree, level, dtype):
+                    column = pa.array(np.full(rows.num_rows, level, dtype=np.int16))
+                    rows = rows.add_column(0, "level", column)
+                    if writer is None:
+                        writer = pq.ParquetWriter(path, rows.schema, compression="zstd")
+                    writer.write_table(rows, row_group_size=max(rows.num_rows, 1))
+        finally:
+            if writer is not None:
+                writer.close()
+    if writer is None:  # no measurement at all: an empty file of the same columns
+        words = pa.dictionary(pa.int32(), pa.string())
+        pq.write_table(
+            pa.table(
+                {
+                    "level": pa.array([], pa.int16()),
+                    "node": pa.array([], words),
+                    "query": pa.array([], words),
+                    "variance": pa.array([], pa.float64()),
+                    "noisy": pa.array([], pa.list_(pa.from_numpy_dtype(dtype))),
+                }
+            ),
+            path,
+        )
+    return path
+
+
+def measurement_file_in(folder: Path) -> str:
+    """The name of a folder's measurement file: ``measurements.parquet`` when it has one,
+    else ``measurements.csv`` (whether or not it exists)."""
+    parquet = measurement_file_name("parquet")
+    return parquet if (Path(folder) / parquet).is_file() else measurement_file_name("csv")
+
+
 def measurement_answers(folder: Path) -> Answers:
-    """measurements.csv per (level, query) as written: the noisy answers in file order (each
-    part in the narrowest integer type) and the first row's variance. Arrow's reader when
-    pyarrow is installed, else (and for a file it cannot read as expected) pandas'.
+    """The measurement file per (level, query) as written: the noisy answers in file order
+    (each part in the narrowest integer type) and the first row's variance.
+    ``measurements.parquet`` if the folder has it, else ``measurements.csv``: Arrow's reader
+    when pyarrow is installed, else (and for a file it cannot read as expected) pandas'.
 
     Raises:
         ReleaseError: the file is missing, lacks a column, or holds a value that is not a
-            number (naming the line and the value).
+            number (naming the line and the value), or a Parquet column of the wrong type.
     """
-    path = Path(folder) / "measurements.csv"
+    name = measurement_file_in(folder)
+    path = Path(folder) / name
+    if name == measurement_file_name("parquet"):
+        return _parquet_answers(path)
     if not path.is_file():
         raise ReleaseError(f"release folder {str(folder)!r} lacks measurements.csv")
     if is_installed("pyarrow"):
@@ -132,6 +214,80 @@ def _add_batch(
         rows = order[start:end]
         parts.setdefault(key, []).append(narrowed(noisy[rows]))
         variances.setdefault(key, float(variance[rows[0]]))
+
+
+def _parquet_answers(path: Path) -> Answers:
+    """measurements.parquet, a row group at a time: each row's answers go to its (level,
+    query), in file order (a node's rows in the order written)."""
+    require("parquet", "reading measurements.parquet")
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        source = pq.ParquetFile(path)
+    except (OSError, ValueError) as err:
+        raise ReleaseError(f"measurements.parquet: not a Parquet file ({err})") from None
+    schema = source.schema_arrow
+    for name, ok, rule in (
+        ("level", pa.types.is_integer, "integers"),
+        ("query", _is_text, "text"),
+        ("variance", pa.types.is_floating, "floats"),
+        ("noisy", _is_integer_list, "lists of integers"),
+    ):
+        if name not in schema.names:
+            raise ReleaseError(f"measurements.parquet: has no column {name!r}")
+        if not ok(schema.field(name).type):
+            raise ReleaseError(
+                f"measurements.parquet: column {name!r} holds {schema.field(name).type}, not {rule}"
+            )
+    parts: dict[tuple[str, str], list[np.ndarray]] = {}
+    variances: dict[tuple[str, str], float] = {}
+    for batch in source.iter_batches(columns=list(_COLUMNS)):
+        if batch.num_rows == 0:
+            continue
+        if (
+            any(batch.column(c).null_count for c in _COLUMNS)
+            or batch.column("noisy").flatten().null_count
+        ):
+            raise ReleaseError("measurements.parquet: a value is missing (null)")
+        variance = batch.column("variance").to_numpy(zero_copy_only=False).astype(float)
+        if not np.isfinite(variance).all():
+            raise ReleaseError("measurements.parquet: a variance is not a finite number")
+        level = batch.column("level").to_numpy(zero_copy_only=False)
+        query = batch.column("query")
+        if pa.types.is_dictionary(query.type):
+            query = query.cast(pa.string())
+        names = np.asarray(query.to_pylist(), dtype=object)
+        noisy = batch.column("noisy")
+        values = noisy.flatten().to_numpy(zero_copy_only=False)
+        offsets = noisy.offsets.to_numpy()
+        offsets = offsets - offsets[0]  # a slice's offsets start where it does in the values
+        # runs of one (level, query): a written file has a few per row group
+        change = np.flatnonzero((level[1:] != level[:-1]) | (names[1:] != names[:-1])) + 1
+        starts = np.r_[0, change]
+        ends = np.r_[change, level.size]
+        for start, end in zip(starts.tolist(), ends.tolist(), strict=True):
+            key = (str(int(level[start])), str(names[start]))
+            parts.setdefault(key, []).append(narrowed(values[offsets[start] : offsets[end]]))
+            variances.setdefault(key, float(variance[start]))
+    return {key: np.concatenate(values) for key, values in parts.items()}, variances
+
+
+def _is_text(kind: Any) -> bool:
+    import pyarrow as pa
+
+    if pa.types.is_dictionary(kind):
+        kind = kind.value_type
+    return bool(pa.types.is_string(kind) or pa.types.is_large_string(kind))
+
+
+def _is_integer_list(kind: Any) -> bool:
+    import pyarrow as pa
+
+    return bool(
+        (pa.types.is_list(kind) or pa.types.is_large_list(kind))
+        and pa.types.is_integer(kind.value_type)
+    )
 
 
 def _pandas_answers(path: Path) -> Answers:

@@ -5,8 +5,10 @@ Contents (``manifest.json`` lists them with sizes and SHA-256)::
     microdata.csv | microdata.parquet     synthetic records of the leaf level
     tables/level_<k>_<column>.csv         per level, long format: node, attributes, count
     hierarchy.csv                         level, column, node, parent: the public tree
-    measurements.csv                      the noisy measurements (level, node, query, answer,
-                                          noisy, variance)
+    measurements.csv | measurements.parquet  the noisy measurements: the CSV one row per
+                                          answer (level, node, query, answer, noisy,
+                                          variance), the Parquet one row per node and query
+                                          (``topdown.product.measurement_file``)
     ledger.json                           privacy ledger, total, (epsilon, delta) equivalent
     invariants.json                       values published exactly (bound invariants) per node
     config.json                           the resolved configuration (schema, strategy, constraints)
@@ -70,9 +72,14 @@ from topdown.outputs.ledger import (
     ledger_summary,
     not_publishable,
 )
-from topdown.outputs.microdata import write_csv_parts, write_table
+from topdown.outputs.microdata import write_table
 from topdown.product.config import RunConfig, load_config, parse_config
-from topdown.product.measurement_file import measurement_answers, numbers
+from topdown.product.measurement_file import (
+    measurement_answers,
+    measurement_file_in,
+    numbers,
+    write_measurement_file,
+)
 from topdown.product.output_claim import OutputClaim, OutputExistsError, check_output, claim_output
 from topdown.release import Release
 from topdown.strategy import Query
@@ -92,7 +99,8 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-FORMAT = "topdown-release/2"  # 2: the ledger records its noise source
+#: 2: the ledger records its noise source; 3: measurements.parquet under output format parquet
+FORMAT = "topdown-release/3"
 
 
 def table_name(level: int, column: str | None) -> str:
@@ -261,7 +269,7 @@ def _write_contents(rel: Release, cfg: RunConfig, folder: Path, metrics: Any) ->
     for lv in rel.tree.levels:
         write_table(rel.long_table(lv.number), folder / table_name(lv.number, lv.column))
     write_table(hierarchy_frame(rel.tree), folder / "hierarchy.csv")
-    write_csv_parts(rel.measurements.frames(rel.tree), folder / "measurements.csv")
+    write_measurement_file(rel.measurements, rel.tree, folder, fmt)
     write_table(rel.solver_stats(), folder / "solver_stats.csv")
     if rel.blue is not None:
         write_table(
@@ -524,6 +532,7 @@ def _read_csv(folder: Path, name: str) -> pd.DataFrame:
 
 def _measurements(folder: Path, tree: Tree, cfg: RunConfig, ledger: Ledger) -> Measurements:
     answers, variances = measurement_answers(folder)
+    name = measurement_file_in(folder)
     budgets = {(e.level, e.query): e.budget for e in ledger.entries}
     per_level = []
     for number, ls in enumerate(cfg.strategy.levels):
@@ -534,13 +543,12 @@ def _measurements(folder: Path, tree: Tree, cfg: RunConfig, ledger: Ledger) -> M
             noisy = answers.get(key, np.zeros(0, dtype=np.int64))
             if n_nodes == 0 or noisy.size == 0 or noisy.size % n_nodes:
                 raise ReleaseError(
-                    f"measurements.csv: level {number} query {q.name!r} has {noisy.size} answers "
+                    f"{name}: level {number} query {q.name!r} has {noisy.size} answers "
                     f"for {n_nodes} nodes"
                 )
             if (number, q.name) not in budgets:
                 raise ReleaseError(
-                    f"ledger.json: no entry for level {number} query {q.name!r}, which "
-                    "measurements.csv holds"
+                    f"ledger.json: no entry for level {number} query {q.name!r}, which {name} holds"
                 )
             variance = variances[key]
             ms.append(
