@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from numpy.typing import DTypeLike
 
 from constraints.domain import Domain
 from topdown.errors import ReleaseError
@@ -109,7 +110,7 @@ def write_measurements(
 
 
 def answer_rows(
-    measurements: Measurements, tree: Tree, level: int, dtype: np.dtype
+    measurements: Measurements, tree: Tree, level: int, dtype: DTypeLike
 ) -> Iterator[Any]:
     """Level ``level``'s measurements as Arrow tables of at most ``ROW_GROUP`` answers (at
     least one node's), one row per node and query: node and query dictionary-encoded, the
