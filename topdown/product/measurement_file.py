@@ -60,8 +60,11 @@ log = logging.getLogger(__name__)
 #: answers are 491 million rows, far too many to hold as one frame of strings
 MEASUREMENT_ROWS = 1 << 22
 
-#: Bytes of measurements.csv Arrow's reader converts at once (about a million rows)
-MEASUREMENT_BYTES = 1 << 26
+#: Bytes of measurements.csv Arrow's reader converts at once (about 60,000 rows). The
+#: reader's peak memory grows with it: on the 20,000-person DHC file (1.8 GB) a process peaked
+#: at 1,982 MiB with 64 MB blocks, 845 with 16, 385 with 4 and 270 with 1, for about the same
+#: CPU (6-9 s; ``docs/benchmarks.md``)
+MEASUREMENT_BYTES = 1 << 22
 
 #: The columns the check reads (``node`` and ``answer`` are for readers of the file: a
 #: node's answers are in the query's answer order, as written)
