@@ -4,8 +4,9 @@
 total, its standard error and the integer the passes held: ``topdown.estimation.root_total``)
 by recomputing it from the published measurements. The whole BLUE costs what the release's did:
 at the DHC persons preset (32 blocks, one of 1,160 x 1,160 precisions a node, every level's
-cells rotated back) about 80-150 CPU s and several GB at a 20,000-person state. The total needs
-far less, for two reasons that are exact, not approximations:
+cells rotated back) about 75 CPU s at a 20,000-person state; the total's block alone about 8
+(``docs/benchmarks.md``). The total needs far less, for two reasons that are exact, not
+approximations:
 
 - The cell space splits into blocks solved independently (``topdown.blue.blocks``; a strategy
   without recodes is the case of one group per axis). A node's total reads only the block in

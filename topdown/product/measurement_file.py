@@ -12,8 +12,9 @@ per-answer data. Either file holds the same numbers; a folder has one of them (a
 folder written as Parquet holds ``measurements.csv``, read as before).
 
 ``topdown check`` and ``topdown report --truth`` rebuild the release's measurements from it.
-pandas reads the CSV as strings and converts them with ``to_numeric``: more than 66 CPU s at
-the 20,000-person DHC state without finishing (``docs/benchmarks.md``). So the CSV goes
+pandas reads the CSV as strings and converts them with ``to_numeric``: about half of the 189
+CPU s ``topdown check`` took at the 20,000-person DHC state, where Arrow's reader takes 6-10
+(``docs/benchmarks.md``). So the CSV goes
 through Arrow's C++ CSV reader when pyarrow (the ``parquet`` extra) is installed, typed as it
 reads (``noisy`` int64, ``variance`` float64, ``level`` and ``query`` as dictionaries), a
 block of rows at a time; only the columns the check reads are converted.

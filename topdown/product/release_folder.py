@@ -414,8 +414,8 @@ def load_release(
     estimates were written). Without it, ``Release.blue`` is None and the decision reads the
     BLUE's root total from its own block alone (``topdown.blue.root_total``: the same total
     and standard error, to round-off): all that ``topdown check`` and ``topdown report`` read
-    of the BLUE. At the DHC persons preset the whole BLUE costs what the release's did
-    (minutes, gigabytes); the root total's block about 1/30 of it.
+    of the BLUE. At the DHC persons preset the whole BLUE costs what the release's did: about
+    75 CPU s at a 20,000-person state, the root total's block about 8 (``docs/benchmarks.md``).
 
     Args:
         folder: the release folder.
