@@ -40,6 +40,7 @@ import logging
 import math
 import time
 from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import dataclass
 from fractions import Fraction
 
 import numpy as np
@@ -51,6 +52,7 @@ from mechanisms.rng import make_rng
 from mechanisms.selection import exponential_mechanism
 from synth._domains import Domains, SynthError, check_seed, decode, encode_records
 from synth._estimate import check_cell_cap, check_cells, histogram, measure_marginals
+from synth._residual import component_share, measure_residual
 from synth.class_conditional import check_rows, disclose_rows
 from synth.crosstab import check_epsilon, check_share
 from synth.graphical import GraphicalModel, build_junction_tree, fit_model
@@ -59,7 +61,10 @@ from synth.graphical.inference import steiner_cliques
 from synth.graphical.junction_tree import triangulated_cliques
 from synth.graphical.sampling import check_sampling
 
-__all__ = ["Adaptive", "rho_for"]
+__all__ = ["Adaptive", "MEASURES", "rho_for"]
+
+#: What a round measures: the chosen marginal whole, or its residual components (module doc).
+MEASURES = ("marginal", "residual")
 
 logger = logging.getLogger(__name__)
 
@@ -133,6 +138,10 @@ class Adaptive:
             grows with the share of the budget spent.
         iters: mirror-descent iterations per refit (warm-started).
         final_iters: iterations of the final fit.
+        measure: ``"marginal"`` (AIM: each round measures the chosen marginal whole) or
+            ``"residual"``: only its residual components not yet measured (all of them when
+            every one is known), at the per-cell noise the round's budget buys for those
+            components alone (:mod:`synth._residual`).
 
     Attributes:
         model: the fitted :class:`synth.graphical.GraphicalModel`.
@@ -156,6 +165,7 @@ class Adaptive:
         max_model_cells: int = 1_000_000,
         iters: int = 100,
         final_iters: int = 500,
+        measure: str = "marginal",
     ) -> None:
         self.epsilon = check_epsilon(epsilon)
         self.delta = _check_delta(delta)
@@ -180,6 +190,9 @@ class Adaptive:
         )
         self.iters = _check_int(iters, "iters", 1)
         self.final_iters = _check_int(final_iters, "final_iters", 0)
+        if measure not in MEASURES:
+            raise SynthError(f"measure ({measure!r}) must be one of {', '.join(MEASURES)}")
+        self.measure = measure
         self.rho = rho_for(self.epsilon, self.delta)
         self.ledger = Ledger()
         self.domains: Domains = {}
@@ -268,6 +281,12 @@ class Adaptive:
         )
         used = rho_m * d
         self.measured = [(c,) for c in self.columns]
+        # each residual component's noise variance per orthonormal coordinate (public: from
+        # the noise scales only); a 1-way marginal holds the total and its own component
+        self._known: dict[tuple[int, ...], float] = {}
+        for m in measurements:
+            self._learn((), m.variance * sizes[m.attrs[0]])
+            self._learn(m.attrs, m.variance)
         model = fit_model(measurements, sizes, iters=self.iters, max_cells=self.max_cells)
         truth = _TrueMarginals(codes, sizes)  # built when a round first scores a candidate
         step = 0
@@ -283,21 +302,47 @@ class Adaptive:
             step += 1
             cliques = [m.attrs for m in measurements]
             candidates = self._allowed(closure, cliques, sizes, float(used / rho))
-            sigma = math.sqrt(1 / (2 * float(rho_m)))
-            chosen = self._select(model, candidates, truth, weights, sizes, sigma, eps_s, step)
+            plans = {r: self._plan(r, sizes, rho_m) for r in candidates}
+            chosen = self._select(model, candidates, truth, weights, plans, eps_s, step)
             names = tuple(self.columns[a] for a in chosen)
-            new = measure_marginals(
-                codes,
-                sizes,
-                [chosen],
-                [ZCDP(rho_m)],
-                names=[f"round {step}: measure {' x '.join(names)}"],
-                ledger=self.ledger,
-                rng=self._rng,
-                mechanism="discrete_gaussian",
-                note=f"AIM round {step}, sigma {sigma:.4g}",
-            )
-            measurements.extend(new)
+            plan = plans[chosen]
+            sigma = math.sqrt(float(plan.sigma2))
+            label = f"round {step}: measure {' x '.join(names)}"
+            note = f"AIM round {step}, sigma {sigma:.4g}"
+            if plan.components is None:
+                measurements.extend(
+                    measure_marginals(
+                        codes,
+                        sizes,
+                        [chosen],
+                        [ZCDP(rho_m)],
+                        names=[label],
+                        ledger=self.ledger,
+                        rng=self._rng,
+                        mechanism="discrete_gaussian",
+                        note=note,
+                    )
+                )
+            else:
+                spent = Fraction(0)
+                for component in plan.components:
+                    outside = math.prod(sizes[a] for a in chosen if a not in component)
+                    tau2 = plan.sigma2 * outside
+                    measurement, cost = measure_residual(
+                        codes,
+                        sizes,
+                        component,
+                        tau2,
+                        name=f"{label} (residual {' x '.join(self.columns[a] for a in component)})",
+                        ledger=self.ledger,
+                        rng=self._rng,
+                        note=note,
+                    )
+                    measurements.append(measurement)
+                    self._learn(component, float(tau2))
+                    spent += cost
+                if spent != rho_m:  # exact: the components' shares sum to the round's budget
+                    raise SynthError(f"round {step} spent {spent}, not its budget {rho_m}")
             self.measured.append(names)
             used += rho_m + eps_s * eps_s / 8
             before = model.marginal(chosen)
@@ -312,7 +357,7 @@ class Adaptive:
                     self.max_cells,
                 )
             moved = float(np.abs(model.marginal(chosen) - before).sum())
-            expected = _NOISE_L1 * sigma * cells(chosen, sizes)
+            expected = plan.noise_l1
             logger.info(
                 "round %d: measured %s (sigma %.3g), model moved %.1f (noise %.1f); "
                 "%.1f%% of rho spent, %.1f s",
@@ -388,14 +433,50 @@ class Adaptive:
                 out.append(r)
         return out
 
+    def _learn(self, component: tuple[int, ...], variance: float) -> None:
+        """Add a measurement of ``component`` (noise ``variance`` per orthonormal coordinate)
+        to what is known of it: precisions add."""
+        old = self._known.get(component)
+        self._known[component] = variance if old is None else 1 / (1 / old + 1 / variance)
+
+    def _plan(self, r: tuple[int, ...], sizes: Sequence[int], rho_m: Fraction) -> _Plan:
+        """What measuring ``r`` with ``rho_m`` would measure, at what noise (public facts only).
+
+        ``"marginal"``: r whole, sigma^2 = 1 / (2 rho_m); the expected L1 noise on r is
+        sqrt(2 / pi) sigma n_r (AIM). ``"residual"``: the components of r not yet known (all
+        but the total when every one is), sigma^2 = (their shares' sum) / (2 rho_m) per cell
+        of r; the expected L1 noise is sqrt(2 / pi) n_r times the root mean per-cell variance
+        of r's marginal as the components would then be known (each component S contributes
+        rank_S times its variance, in r's cells: divided by the cells of r outside S).
+        """
+        n_r = cells(r, sizes)
+        subsets = [c for k in range(len(r) + 1) for c in itertools.combinations(r, k)]
+        shares = {c: component_share(c, r, sizes) for c in subsets}
+        components = [c for c in subsets if c and shares[c] > 0 and c not in self._known]
+        if not components:
+            components = [c for c in subsets if c and shares[c] > 0]
+        if self.measure == "marginal" or not components:  # (none: r's columns have one value)
+            sigma2 = 1 / (2 * rho_m)
+            return _Plan(None, sigma2, _NOISE_L1 * math.sqrt(float(sigma2)) * n_r)
+        sigma2 = sum((shares[c] for c in components), Fraction(0)) / (2 * rho_m)
+        per_cell = 0.0
+        for c in subsets:
+            outside = math.prod(sizes[a] for a in r if a not in c)
+            variance = self._known.get(c, math.inf)
+            if c in components:
+                new = float(sigma2) * outside
+                variance = new if variance == math.inf else 1 / (1 / variance + 1 / new)
+            rank = math.prod(sizes[a] - 1 for a in c)
+            per_cell += rank * variance / outside if rank else 0.0
+        return _Plan(tuple(components), sigma2, _NOISE_L1 * n_r * math.sqrt(per_cell / n_r))
+
     def _select(
         self,
         model: GraphicalModel,
         candidates: Sequence[tuple[int, ...]],
         truth: Mapping[tuple[int, ...], np.ndarray],
         weights: Mapping[tuple[int, ...], int],
-        sizes: Sequence[int],
-        sigma: float,
+        plans: Mapping[tuple[int, ...], _Plan],
         eps_s: Fraction,
         step: int,
     ) -> tuple[int, ...]:
@@ -409,7 +490,7 @@ class Adaptive:
         for r in candidates:
             fitted = np.rint(model.marginal(r) * _GRID).astype(np.int64)
             l1 = int(np.abs(truth[r].astype(np.int64) * _GRID - fitted).sum())
-            penalty = Fraction(_NOISE_L1 * sigma * cells(r, sizes))
+            penalty = Fraction(plans[r].noise_l1)
             scores.append(weights[r] * (Fraction(l1, _GRID) - penalty))
         sensitivity = max(weights[r] for r in candidates)
         index = exponential_mechanism(scores, eps_s, sensitivity, rng=self._rng)
@@ -450,6 +531,16 @@ class Adaptive:
             disclose_rows(self.ledger, rows)
         codes = self.model.sample(rows, self._rng, method)
         return decode(codes, self.domains, self.columns)
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """A round's measurement of one candidate: its residual components (None: the marginal
+    whole), the per-cell noise sigma^2 of r, and the expected L1 noise on r's marginal."""
+
+    components: tuple[tuple[int, ...], ...] | None
+    sigma2: Fraction
+    noise_l1: float
 
 
 class _TrueMarginals(dict[tuple[int, ...], np.ndarray]):

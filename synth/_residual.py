@@ -1,0 +1,154 @@
+"""Measure the residual components of a marginal with exact discrete Gaussian noise.
+
+A marginal on attributes r splits into orthogonal components, one per subset S of r
+(ResidualPlanner: Xiao, He, Zhang, Kifer, "An Optimal and Scalable Matrix Mechanism for Noisy
+Marginals under Convex Loss Functions", NeurIPS 2023): component S is the S-marginal's part
+orthogonal to every marginal on a proper subset of S (the Kronecker product of a contrast basis,
+rows orthogonal to the all-ones vector, for each attribute of S). Measuring only the components
+not yet known costs only their share of the marginal's sensitivity.
+
+The queries are integers, so the noise stays the exact discrete Gaussian on integer answers:
+each attribute's contrast basis (:func:`contrast_basis`) has orthogonal integer rows, and
+answer k of component S (the Kronecker row ``q_k``) gets noise of sigma^2 ``tau^2 ||q_k||^2``:
+in the orthonormal basis every coordinate then has noise tau^2. The zCDP cost is, exactly,
+
+    rho = max over records x of sum_k q_k[x]^2 / (2 tau^2 ||q_k||^2)
+        = prod over a in S of (max_x sum_k F_a[k, x]^2 / ||F_a[k]||^2) / (2 tau^2)
+
+(one record adds e_x to the S-marginal; the discrete Gaussians are independent, so their
+Renyi divergences add, Canonne, Kamath, Steinke 2020; the sum over Kronecker rows factorises
+by attribute). Each factor is (n_a - 1) / n_a for an orthogonal basis of the contrasts,
+computed here in Fractions from the integer matrix rather than assumed.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from fractions import Fraction
+
+import numpy as np
+
+from mechanisms.accounting import ZCDP
+from mechanisms.discrete import DiscreteGaussianMechanism
+from mechanisms.ledger import Ledger
+from synth._domains import SynthError
+from synth._estimate import histogram
+from synth.graphical.linear import LinearMeasurement, kronecker_apply
+
+__all__ = ["component_share", "contrast_basis", "measure_residual", "residual_rho"]
+
+
+def contrast_basis(n: int) -> np.ndarray:
+    """An ``(n - 1) x n`` integer matrix whose rows are orthogonal and sum to 0.
+
+    Built on a balanced binary split of the values: each split of a block A | B gives the row
+    ``|B| on A, -|A| on B``. Rows of nested blocks are orthogonal (the inner row sums to 0 where
+    the outer is constant), rows of disjoint blocks too. Why not Helmert's basis: its n - 1 row
+    norms are all different, and each distinct norm is one call of the noise sampler; a
+    balanced split has few distinct norms.
+
+    >>> contrast_basis(3).tolist()
+    [[1, 1, -2], [1, -1, 0]]
+    """
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
+        raise SynthError(f"n ({n!r}) must be an integer >= 1")
+    rows: list[np.ndarray] = []
+    blocks = [(0, int(n))]
+    while blocks:
+        lo, hi = blocks.pop(0)
+        if hi - lo < 2:
+            continue
+        mid = (lo + hi + 1) // 2
+        row = np.zeros(int(n), dtype=np.int64)
+        row[lo:mid] = hi - mid
+        row[mid:hi] = -(mid - lo)
+        rows.append(row)
+        blocks += [(lo, mid), (mid, hi)]
+    return np.array(rows, dtype=np.int64).reshape(len(rows), int(n))
+
+
+def _column_factor(factor: np.ndarray) -> Fraction:
+    """max over columns x of sum_k F[k, x]^2 / ||F[k]||^2, exact."""
+    norms = [int(v) for v in (factor.astype(object) ** 2).sum(axis=1)]
+    best = Fraction(0)
+    for x in range(factor.shape[1]):
+        total = sum(
+            (Fraction(int(factor[k, x]) ** 2, norms[k]) for k in range(factor.shape[0])),
+            Fraction(0),
+        )
+        best = max(best, total)
+    return best
+
+
+def residual_rho(factors: Sequence[np.ndarray], tau2: Fraction) -> Fraction:
+    """The exact zCDP cost of answering the Kronecker rows q_k of ``factors`` with discrete
+    Gaussian noise of sigma^2 ``tau2 ||q_k||^2`` each, under add/remove neighbours (module
+    docstring): ``prod_a max_x sum_k F_a[k, x]^2 / ||F_a[k]||^2 / (2 tau2)``."""
+    return math.prod((_column_factor(f) for f in factors), start=Fraction(1)) / (2 * tau2)
+
+
+def component_share(component: Sequence[int], marginal: Sequence[int], sizes: Sequence[int]) -> Fraction:
+    """Component S's share of the marginal r's squared sensitivity (they sum to 1 over S):
+    ``prod_{a in S} (n_a - 1) / n_a * prod_{a in r - S} 1 / n_a``. Measured within r at
+    per-cell noise sigma^2, component S has noise ``sigma^2 prod_{a in r - S} n_a`` per
+    orthonormal coordinate of the S-marginal, and costs this share of ``1 / (2 sigma^2)``."""
+    share = Fraction(1)
+    for a in marginal:
+        n = int(sizes[a])
+        share *= Fraction(n - 1, n) if a in component else Fraction(1, n)
+    return share
+
+
+def measure_residual(
+    codes: np.ndarray,
+    sizes: Sequence[int],
+    attrs: Sequence[int],
+    tau2: Fraction,
+    *,
+    name: str,
+    ledger: Ledger,
+    rng: np.random.Generator,
+    note: str = "",
+) -> tuple[LinearMeasurement, Fraction]:
+    """Answer the residual component on ``attrs`` (sorted) with noise tau^2 per orthonormal
+    coordinate (module docstring); record its exact cost in ``ledger``.
+
+    Returns:
+        The measurement (integer queries, their noisy answers, each answer's variance) and
+        its zCDP cost rho.
+    """
+    attrs = tuple(int(a) for a in attrs)
+    if not attrs or list(attrs) != sorted(set(attrs)):
+        raise SynthError(f"attrs ({attrs!r}) must be sorted distinct attribute positions")
+    tau2 = Fraction(tau2)
+    if tau2 <= 0:
+        raise SynthError(f"tau2 ({tau2}) must be > 0")
+    factors = tuple(contrast_basis(int(sizes[a])) for a in attrs)
+    if any(f.shape[0] == 0 for f in factors):
+        raise SynthError(f"attrs ({attrs!r}) include a column of one value: no residual")
+    rho = residual_rho(factors, tau2)
+    true = kronecker_apply(factors, histogram(codes, sizes, attrs))
+    row_norms = np.ones((), dtype=np.int64)
+    for f in factors:
+        row_norms = np.multiply.outer(row_norms, (f * f).sum(axis=1))
+    noisy = np.zeros(true.shape, dtype=np.int64)
+    variance = np.zeros(true.shape)
+    for norm in np.unique(row_norms):  # one sampler call per distinct row norm
+        rows = row_norms == norm
+        noise = DiscreteGaussianMechanism(1 / (2 * tau2 * int(norm)))  # sigma^2 tau2 ||q||^2
+        noisy[rows] = noise.release(true[rows], rng)
+        variance[rows] = noise.variance
+    ledger.record(
+        name,
+        0,
+        DiscreteGaussianMechanism.name,
+        ZCDP(rho),
+        sensitivity=2 * tau2 * rho,
+        note=(
+            f"{note}; " if note else ""
+        )
+        + f"residual: answer k has sigma^2 {float(tau2):.6g} x ||q_k||^2; sensitivity is that "
+        "of the whitened queries",
+    )
+    return LinearMeasurement(attrs, factors, noisy, variance), rho
