@@ -36,7 +36,14 @@ from synth._domains import SynthError
 from synth._estimate import histogram
 from synth.graphical.linear import LinearMeasurement, kronecker_apply
 
-__all__ = ["component_share", "contrast_basis", "measure_residual", "residual_rho"]
+__all__ = [
+    "basis",
+    "component_rows",
+    "component_share",
+    "contrast_basis",
+    "measure_residual",
+    "residual_rho",
+]
 
 
 def contrast_basis(n: int) -> np.ndarray:
@@ -81,6 +88,21 @@ def _column_factor(factor: np.ndarray) -> Fraction:
     return best
 
 
+#: The noise sampler builds a table for each new sigma^2 from about 1e5 to 1e8 (tens of
+#: milliseconds each, and a residual has a few distinct row norms); above 1e8 it needs none.
+_FAST_SIGMA2 = 10**8
+
+
+def _speed_scale(sigma2: Fraction) -> int:
+    """The smallest integer m >= 1 with sigma2 m^2 >= :data:`_FAST_SIGMA2` (1 when above)."""
+    if sigma2 >= _FAST_SIGMA2:
+        return 1
+    m = math.isqrt(math.ceil(_FAST_SIGMA2 / sigma2))
+    while sigma2 * m * m < _FAST_SIGMA2:
+        m += 1
+    return max(m, 1)
+
+
 def residual_rho(factors: Sequence[np.ndarray], tau2: Fraction) -> Fraction:
     """The exact zCDP cost of answering the Kronecker rows q_k of ``factors`` with discrete
     Gaussian noise of sigma^2 ``tau2 ||q_k||^2`` each, under add/remove neighbours (module
@@ -100,55 +122,93 @@ def component_share(component: Sequence[int], marginal: Sequence[int], sizes: Se
     return share
 
 
+def basis(n: int) -> np.ndarray:
+    """The ``n x n`` integer basis of one attribute: the all-ones row, then
+    :func:`contrast_basis` (orthogonal rows)."""
+    return np.vstack([np.ones((1, n), dtype=np.int64), contrast_basis(n)])
+
+
+def component_rows(
+    component: Sequence[int], attrs: Sequence[int], sizes: Sequence[int]
+) -> tuple[slice, ...]:
+    """The rows of ``kron(basis(n_a) for a in attrs)`` that span ``component`` (a subset of
+    ``attrs``): the contrast rows on its attributes, the all-ones row on the others."""
+    return tuple(slice(1, int(sizes[a])) if a in component else slice(0, 1) for a in attrs)
+
+
 def measure_residual(
     codes: np.ndarray,
     sizes: Sequence[int],
     attrs: Sequence[int],
-    tau2: Fraction,
+    components: Sequence[Sequence[int]],
+    sigma2: Fraction,
     *,
     name: str,
     ledger: Ledger,
-    rng: np.random.Generator,
+    rng: np.random.Generator | None,
     note: str = "",
 ) -> tuple[LinearMeasurement, Fraction]:
-    """Answer the residual component on ``attrs`` (sorted) with noise tau^2 per orthonormal
-    coordinate (module docstring); record its exact cost in ``ledger``.
+    """Answer the residual ``components`` (distinct subsets) of the marginal on ``attrs``
+    (sorted) with noise sigma^2 per orthonormal coordinate of that marginal (module
+    docstring); record their exact cost in ``ledger`` as one entry.
+
+    The queries are the rows of ``kron(basis(n_a))`` spanning the components; the other rows
+    are not measured (variance infinite). Component S then costs
+    ``prod_{a in S} (n_a - 1) / n_a * prod_{a not in S} 1 / n_a / (2 sigma^2)``
+    (:func:`component_share`), computed here from the integer matrices.
+
+    The noise of a small sigma^2 is drawn for the answers times an integer m, at sigma^2 m^2,
+    and divided by m (:func:`_speed_scale`): the same privacy loss (CKS20: the Renyi
+    divergence of discrete Gaussians shifted by m d at sigma^2 m^2 is that of a shift d at
+    sigma^2), without the sampler's table for each new scale.
 
     Returns:
-        The measurement (integer queries, their noisy answers, each answer's variance) and
-        its zCDP cost rho.
+        The measurement (the integer bases, the noisy answers on a 1 / m grid, each answer's
+        variance, infinite where not measured) and its zCDP cost rho.
     """
     attrs = tuple(int(a) for a in attrs)
     if not attrs or list(attrs) != sorted(set(attrs)):
         raise SynthError(f"attrs ({attrs!r}) must be sorted distinct attribute positions")
-    tau2 = Fraction(tau2)
-    if tau2 <= 0:
-        raise SynthError(f"tau2 ({tau2}) must be > 0")
-    factors = tuple(contrast_basis(int(sizes[a])) for a in attrs)
-    if any(f.shape[0] == 0 for f in factors):
-        raise SynthError(f"attrs ({attrs!r}) include a column of one value: no residual")
-    rho = residual_rho(factors, tau2)
-    true = kronecker_apply(factors, histogram(codes, sizes, attrs))
+    keys = [frozenset(int(a) for a in c) for c in components]
+    if not keys or len(set(keys)) != len(keys) or any(not k <= set(attrs) for k in keys):
+        raise SynthError(f"components ({components!r}) must be distinct subsets of {attrs}")
+    sigma2 = Fraction(sigma2)
+    if sigma2 <= 0:
+        raise SynthError(f"sigma2 ({sigma2}) must be > 0")
+    factors = tuple(basis(int(sizes[a])) for a in attrs)
     row_norms = np.ones((), dtype=np.int64)
     for f in factors:
         row_norms = np.multiply.outer(row_norms, (f * f).sum(axis=1))
-    noisy = np.zeros(true.shape, dtype=np.int64)
-    variance = np.zeros(true.shape)
-    for norm in np.unique(row_norms):  # one sampler call per distinct row norm
-        rows = row_norms == norm
-        noise = DiscreteGaussianMechanism(1 / (2 * tau2 * int(norm)))  # sigma^2 tau2 ||q||^2
-        noisy[rows] = noise.release(true[rows], rng)
-        variance[rows] = noise.variance
+    measured = np.zeros(row_norms.shape, dtype=bool)
+    rho = Fraction(0)
+    for key in keys:
+        rows = component_rows(sorted(key), attrs, sizes)
+        if any(r.stop <= r.start for r in rows):
+            raise SynthError(f"component {sorted(key)} includes a column of one value")
+        measured[rows] = True
+        rho += residual_rho([f[r] for f, r in zip(factors, rows, strict=True)], sigma2)
+    true = kronecker_apply(factors, histogram(codes, sizes, attrs))
+    noisy = np.zeros(true.shape)
+    variance = np.full(true.shape, np.inf)
+    for norm in np.unique(row_norms[measured]):  # one sampler call per distinct row norm
+        rows = measured & (row_norms == norm)
+        row_sigma2 = sigma2 * int(norm)
+        scale = _speed_scale(row_sigma2)
+        # answers scale * q x with noise sigma^2 scale^2: the same privacy loss (the shift
+        # and the noise's scale both grow by ``scale``), then divided by ``scale``
+        noise = DiscreteGaussianMechanism(1 / (2 * row_sigma2 * scale * scale))
+        noisy[rows] = noise.release(scale * true[rows], rng) / scale
+        variance[rows] = noise.variance / (scale * scale)
     ledger.record(
         name,
         0,
         DiscreteGaussianMechanism.name,
         ZCDP(rho),
-        sensitivity=2 * tau2 * rho,
-        note=(
-            f"{note}; " if note else ""
-        )
-        + f"residual: answer k has sigma^2 {float(tau2):.6g} x ||q_k||^2; sensitivity is that "
+        sensitivity=2 * sigma2 * rho,
+        note=(f"{note}; " if note else "")
+        + "residual components "
+        + ", ".join("{" + ", ".join(str(a) for a in sorted(k)) + "}" for k in keys)
+        + f": answer k has sigma^2 {float(sigma2):.6g} x ||q_k||^2; the sensitivity is that "
         "of the whitened queries",
     )
     return LinearMeasurement(attrs, factors, noisy, variance), rho

@@ -324,25 +324,23 @@ class Adaptive:
                     )
                 )
             else:
-                spent = Fraction(0)
-                for component in plan.components:
-                    outside = math.prod(sizes[a] for a in chosen if a not in component)
-                    tau2 = plan.sigma2 * outside
-                    measurement, cost = measure_residual(
-                        codes,
-                        sizes,
-                        component,
-                        tau2,
-                        name=f"{label} (residual {' x '.join(self.columns[a] for a in component)})",
-                        ledger=self.ledger,
-                        rng=self._rng,
-                        note=note,
-                    )
-                    measurements.append(measurement)
-                    self._learn(component, float(tau2))
-                    spent += cost
+                measurement, spent = measure_residual(
+                    codes,
+                    sizes,
+                    chosen,
+                    plan.components,
+                    plan.sigma2,
+                    name=label,
+                    ledger=self.ledger,
+                    rng=self._rng,
+                    note=note,
+                )
                 if spent != rho_m:  # exact: the components' shares sum to the round's budget
                     raise SynthError(f"round {step} spent {spent}, not its budget {rho_m}")
+                measurements.append(measurement)
+                for component in plan.components:
+                    outside = math.prod(sizes[a] for a in chosen if a not in component)
+                    self._learn(component, float(plan.sigma2) * outside)
             self.measured.append(names)
             used += rho_m + eps_s * eps_s / 8
             before = model.marginal(chosen)

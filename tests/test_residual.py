@@ -8,6 +8,7 @@ from __future__ import annotations
 import functools
 import itertools
 import math
+import re
 from fractions import Fraction
 
 import numpy as np
@@ -18,7 +19,15 @@ from mechanisms.discrete import discrete_gaussian_variance
 from mechanisms.ledger import Ledger
 from synth import Adaptive, SynthError
 from synth._estimate import Measurement, histogram
-from synth._residual import component_share, contrast_basis, measure_residual, residual_rho
+from synth._residual import (
+    _speed_scale,
+    basis,
+    component_rows,
+    component_share,
+    contrast_basis,
+    measure_residual,
+    residual_rho,
+)
 from synth.graphical import LinearMeasurement, fit_model
 from synth.graphical.factor import expand
 
@@ -81,36 +90,79 @@ def test_component_shares_sum_to_one_and_measure_a_marginal_for_its_budget():
     # measuring components within r at per-cell sigma^2 costs each share of 1 / (2 sigma^2)
     codes = np.zeros((5, 3), dtype=np.int64)
     sigma2 = Fraction(11, 4)
-    for c in subsets[1:]:
-        outside = math.prod(sizes[a] for a in r if a not in c)
-        _, rho = measure_residual(
-            codes, sizes, c, sigma2 * outside, name=f"{c}", ledger=Ledger(), rng=None
-        )
+    for c in subsets:
+        _, rho = measure_residual(codes, sizes, r, [c], sigma2, name="c", ledger=Ledger(), rng=None)
         assert rho == shares[c] / (2 * sigma2)
+    # all of them: the marginal's cost
+    ledger = Ledger()
+    _, rho = measure_residual(codes, sizes, r, subsets, sigma2, name="all", ledger=ledger, rng=None)
+    assert rho == 1 / (2 * sigma2) == ledger.total().rho
+    assert ledger.entries[0].sensitivity == 1
 
 
-def test_the_noise_is_discrete_gaussian_with_the_stated_variance_per_answer():
+@pytest.mark.parametrize(
+    ("sizes", "components"),
+    [((3, 4), [(0, 1)]), ((3, 4), [(1,), (0, 1)]), ((2, 3, 2), [(0, 2), (0, 1, 2), ()])],
+)
+def test_measure_residual_rho_is_the_brute_force_maximum(sizes, components):
+    """The cost measure_residual records, against every neighbouring data set (one record
+    added in each cell) with the variances it used (before the sampler's rounding up)."""
+    rng = np.random.default_rng(6)
+    codes = np.stack([rng.integers(0, s, 30) for s in sizes], axis=1)
+    attrs = tuple(range(len(sizes)))
+    sigma2 = Fraction(5, 7)
+    m, rho = measure_residual(
+        codes, sizes, attrs, components, sigma2, name="m", ledger=Ledger(), rng=rng
+    )
+    q = _kron_rows(m.factors)
+    measured = np.isfinite(m.variance).reshape(-1)
+    assert measured.sum() == sum(math.prod(sizes[a] - 1 for a in c) for c in components)
+    base = histogram(codes, sizes, attrs).reshape(-1).astype(object)
+    worst = Fraction(0)
+    for cell in itertools.product(*(range(s) for s in sizes)):
+        neighbour = np.vstack([codes, np.array(cell)[None, :]])
+        moved = histogram(neighbour, sizes, attrs).reshape(-1).astype(object) - base
+        loss = Fraction(0)
+        for row, on in zip(q, measured):
+            if on:
+                loss += Fraction(int(row.dot(moved)) ** 2, 2 * sum(int(v) ** 2 for v in row))
+        worst = max(worst, loss / sigma2)
+    assert rho == worst
+
+
+@pytest.mark.parametrize("tau2", [Fraction(3, 2), Fraction(10**8, 3)])
+def test_the_noise_is_discrete_gaussian_with_the_stated_variance_per_answer(tau2):
     """alpha: |z| > 5.3 has probability about 1e-7 under the stated variances; power: the same
-    statistic with the variances 30% off in scale (x 1.69 or / 1.69) is far outside."""
+    statistic with the variances 30% off in scale (x 1.69 or / 1.69) is far outside. The small
+    tau2 is drawn scaled (answers times m, noise at sigma^2 m^2, divided by m), the large not."""
     sizes = (20, 12)
     codes = np.random.default_rng(1).integers(0, 12, (300, 2))
-    tau2 = Fraction(3, 2)
     rng = np.random.default_rng(2)
     truth = None
-    ratios, stated = [], []
+    ratios = []
     for draw in range(40):
         ledger = Ledger()
-        m, rho = measure_residual(codes, sizes, (0, 1), tau2, name="r", ledger=ledger, rng=rng)
+        m, rho = measure_residual(
+            codes, sizes, (0, 1), [(0, 1)], tau2, name="r", ledger=ledger, rng=rng
+        )
+        on = np.isfinite(m.variance)
+        assert on.sum() == 19 * 11
         if truth is None:
             truth = m.query(histogram(codes, sizes, (0, 1)))
-            norms = _row_norms(m.factors)
-            expected = [discrete_gaussian_variance(tau2 * int(v)) for v in norms.reshape(-1)]
-            np.testing.assert_allclose(m.variance.reshape(-1), expected, rtol=1e-12)
-            assert ledger.entries[0].budget.rho == rho == Fraction(19, 20) * Fraction(11, 12) / 3
-        noise = m.noisy - truth
-        assert np.all(noise == np.rint(noise))  # integer answers, integer noise
-        ratios.append((noise * noise / m.variance).reshape(-1))
-        stated.append(m.variance.reshape(-1))
+            norms = _row_norms(m.factors)[on]
+            scales = np.array([_speed_scale(tau2 * int(v)) for v in norms])
+            assert (scales > 1).any() == (tau2 < 10**6)
+            expected = [
+                discrete_gaussian_variance(tau2 * int(v) * k * k) / (k * k)
+                for v, k in zip(norms, scales)
+            ]
+            np.testing.assert_allclose(m.variance[on], expected, rtol=1e-12)
+            rho_expected = Fraction(19, 20) * Fraction(11, 12) / (2 * tau2)
+            assert ledger.entries[0].budget.rho == rho == rho_expected
+        noise = (m.noisy - truth)[on]
+        scaled = noise * scales
+        assert np.all(np.abs(scaled - np.rint(scaled)) < 1e-6)  # integer noise on the 1/m grid
+        ratios.append(noise * noise / m.variance[on])
     squares = np.concatenate(ratios)
     n = squares.size
 
@@ -148,16 +200,17 @@ def test_noise_free_residuals_reproduce_a_known_model():
     measurements: list[Measurement | LinearMeasurement] = [
         Measurement((a,), total * _marginal(joint, (a,)), 1.0) for a in range(len(sizes))
     ]
-    components = sorted(
-        {s for c in cliques for k in (2, 3) for s in itertools.combinations(c, k)}
-    )
-    for s in components:
-        factors = tuple(contrast_basis(sizes[a]) for a in s)
-        exact = LinearMeasurement(s, factors, np.zeros([f.shape[0] for f in factors]),
-                                  np.ones([f.shape[0] for f in factors]))
-        answers = exact.query(total * _marginal(joint, s))
+    for c in cliques:  # the components of 2 or more attributes: not the 1-ways' again
+        components = [s for k in range(2, len(c) + 1) for s in itertools.combinations(c, k)]
+        factors = tuple(basis(sizes[a]) for a in c)
+        on = np.zeros([sizes[a] for a in c], dtype=bool)
+        for s in components:
+            on[component_rows(s, c, sizes)] = True
+        probe = LinearMeasurement(c, factors, np.zeros(on.shape), np.ones(on.shape))
+        answers = np.where(on, probe.query(total * _marginal(joint, c)), 0.0)
         # variance ||q_k||^2: unit variance per orthonormal coordinate, as measure_residual
-        measurements.append(LinearMeasurement(s, factors, answers, _row_norms(factors) * 1.0))
+        variance = np.where(on, _row_norms(factors) * 1.0, np.inf)
+        measurements.append(LinearMeasurement(c, factors, answers, variance))
     model = fit_model(measurements, sizes, iters=2000)
     assert model.total == pytest.approx(total)
     for c in [*cliques, (0, 3), (1, 3)]:
@@ -185,8 +238,10 @@ def test_bad_linear_measurements_are_refused():
         LinearMeasurement((1, 0), f + f, np.zeros((2, 2)), np.ones((2, 2)))
     with pytest.raises(SynthError, match=r"noisy has shape \(3,\); the factors' rows give \(2,\)"):
         LinearMeasurement((0,), f, np.zeros(3), np.ones(3))
-    with pytest.raises(SynthError, match=r"variance .* must be finite and > 0"):
+    with pytest.raises(SynthError, match=r"variance \(shape \(2,\)\) must be > 0"):
         LinearMeasurement((0,), f, np.zeros(2), np.zeros(2))
+    with pytest.raises(SynthError, match=r"not measured, not all"):
+        LinearMeasurement((0,), f, np.zeros(2), np.full(2, np.inf))
     bad = LinearMeasurement((0,), f, np.zeros(2), np.ones(2))
     with pytest.raises(SynthError, match=r"factor has 3 columns; the domain gives 4"):
         fit_model([Measurement((0,), np.ones(4), 1.0), bad], (4,))
@@ -207,16 +262,18 @@ def test_adaptive_residual_spends_rho_exactly_and_measures_only_what_is_not_know
     gen.fit(frame)
     assert gen.ledger.total().rho == gen.rho  # exact: the components' shares add up
     d = len(gen.columns)
-    known = {(col,) for col in gen.columns}  # the 1-ways hold every 1-way component
+    known = {(a,) for a in range(d)}  # the 1-ways hold every 1-way component
     rounds = len(gen.measured) - d
     assert rounds >= 2
-    for step in range(1, rounds + 1):
-        chosen = gen.measured[d + step - 1]
-        prefix = f"round {step}: measure {' x '.join(chosen)} (residual "
+    position = {col: j for j, col in enumerate(gen.columns)}
+    entries = [e for e in gen.ledger.entries if e.query.startswith("round ") and "measure" in e.query]
+    assert len(entries) == rounds
+    for step, entry in enumerate(entries, start=1):
+        chosen = tuple(position[col] for col in gen.measured[d + step - 1])
+        listed = re.search(r"residual components (.*?): answer", entry.note).group(1)
         measured = {
-            tuple(e.query[len(prefix) : -1].split(" x "))
-            for e in gen.ledger.entries
-            if e.query.startswith(prefix)
+            tuple(int(a) for a in part.split(", ") if a)
+            for part in re.findall(r"\{([^}]*)\}", listed)
         }
         every = {s for k in range(1, len(chosen) + 1) for s in itertools.combinations(chosen, k)}
         new = every - known

@@ -180,8 +180,9 @@ def fit_model(
             grads[key] = w * mu - target[key]
         for m in linear:  # 0.5 ||Q mu - y||^2_W: gradient Q' W (Q mu - y)
             residual = m.query(mus[m.attrs]) - m.noisy
-            loss += 0.5 * float(np.sum(residual * residual / m.variance))
-            grads[m.attrs] = grads[m.attrs] + m.adjoint(residual / m.variance)
+            weighted = m.precision * residual
+            loss += 0.5 * float(np.sum(weighted * residual))
+            grads[m.attrs] = grads[m.attrs] + m.adjoint(weighted)
         return loss, mus, grads
 
     loss, mus, grads = evaluate(theta)
