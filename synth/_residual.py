@@ -110,7 +110,9 @@ def residual_rho(factors: Sequence[np.ndarray], tau2: Fraction) -> Fraction:
     return math.prod((_column_factor(f) for f in factors), start=Fraction(1)) / (2 * tau2)
 
 
-def component_share(component: Sequence[int], marginal: Sequence[int], sizes: Sequence[int]) -> Fraction:
+def component_share(
+    component: Sequence[int], marginal: Sequence[int], sizes: Sequence[int]
+) -> Fraction:
     """Component S's share of the marginal r's squared sensitivity (they sum to 1 over S):
     ``prod_{a in S} (n_a - 1) / n_a * prod_{a in r - S} 1 / n_a``. Measured within r at
     per-cell noise sigma^2, component S has noise ``sigma^2 prod_{a in r - S} n_a`` per

@@ -25,6 +25,15 @@ mechanisms and ledger:
    than the noise would explain (L1 change <= sqrt(2/pi) sigma n_r) the per-round budget is
    raised (sigma halved, eps_s doubled: AIM's annealing). When what remains would not pay for
    two more rounds, the last round spends exactly what remains.
+   With ``measure="residual"`` a round measures only the residual components of the chosen
+   marginal that no earlier round measured (all of them when every one is known): r's
+   marginal splits into one orthogonal component per subset S of r (ResidualPlanner, Xiao,
+   He, Zhang, Kifer, NeurIPS 2023), the 1-ways have measured the total and every 1-way
+   component, and the components not measured cost nothing, so the round's rho_m buys a
+   per-cell sigma^2 of (the new components' shares) / (2 rho_m) instead of 1 / (2 rho_m)
+   (:mod:`synth._residual`: integer queries, exact discrete Gaussian noise, exact rho). The
+   selection's noise penalty is then sqrt(2/pi) n_r times the root mean per-cell variance of
+   r's marginal as all its components would be known after the round.
 4. A final fit with more iterations; records are i.i.d. draws from the model (or, with
    ``sample(method="rounded")``, its counts rounded along the junction tree), and their
    default number is the model's total (estimated from the noisy measurements), never the
@@ -51,11 +60,17 @@ from mechanisms.ledger import Ledger, NoiseSource
 from mechanisms.rng import make_rng
 from mechanisms.selection import exponential_mechanism
 from synth._domains import Domains, SynthError, check_seed, decode, encode_records
-from synth._estimate import check_cell_cap, check_cells, histogram, measure_marginals
+from synth._estimate import (
+    Measurement,
+    check_cell_cap,
+    check_cells,
+    histogram,
+    measure_marginals,
+)
 from synth._residual import component_share, measure_residual
 from synth.class_conditional import check_rows, disclose_rows
 from synth.crosstab import check_epsilon, check_share
-from synth.graphical import GraphicalModel, build_junction_tree, fit_model
+from synth.graphical import GraphicalModel, LinearMeasurement, build_junction_tree, fit_model
 from synth.graphical.factor import cells
 from synth.graphical.inference import steiner_cliques
 from synth.graphical.junction_tree import triangulated_cliques
@@ -268,7 +283,7 @@ class Adaptive:
         alpha, rho = self.measure_share, self.rho
         rho_m = alpha * rho / rounds
         eps_s = _sqrt_down(8 * (1 - alpha) * rho / rounds)
-        measurements = measure_marginals(
+        oneways = measure_marginals(
             codes,
             sizes,
             [(j,) for j in range(d)],
@@ -279,12 +294,13 @@ class Adaptive:
             mechanism="discrete_gaussian",
             note="AIM initialisation: every 1-way marginal",
         )
+        measurements: list[Measurement | LinearMeasurement] = list(oneways)
         used = rho_m * d
         self.measured = [(c,) for c in self.columns]
         # each residual component's noise variance per orthonormal coordinate (public: from
         # the noise scales only); a 1-way marginal holds the total and its own component
         self._known: dict[tuple[int, ...], float] = {}
-        for m in measurements:
+        for m in oneways:
             self._learn((), m.variance * sizes[m.attrs[0]])
             self._learn(m.attrs, m.variance)
         model = fit_model(measurements, sizes, iters=self.iters, max_cells=self.max_cells)

@@ -74,7 +74,10 @@ def test_rho_is_the_brute_force_maximum_over_neighbouring_data_sets(sizes):
         neighbour = np.vstack([codes, np.array(cell)[None, :]])
         moved = histogram(neighbour, sizes, attrs).reshape(-1).astype(object) - base
         answers = q.dot(moved)
-        worst = max(worst, sum(Fraction(int(a) ** 2) / (2 * s) for a, s in zip(answers, sigma2)))
+        worst = max(
+            worst,
+            sum(Fraction(int(a) ** 2) / (2 * s) for a, s in zip(answers, sigma2, strict=True)),
+        )
     assert residual_rho(factors, tau2) == worst
     # the orthonormal column norms: prod (n - 1) / n
     assert worst == math.prod(Fraction(s - 1, s) for s in sizes) / (2 * tau2)
@@ -123,7 +126,7 @@ def test_measure_residual_rho_is_the_brute_force_maximum(sizes, components):
         neighbour = np.vstack([codes, np.array(cell)[None, :]])
         moved = histogram(neighbour, sizes, attrs).reshape(-1).astype(object) - base
         loss = Fraction(0)
-        for row, on in zip(q, measured):
+        for row, on in zip(q, measured, strict=True):
             if on:
                 loss += Fraction(int(row.dot(moved)) ** 2, 2 * sum(int(v) ** 2 for v in row))
         worst = max(worst, loss / sigma2)
@@ -140,7 +143,7 @@ def test_the_noise_is_discrete_gaussian_with_the_stated_variance_per_answer(tau2
     rng = np.random.default_rng(2)
     truth = None
     ratios = []
-    for draw in range(40):
+    for _ in range(40):
         ledger = Ledger()
         m, rho = measure_residual(
             codes, sizes, (0, 1), [(0, 1)], tau2, name="r", ledger=ledger, rng=rng
@@ -154,7 +157,7 @@ def test_the_noise_is_discrete_gaussian_with_the_stated_variance_per_answer(tau2
             assert (scales > 1).any() == (tau2 < 10**6)
             expected = [
                 discrete_gaussian_variance(tau2 * int(v) * k * k) / (k * k)
-                for v, k in zip(norms, scales)
+                for v, k in zip(norms, scales, strict=True)
             ]
             np.testing.assert_allclose(m.variance[on], expected, rtol=1e-12)
             rho_expected = Fraction(19, 20) * Fraction(11, 12) / (2 * tau2)
@@ -221,7 +224,9 @@ def test_identity_factors_fit_as_the_marginal_measurement_does():
     """A linear measurement with identity factors is a marginal measurement: same fit."""
     sizes = (3, 2, 4)
     rng = np.random.default_rng(4)
-    tables = {c: rng.integers(20, 200, [sizes[a] for a in c]).astype(float) for c in [(0, 1), (1, 2)]}
+    tables = {
+        c: rng.integers(20, 200, [sizes[a] for a in c]).astype(float) for c in [(0, 1), (1, 2)]
+    }
     plain = [Measurement(c, t, 2.0) for c, t in tables.items()]
     eye = [
         LinearMeasurement(c, tuple(np.eye(sizes[a]) for a in c), t, np.full(t.shape, 2.0))
@@ -266,7 +271,9 @@ def test_adaptive_residual_spends_rho_exactly_and_measures_only_what_is_not_know
     rounds = len(gen.measured) - d
     assert rounds >= 2
     position = {col: j for j, col in enumerate(gen.columns)}
-    entries = [e for e in gen.ledger.entries if e.query.startswith("round ") and "measure" in e.query]
+    entries = [
+        e for e in gen.ledger.entries if e.query.startswith("round ") and "measure" in e.query
+    ]
     assert len(entries) == rounds
     for step, entry in enumerate(entries, start=1):
         chosen = tuple(position[col] for col in gen.measured[d + step - 1])
