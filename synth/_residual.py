@@ -143,7 +143,7 @@ def measure_residual(
     sizes: Sequence[int],
     attrs: Sequence[int],
     components: Sequence[Sequence[int]],
-    sigma2: Fraction,
+    sigma2: Fraction | Sequence[Fraction],
     *,
     name: str,
     ledger: Ledger,
@@ -151,8 +151,8 @@ def measure_residual(
     note: str = "",
 ) -> tuple[LinearMeasurement, Fraction]:
     """Answer the residual ``components`` (distinct subsets) of the marginal on ``attrs``
-    (sorted) with noise sigma^2 per orthonormal coordinate of that marginal (module
-    docstring); record their exact cost in ``ledger`` as one entry.
+    (sorted) with noise sigma^2 per orthonormal coordinate of that marginal (one for all, or
+    one per component; module docstring); record their exact cost in ``ledger`` as one entry.
 
     The queries are the rows of ``kron(basis(n_a))`` spanning the components; the other rows
     are not measured (variance infinite). Component S then costs
@@ -174,43 +174,61 @@ def measure_residual(
     keys = [frozenset(int(a) for a in c) for c in components]
     if not keys or len(set(keys)) != len(keys) or any(not k <= set(attrs) for k in keys):
         raise SynthError(f"components ({components!r}) must be distinct subsets of {attrs}")
-    sigma2 = Fraction(sigma2)
-    if sigma2 <= 0:
-        raise SynthError(f"sigma2 ({sigma2}) must be > 0")
+    scales = (
+        [Fraction(sigma2)] * len(keys)
+        if isinstance(sigma2, (int, Fraction))
+        else [Fraction(v) for v in sigma2]
+    )
+    if len(scales) != len(keys) or any(v <= 0 for v in scales):
+        raise SynthError(f"sigma2 ({sigma2}) must be > 0, one or one per component")
     factors = tuple(basis(int(sizes[a])) for a in attrs)
     row_norms = np.ones((), dtype=np.int64)
     for f in factors:
         row_norms = np.multiply.outer(row_norms, (f * f).sum(axis=1))
-    measured = np.zeros(row_norms.shape, dtype=bool)
-    rho = Fraction(0)
-    for key in keys:
-        rows = component_rows(sorted(key), attrs, sizes)
-        if any(r.stop <= r.start for r in rows):
-            raise SynthError(f"component {sorted(key)} includes a column of one value")
-        measured[rows] = True
-        rho += residual_rho([f[r] for f, r in zip(factors, rows, strict=True)], sigma2)
     true = kronecker_apply(factors, histogram(codes, sizes, attrs))
     noisy = np.zeros(true.shape)
     variance = np.full(true.shape, np.inf)
-    for norm in np.unique(row_norms[measured]):  # one sampler call per distinct row norm
-        rows = measured & (row_norms == norm)
-        row_sigma2 = sigma2 * int(norm)
-        scale = _speed_scale(row_sigma2)
-        # answers scale * q x with noise sigma^2 scale^2: the same privacy loss (the shift
-        # and the noise's scale both grow by ``scale``), then divided by ``scale``
-        noise = DiscreteGaussianMechanism(1 / (2 * row_sigma2 * scale * scale))
-        noisy[rows] = noise.release(scale * true[rows], rng) / scale
-        variance[rows] = noise.variance / (scale * scale)
+    rho = Fraction(0)
+    for key, scale2 in zip(keys, scales, strict=True):
+        block = component_rows(sorted(key), attrs, sizes)
+        if any(r.stop <= r.start for r in block):
+            raise SynthError(f"component {sorted(key)} includes a column of one value")
+        rho += residual_rho([f[r] for f, r in zip(factors, block, strict=True)], scale2)
+        measured = np.zeros(row_norms.shape, dtype=bool)
+        measured[block] = True
+        for norm in np.unique(row_norms[measured]):  # one sampler call per distinct row norm
+            _draw(true, noisy, variance, measured & (row_norms == norm), scale2 * int(norm), rng)
     ledger.record(
         name,
         0,
         DiscreteGaussianMechanism.name,
         ZCDP(rho),
-        sensitivity=2 * sigma2 * rho,
+        sensitivity=2 * scales[0] * rho,
         note=(f"{note}; " if note else "")
         + "residual components "
-        + ", ".join("{" + ", ".join(str(a) for a in sorted(k)) + "}" for k in keys)
-        + f": answer k has sigma^2 {float(sigma2):.6g} x ||q_k||^2; the sensitivity is that "
-        "of the whitened queries",
+        + ", ".join(
+            "{" + ", ".join(str(a) for a in sorted(k)) + "}" + f" at sigma^2 {float(v):.6g}"
+            for k, v in zip(keys, scales, strict=True)
+        )
+        + ": answer k has sigma^2 x ||q_k||^2; the sensitivity is that of the queries "
+        "whitened by the first component's sigma^2",
     )
     return LinearMeasurement(attrs, factors, noisy, variance), rho
+
+
+def _draw(
+    true: np.ndarray,
+    noisy: np.ndarray,
+    variance: np.ndarray,
+    rows: np.ndarray,
+    row_sigma2: Fraction,
+    rng: np.random.Generator | None,
+) -> None:
+    """Fill ``noisy`` and ``variance`` at ``rows`` with discrete Gaussian answers of sigma^2
+    ``row_sigma2`` (drawn scaled, :func:`_speed_scale`)."""
+    scale = _speed_scale(row_sigma2)
+    # answers scale * q x with noise sigma^2 scale^2: the same privacy loss (the shift and the
+    # noise's scale both grow by ``scale``), then divided by ``scale``
+    noise = DiscreteGaussianMechanism(1 / (2 * row_sigma2 * scale * scale))
+    noisy[rows] = noise.release(scale * true[rows], rng) / scale
+    variance[rows] = noise.variance / (scale * scale)

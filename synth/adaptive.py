@@ -67,7 +67,7 @@ from synth._estimate import (
     histogram,
     measure_marginals,
 )
-from synth._residual import component_share, measure_residual
+from synth._residual import measure_residual
 from synth.class_conditional import check_rows, disclose_rows
 from synth.crosstab import check_epsilon, check_share
 from synth.graphical import GraphicalModel, LinearMeasurement, build_junction_tree, fit_model
@@ -79,7 +79,7 @@ from synth.graphical.sampling import check_sampling
 __all__ = ["Adaptive", "MEASURES", "rho_for"]
 
 #: What a round measures: the chosen marginal whole, or its residual components (module doc).
-MEASURES = ("marginal", "residual")
+MEASURES = ("marginal", "residual", "residual-fill")
 
 logger = logging.getLogger(__name__)
 
@@ -297,12 +297,13 @@ class Adaptive:
         measurements: list[Measurement | LinearMeasurement] = list(oneways)
         used = rho_m * d
         self.measured = [(c,) for c in self.columns]
-        # each residual component's noise variance per orthonormal coordinate (public: from
-        # the noise scales only); a 1-way marginal holds the total and its own component
-        self._known: dict[tuple[int, ...], float] = {}
-        for m in oneways:
-            self._learn((), m.variance * sizes[m.attrs[0]])
-            self._learn(m.attrs, m.variance)
+        # each residual component's precision per orthonormal coordinate of its own marginal,
+        # exact (public: from the calibrated noise scales only); a 1-way marginal holds the
+        # total and its own component
+        self._precision: dict[tuple[int, ...], Fraction] = {}
+        for j in range(d):
+            self._learn((), Fraction(1) / (sizes[j] / (2 * rho_m)))
+            self._learn((j,), 2 * rho_m)
         model = fit_model(measurements, sizes, iters=self.iters, max_cells=self.max_cells)
         truth = _TrueMarginals(codes, sizes)  # built when a round first scores a candidate
         step = 0
@@ -322,7 +323,7 @@ class Adaptive:
             chosen = self._select(model, candidates, truth, weights, plans, eps_s, step)
             names = tuple(self.columns[a] for a in chosen)
             plan = plans[chosen]
-            sigma = math.sqrt(float(plan.sigma2))
+            sigma = math.sqrt(float(min(plan.sigma2s, default=1 / (2 * rho_m))))
             label = f"round {step}: measure {' x '.join(names)}"
             note = f"AIM round {step}, sigma {sigma:.4g}"
             if plan.components is None:
@@ -345,7 +346,7 @@ class Adaptive:
                     sizes,
                     chosen,
                     plan.components,
-                    plan.sigma2,
+                    plan.sigma2s,
                     name=label,
                     ledger=self.ledger,
                     rng=self._rng,
@@ -354,9 +355,9 @@ class Adaptive:
                 if spent != rho_m:  # exact: the components' shares sum to the round's budget
                     raise SynthError(f"round {step} spent {spent}, not its budget {rho_m}")
                 measurements.append(measurement)
-                for component in plan.components:
+                for component, sigma2 in zip(plan.components, plan.sigma2s, strict=True):
                     outside = math.prod(sizes[a] for a in chosen if a not in component)
-                    self._learn(component, float(plan.sigma2) * outside)
+                    self._learn(component, 1 / (sigma2 * outside))
             self.measured.append(names)
             used += rho_m + eps_s * eps_s / 8
             before = model.marginal(chosen)
@@ -447,42 +448,66 @@ class Adaptive:
                 out.append(r)
         return out
 
-    def _learn(self, component: tuple[int, ...], variance: float) -> None:
-        """Add a measurement of ``component`` (noise ``variance`` per orthonormal coordinate)
-        to what is known of it: precisions add."""
-        old = self._known.get(component)
-        self._known[component] = variance if old is None else 1 / (1 / old + 1 / variance)
+    def _learn(self, component: tuple[int, ...], precision: Fraction) -> None:
+        """Add a measurement of ``component`` (``precision`` per orthonormal coordinate of its
+        marginal) to what is known of it: precisions add."""
+        self._precision[component] = self._precision.get(component, Fraction(0)) + precision
 
     def _plan(self, r: tuple[int, ...], sizes: Sequence[int], rho_m: Fraction) -> _Plan:
         """What measuring ``r`` with ``rho_m`` would measure, at what noise (public facts only).
 
+        In r's cells, component S at per-cell variance v costs rank_S / (2 n_r v) and holds
+        rank_S coordinates; one known with precision P_S per coordinate of its own marginal has
+        precision p_S = P_S prod_{a in r - S} n_a per coordinate in r's cells.
+
         ``"marginal"``: r whole, sigma^2 = 1 / (2 rho_m); the expected L1 noise on r is
         sqrt(2 / pi) sigma n_r (AIM). ``"residual"``: the components of r not yet known (all
-        but the total when every one is), sigma^2 = (their shares' sum) / (2 rho_m) per cell
-        of r; the expected L1 noise is sqrt(2 / pi) n_r times the root mean per-cell variance
-        of r's marginal as the components would then be known (each component S contributes
-        rank_S times its variance, in r's cells: divided by the cells of r outside S).
+        but the total when every one is), at one sigma^2 = (their ranks' sum) / (2 n_r rho_m).
+        ``"residual-fill"``: the precisions that minimise the summed variance of r's cells,
+        sum_S rank_S / (p_S + x_S), for the budget sum_S rank_S x_S / (2 n_r) = rho_m: every
+        component measured is brought to one common precision (water-filling; the Lagrange
+        condition), the best-known ones not measured. Both: the expected L1 noise is
+        sqrt(2 / pi) n_r times the root mean per-cell variance of r's marginal as its
+        components would then be known.
         """
         n_r = cells(r, sizes)
-        subsets = [c for k in range(len(r) + 1) for c in itertools.combinations(r, k)]
-        shares = {c: component_share(c, r, sizes) for c in subsets}
-        components = [c for c in subsets if c and shares[c] > 0 and c not in self._known]
-        if not components:
-            components = [c for c in subsets if c and shares[c] > 0]
-        if self.measure == "marginal" or not components:  # (none: r's columns have one value)
+        subsets = [c for k in range(1, len(r) + 1) for c in itertools.combinations(r, k)]
+        rank = {c: math.prod(sizes[a] - 1 for a in c) for c in subsets}
+        subsets = [c for c in subsets if rank[c] > 0]
+        if self.measure == "marginal" or not subsets:  # (none: r's columns have one value)
             sigma2 = 1 / (2 * rho_m)
-            return _Plan(None, sigma2, _NOISE_L1 * math.sqrt(float(sigma2)) * n_r)
-        sigma2 = sum((shares[c] for c in components), Fraction(0)) / (2 * rho_m)
-        per_cell = 0.0
-        for c in subsets:
-            outside = math.prod(sizes[a] for a in r if a not in c)
-            variance = self._known.get(c, math.inf)
-            if c in components:
-                new = float(sigma2) * outside
-                variance = new if variance == math.inf else 1 / (1 / variance + 1 / new)
-            rank = math.prod(sizes[a] - 1 for a in c)
-            per_cell += rank * variance / outside if rank else 0.0
-        return _Plan(tuple(components), sigma2, _NOISE_L1 * n_r * math.sqrt(per_cell / n_r))
+            return _Plan(None, (), _NOISE_L1 * math.sqrt(float(sigma2)) * n_r)
+        known = {
+            c: self._precision.get(c, Fraction(0)) * math.prod(sizes[a] for a in r if a not in c)
+            for c in subsets
+        }
+        budget = 2 * n_r * rho_m  # sum_S rank_S x_S
+        added: dict[tuple[int, ...], Fraction] = {}
+        if self.measure == "residual":
+            components = [c for c in subsets if known[c] == 0] or subsets
+            level = budget / sum(rank[c] for c in components)
+            added = {c: level for c in components}
+        else:
+            order = sorted(subsets, key=lambda c: known[c])
+            for k in range(len(order), 0, -1):  # the largest active set whose level is above
+                active = order[:k]
+                level = (budget + sum(rank[c] * known[c] for c in active)) / sum(
+                    rank[c] for c in active
+                )
+                if level > known[active[-1]]:
+                    added = {c: level - known[c] for c in active}
+                    break
+        per_cell = sum(
+            rank[c] / float(known[c] + added.get(c, 0))
+            for c in subsets
+            if known[c] + added.get(c, 0) > 0
+        )
+        components = [c for c in subsets if c in added]
+        return _Plan(
+            tuple(components),
+            tuple(1 / added[c] for c in components),
+            _NOISE_L1 * n_r * math.sqrt(per_cell / n_r),
+        )
 
     def _select(
         self,
@@ -550,10 +575,11 @@ class Adaptive:
 @dataclass(frozen=True)
 class _Plan:
     """A round's measurement of one candidate: its residual components (None: the marginal
-    whole), the per-cell noise sigma^2 of r, and the expected L1 noise on r's marginal."""
+    whole), each one's per-cell noise sigma^2 in r's cells, and the expected L1 noise on r's
+    marginal."""
 
     components: tuple[tuple[int, ...], ...] | None
-    sigma2: Fraction
+    sigma2s: tuple[Fraction, ...]
     noise_l1: float
 
 
