@@ -79,7 +79,7 @@ from synth.graphical.sampling import check_sampling
 __all__ = ["Adaptive", "MEASURES", "rho_for"]
 
 #: What a round measures: the chosen marginal whole, or its residual components (module doc).
-MEASURES = ("marginal", "residual", "residual-fill")
+MEASURES = ("marginal", "residual", "residual-fill", "residual-workload")
 
 logger = logging.getLogger(__name__)
 
@@ -254,6 +254,7 @@ class Adaptive:
         # w_r = sum_q |r & q| = sum over a in r of the number of workload marginals holding a
         holding = [sum(1 for q in workload if a in q) for a in range(d)]
         weights = {r: sum(holding[a] for a in r) for r in closure}
+        self._targets = _precision_targets(closure, workload, sizes)
         # the tables fitting allocates: every 1-way marginal (measured first) and the true
         # marginal of each candidate a round can choose (one within max_cells), refused before
         # any is built when they would not fit; a workload marginal over max_cells is never
@@ -483,7 +484,23 @@ class Adaptive:
         }
         budget = 2 * n_r * rho_m  # sum_S rank_S x_S
         added: dict[tuple[int, ...], Fraction] = {}
-        if self.measure == "residual":
+        if self.measure == "residual-workload":
+            # in each component's own marginal: X_S costs rank_S X_S / (2 n_S); every
+            # component measured is brought to kappa a_S (a_S: _precision_targets)
+            own = {c: self._precision.get(c, Fraction(0)) for c in subsets}
+            n_s = {c: cells(c, sizes) for c in subsets}
+            target = self._targets
+            order = sorted(subsets, key=lambda c: own[c] / target[c])
+            for k in range(len(order), 0, -1):
+                active = order[:k]
+                kappa = (rho_m + sum(rank[c] * own[c] / (2 * n_s[c]) for c in active)) / sum(
+                    rank[c] * target[c] / (2 * n_s[c]) for c in active
+                )
+                if kappa * target[active[-1]] > own[active[-1]]:
+                    outside = {c: n_r // n_s[c] for c in active}
+                    added = {c: (kappa * target[c] - own[c]) * outside[c] for c in active}
+                    break
+        elif self.measure == "residual":
             components = [c for c in subsets if known[c] == 0] or subsets
             level = budget / sum(rank[c] for c in components)
             added = {c: level for c in components}
@@ -581,6 +598,29 @@ class _Plan:
     components: tuple[tuple[int, ...], ...] | None
     sigma2s: tuple[Fraction, ...]
     noise_l1: float
+
+
+def _precision_targets(
+    closure: Sequence[tuple[int, ...]], workload: Sequence[tuple[int, ...]], sizes: Sequence[int]
+) -> dict[tuple[int, ...], Fraction]:
+    """Each component's relative target precision a_S (per coordinate of its own marginal)
+    for ``measure="residual-workload"``: the precisions that minimise the workload's summed
+    variance, sum_S w_S rank_S / P_S with w_S = sum over workload marginals q holding S of
+    1 / prod_{a in q - S} n_a, for a cost sum_S rank_S P_S / (2 n_S), are proportional to
+    sqrt(n_S w_S) (the Lagrange condition). Rounded to a rational (a public design choice: it
+    only shapes the noise, whose cost is computed exactly)."""
+    out = {}
+    for s in closure:
+        w = sum(
+            (
+                Fraction(1, math.prod(sizes[a] for a in q if a not in s))
+                for q in workload
+                if set(s) <= set(q)
+            ),
+            Fraction(0),
+        )
+        out[s] = Fraction(math.sqrt(cells(s, sizes) * w)).limit_denominator(10**6)
+    return out
 
 
 class _TrueMarginals(dict[tuple[int, ...], np.ndarray]):
