@@ -328,30 +328,18 @@ def _generators(
 def _adaptive_runs(
     real: pd.DataFrame, domains: dict, eps: float, seed: int
 ) -> dict[str, Callable[[], tuple[pd.DataFrame, dict]]]:
-    """``Adaptive`` at (eps, 1e-9) measuring whole marginals and residual components."""
-    return {
-        **_adaptive_syntheses(real, domains, eps, seed, "marginal", ""),
-        **_adaptive_syntheses(real, domains, eps, seed, "residual", " residual"),
-    }
-
-
-def _adaptive_syntheses(
-    real: pd.DataFrame, domains: dict, eps: float, seed: int, measure: str, suffix: str
-) -> dict[str, Callable[[], tuple[pd.DataFrame, dict]]]:
-    """``Adaptive(measure=measure)`` at (eps, 1e-9) sampled i.i.d. and by rounded counts, one
-    fit shared by both (made by the first that runs). Each synthesis starts from a copy of the
-    generator as the fit left it, so its records do not depend on which ran first (the i.i.d.
-    ones are those of ``Adaptive(...).fit(real).sample()``). Each row's ``seconds`` and
-    ``cpu_s`` are the fit's plus its own synthesis's."""
+    """``Adaptive`` at (eps, 1e-9) sampled i.i.d. and by rounded counts, one fit shared by
+    both (made by the first that runs). Each synthesis starts from a copy of the generator as
+    the fit left it, so its records do not depend on which ran first (the i.i.d. ones are
+    those of ``Adaptive(...).fit(real).sample()``). Each row's ``seconds`` and ``cpu_s`` are
+    the fit's plus its own synthesis's."""
     fitted: list[tuple[Adaptive, float, float]] = []
 
     def synthesis(method: str) -> Callable[[], tuple[pd.DataFrame, dict]]:
         def make() -> tuple[pd.DataFrame, dict]:
             if not fitted:
                 start, cpu = time.perf_counter(), time.process_time()
-                generator = Adaptive(
-                    eps, delta=1e-9, domains=domains, seed=seed, measure=measure
-                ).fit(real)
+                generator = Adaptive(eps, delta=1e-9, domains=domains, seed=seed).fit(real)
                 fitted.append((generator, time.perf_counter() - start, time.process_time() - cpu))
             generator, seconds, cpu_s = fitted[0]
             start, cpu = time.perf_counter(), time.process_time()
@@ -363,8 +351,8 @@ def _adaptive_syntheses(
         return make
 
     return {
-        f"Adaptive{suffix} (ours, delta 1e-9)": synthesis("iid"),
-        f"Adaptive-rounded{suffix} (ours, delta 1e-9)": synthesis("rounded"),
+        "Adaptive (ours, delta 1e-9)": synthesis("iid"),
+        "Adaptive-rounded (ours, delta 1e-9)": synthesis("rounded"),
     }
 
 

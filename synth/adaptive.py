@@ -25,15 +25,6 @@ mechanisms and ledger:
    than the noise would explain (L1 change <= sqrt(2/pi) sigma n_r) the per-round budget is
    raised (sigma halved, eps_s doubled: AIM's annealing). When what remains would not pay for
    two more rounds, the last round spends exactly what remains.
-   With ``measure="residual"`` a round measures only the residual components of the chosen
-   marginal that no earlier round measured (all of them when every one is known): r's
-   marginal splits into one orthogonal component per subset S of r (ResidualPlanner, Xiao,
-   He, Zhang, Kifer, NeurIPS 2023), the 1-ways have measured the total and every 1-way
-   component, and the components not measured cost nothing, so the round's rho_m buys a
-   per-cell sigma^2 of (the new components' shares) / (2 rho_m) instead of 1 / (2 rho_m)
-   (:mod:`synth._residual`: integer queries, exact discrete Gaussian noise, exact rho). The
-   selection's noise penalty is then sqrt(2/pi) n_r times the root mean per-cell variance of
-   r's marginal as all its components would be known after the round.
 4. A final fit with more iterations; records are i.i.d. draws from the model (or, with
    ``sample(method="rounded")``, its counts rounded along the junction tree), and their
    default number is the model's total (estimated from the noisy measurements), never the
@@ -49,7 +40,6 @@ import logging
 import math
 import time
 from collections.abc import Hashable, Mapping, Sequence
-from dataclasses import dataclass
 from fractions import Fraction
 
 import numpy as np
@@ -60,26 +50,16 @@ from mechanisms.ledger import Ledger, NoiseSource
 from mechanisms.rng import make_rng
 from mechanisms.selection import exponential_mechanism
 from synth._domains import Domains, SynthError, check_seed, decode, encode_records
-from synth._estimate import (
-    Measurement,
-    check_cell_cap,
-    check_cells,
-    histogram,
-    measure_marginals,
-)
-from synth._residual import measure_residual
+from synth._estimate import check_cell_cap, check_cells, histogram, measure_marginals
 from synth.class_conditional import check_rows, disclose_rows
 from synth.crosstab import check_epsilon, check_share
-from synth.graphical import GraphicalModel, LinearMeasurement, build_junction_tree, fit_model
+from synth.graphical import GraphicalModel, build_junction_tree, fit_model
 from synth.graphical.factor import cells
 from synth.graphical.inference import steiner_cliques
 from synth.graphical.junction_tree import triangulated_cliques
 from synth.graphical.sampling import check_sampling
 
-__all__ = ["Adaptive", "MEASURES", "rho_for"]
-
-#: What a round measures: the chosen marginal whole, or its residual components (module doc).
-MEASURES = ("marginal", "residual", "residual-fill", "residual-workload")
+__all__ = ["Adaptive", "rho_for"]
 
 logger = logging.getLogger(__name__)
 
@@ -153,10 +133,6 @@ class Adaptive:
             grows with the share of the budget spent.
         iters: mirror-descent iterations per refit (warm-started).
         final_iters: iterations of the final fit.
-        measure: ``"marginal"`` (AIM: each round measures the chosen marginal whole) or
-            ``"residual"``: only its residual components not yet measured (all of them when
-            every one is known), at the per-cell noise the round's budget buys for those
-            components alone (:mod:`synth._residual`).
 
     Attributes:
         model: the fitted :class:`synth.graphical.GraphicalModel`.
@@ -180,7 +156,6 @@ class Adaptive:
         max_model_cells: int = 1_000_000,
         iters: int = 100,
         final_iters: int = 500,
-        measure: str = "marginal",
     ) -> None:
         self.epsilon = check_epsilon(epsilon)
         self.delta = _check_delta(delta)
@@ -205,9 +180,6 @@ class Adaptive:
         )
         self.iters = _check_int(iters, "iters", 1)
         self.final_iters = _check_int(final_iters, "final_iters", 0)
-        if measure not in MEASURES:
-            raise SynthError(f"measure ({measure!r}) must be one of {', '.join(MEASURES)}")
-        self.measure = measure
         self.rho = rho_for(self.epsilon, self.delta)
         self.ledger = Ledger()
         self.domains: Domains = {}
@@ -254,7 +226,6 @@ class Adaptive:
         # w_r = sum_q |r & q| = sum over a in r of the number of workload marginals holding a
         holding = [sum(1 for q in workload if a in q) for a in range(d)]
         weights = {r: sum(holding[a] for a in r) for r in closure}
-        self._targets = _precision_targets(closure, workload, sizes)
         # the tables fitting allocates: every 1-way marginal (measured first) and the true
         # marginal of each candidate a round can choose (one within max_cells), refused before
         # any is built when they would not fit; a workload marginal over max_cells is never
@@ -284,7 +255,7 @@ class Adaptive:
         alpha, rho = self.measure_share, self.rho
         rho_m = alpha * rho / rounds
         eps_s = _sqrt_down(8 * (1 - alpha) * rho / rounds)
-        oneways = measure_marginals(
+        measurements = measure_marginals(
             codes,
             sizes,
             [(j,) for j in range(d)],
@@ -295,16 +266,8 @@ class Adaptive:
             mechanism="discrete_gaussian",
             note="AIM initialisation: every 1-way marginal",
         )
-        measurements: list[Measurement | LinearMeasurement] = list(oneways)
         used = rho_m * d
         self.measured = [(c,) for c in self.columns]
-        # each residual component's precision per orthonormal coordinate of its own marginal,
-        # exact (public: from the calibrated noise scales only); a 1-way marginal holds the
-        # total and its own component
-        self._precision: dict[tuple[int, ...], Fraction] = {}
-        for j in range(d):
-            self._learn((), Fraction(1) / (sizes[j] / (2 * rho_m)))
-            self._learn((j,), 2 * rho_m)
         model = fit_model(measurements, sizes, iters=self.iters, max_cells=self.max_cells)
         truth = _TrueMarginals(codes, sizes)  # built when a round first scores a candidate
         step = 0
@@ -320,45 +283,21 @@ class Adaptive:
             step += 1
             cliques = [m.attrs for m in measurements]
             candidates = self._allowed(closure, cliques, sizes, float(used / rho))
-            plans = {r: self._plan(r, sizes, rho_m) for r in candidates}
-            chosen = self._select(model, candidates, truth, weights, plans, eps_s, step)
+            sigma = math.sqrt(1 / (2 * float(rho_m)))
+            chosen = self._select(model, candidates, truth, weights, sizes, sigma, eps_s, step)
             names = tuple(self.columns[a] for a in chosen)
-            plan = plans[chosen]
-            sigma = math.sqrt(float(min(plan.sigma2s, default=1 / (2 * rho_m))))
-            label = f"round {step}: measure {' x '.join(names)}"
-            note = f"AIM round {step}, sigma {sigma:.4g}"
-            if plan.components is None:
-                measurements.extend(
-                    measure_marginals(
-                        codes,
-                        sizes,
-                        [chosen],
-                        [ZCDP(rho_m)],
-                        names=[label],
-                        ledger=self.ledger,
-                        rng=self._rng,
-                        mechanism="discrete_gaussian",
-                        note=note,
-                    )
-                )
-            else:
-                measurement, spent = measure_residual(
-                    codes,
-                    sizes,
-                    chosen,
-                    plan.components,
-                    plan.sigma2s,
-                    name=label,
-                    ledger=self.ledger,
-                    rng=self._rng,
-                    note=note,
-                )
-                if spent != rho_m:  # exact: the components' shares sum to the round's budget
-                    raise SynthError(f"round {step} spent {spent}, not its budget {rho_m}")
-                measurements.append(measurement)
-                for component, sigma2 in zip(plan.components, plan.sigma2s, strict=True):
-                    outside = math.prod(sizes[a] for a in chosen if a not in component)
-                    self._learn(component, 1 / (sigma2 * outside))
+            new = measure_marginals(
+                codes,
+                sizes,
+                [chosen],
+                [ZCDP(rho_m)],
+                names=[f"round {step}: measure {' x '.join(names)}"],
+                ledger=self.ledger,
+                rng=self._rng,
+                mechanism="discrete_gaussian",
+                note=f"AIM round {step}, sigma {sigma:.4g}",
+            )
+            measurements.extend(new)
             self.measured.append(names)
             used += rho_m + eps_s * eps_s / 8
             before = model.marginal(chosen)
@@ -373,7 +312,7 @@ class Adaptive:
                     self.max_cells,
                 )
             moved = float(np.abs(model.marginal(chosen) - before).sum())
-            expected = plan.noise_l1
+            expected = _NOISE_L1 * sigma * cells(chosen, sizes)
             logger.info(
                 "round %d: measured %s (sigma %.3g), model moved %.1f (noise %.1f); "
                 "%.1f%% of rho spent, %.1f s",
@@ -449,90 +388,14 @@ class Adaptive:
                 out.append(r)
         return out
 
-    def _learn(self, component: tuple[int, ...], precision: Fraction) -> None:
-        """Add a measurement of ``component`` (``precision`` per orthonormal coordinate of its
-        marginal) to what is known of it: precisions add."""
-        self._precision[component] = self._precision.get(component, Fraction(0)) + precision
-
-    def _plan(self, r: tuple[int, ...], sizes: Sequence[int], rho_m: Fraction) -> _Plan:
-        """What measuring ``r`` with ``rho_m`` would measure, at what noise (public facts only).
-
-        In r's cells, component S at per-cell variance v costs rank_S / (2 n_r v) and holds
-        rank_S coordinates; one known with precision P_S per coordinate of its own marginal has
-        precision p_S = P_S prod_{a in r - S} n_a per coordinate in r's cells.
-
-        ``"marginal"``: r whole, sigma^2 = 1 / (2 rho_m); the expected L1 noise on r is
-        sqrt(2 / pi) sigma n_r (AIM). ``"residual"``: the components of r not yet known (all
-        but the total when every one is), at one sigma^2 = (their ranks' sum) / (2 n_r rho_m).
-        ``"residual-fill"``: the precisions that minimise the summed variance of r's cells,
-        sum_S rank_S / (p_S + x_S), for the budget sum_S rank_S x_S / (2 n_r) = rho_m: every
-        component measured is brought to one common precision (water-filling; the Lagrange
-        condition), the best-known ones not measured. Both: the expected L1 noise is
-        sqrt(2 / pi) n_r times the root mean per-cell variance of r's marginal as its
-        components would then be known.
-        """
-        n_r = cells(r, sizes)
-        subsets = [c for k in range(1, len(r) + 1) for c in itertools.combinations(r, k)]
-        rank = {c: math.prod(sizes[a] - 1 for a in c) for c in subsets}
-        subsets = [c for c in subsets if rank[c] > 0]
-        if self.measure == "marginal" or not subsets:  # (none: r's columns have one value)
-            sigma2 = 1 / (2 * rho_m)
-            return _Plan(None, (), _NOISE_L1 * math.sqrt(float(sigma2)) * n_r)
-        known = {
-            c: self._precision.get(c, Fraction(0)) * math.prod(sizes[a] for a in r if a not in c)
-            for c in subsets
-        }
-        budget = 2 * n_r * rho_m  # sum_S rank_S x_S
-        added: dict[tuple[int, ...], Fraction] = {}
-        if self.measure == "residual-workload":
-            # in each component's own marginal: X_S costs rank_S X_S / (2 n_S); every
-            # component measured is brought to kappa a_S (a_S: _precision_targets)
-            own = {c: self._precision.get(c, Fraction(0)) for c in subsets}
-            n_s = {c: cells(c, sizes) for c in subsets}
-            target = self._targets
-            order = sorted(subsets, key=lambda c: own[c] / target[c])
-            for k in range(len(order), 0, -1):
-                active = order[:k]
-                kappa = (rho_m + sum(rank[c] * own[c] / (2 * n_s[c]) for c in active)) / sum(
-                    rank[c] * target[c] / (2 * n_s[c]) for c in active
-                )
-                if kappa * target[active[-1]] > own[active[-1]]:
-                    outside = {c: n_r // n_s[c] for c in active}
-                    added = {c: (kappa * target[c] - own[c]) * outside[c] for c in active}
-                    break
-        elif self.measure == "residual":
-            components = [c for c in subsets if known[c] == 0] or subsets
-            level = budget / sum(rank[c] for c in components)
-            added = {c: level for c in components}
-        else:
-            order = sorted(subsets, key=lambda c: known[c])
-            for k in range(len(order), 0, -1):  # the largest active set whose level is above
-                active = order[:k]
-                level = (budget + sum(rank[c] * known[c] for c in active)) / sum(
-                    rank[c] for c in active
-                )
-                if level > known[active[-1]]:
-                    added = {c: level - known[c] for c in active}
-                    break
-        per_cell = sum(
-            rank[c] / float(known[c] + added.get(c, 0))
-            for c in subsets
-            if known[c] + added.get(c, 0) > 0
-        )
-        components = [c for c in subsets if c in added]
-        return _Plan(
-            tuple(components),
-            tuple(1 / added[c] for c in components),
-            _NOISE_L1 * n_r * math.sqrt(per_cell / n_r),
-        )
-
     def _select(
         self,
         model: GraphicalModel,
         candidates: Sequence[tuple[int, ...]],
         truth: Mapping[tuple[int, ...], np.ndarray],
         weights: Mapping[tuple[int, ...], int],
-        plans: Mapping[tuple[int, ...], _Plan],
+        sizes: Sequence[int],
+        sigma: float,
         eps_s: Fraction,
         step: int,
     ) -> tuple[int, ...]:
@@ -546,7 +409,7 @@ class Adaptive:
         for r in candidates:
             fitted = np.rint(model.marginal(r) * _GRID).astype(np.int64)
             l1 = int(np.abs(truth[r].astype(np.int64) * _GRID - fitted).sum())
-            penalty = Fraction(plans[r].noise_l1)
+            penalty = Fraction(_NOISE_L1 * sigma * cells(r, sizes))
             scores.append(weights[r] * (Fraction(l1, _GRID) - penalty))
         sensitivity = max(weights[r] for r in candidates)
         index = exponential_mechanism(scores, eps_s, sensitivity, rng=self._rng)
@@ -587,40 +450,6 @@ class Adaptive:
             disclose_rows(self.ledger, rows)
         codes = self.model.sample(rows, self._rng, method)
         return decode(codes, self.domains, self.columns)
-
-
-@dataclass(frozen=True)
-class _Plan:
-    """A round's measurement of one candidate: its residual components (None: the marginal
-    whole), each one's per-cell noise sigma^2 in r's cells, and the expected L1 noise on r's
-    marginal."""
-
-    components: tuple[tuple[int, ...], ...] | None
-    sigma2s: tuple[Fraction, ...]
-    noise_l1: float
-
-
-def _precision_targets(
-    closure: Sequence[tuple[int, ...]], workload: Sequence[tuple[int, ...]], sizes: Sequence[int]
-) -> dict[tuple[int, ...], Fraction]:
-    """Each component's relative target precision a_S (per coordinate of its own marginal)
-    for ``measure="residual-workload"``: the precisions that minimise the workload's summed
-    variance, sum_S w_S rank_S / P_S with w_S = sum over workload marginals q holding S of
-    1 / prod_{a in q - S} n_a, for a cost sum_S rank_S P_S / (2 n_S), are proportional to
-    sqrt(n_S w_S) (the Lagrange condition). Rounded to a rational (a public design choice: it
-    only shapes the noise, whose cost is computed exactly)."""
-    out = {}
-    for s in closure:
-        w = sum(
-            (
-                Fraction(1, math.prod(sizes[a] for a in q if a not in s))
-                for q in workload
-                if set(s) <= set(q)
-            ),
-            Fraction(0),
-        )
-        out[s] = Fraction(math.sqrt(cells(s, sizes) * w)).limit_denominator(10**6)
-    return out
 
 
 class _TrueMarginals(dict[tuple[int, ...], np.ndarray]):

@@ -13,7 +13,6 @@ One module per concept, so a reader finds each in one file:
 - :mod:`.factor`: tables over attribute sets (expand, project, log-sum-exp).
 - :mod:`.junction_tree`: triangulation, maximal cliques, the junction tree, the size cap.
 - :mod:`.inference`: belief propagation (calibration) and marginals outside the cliques.
-- :mod:`.linear`: measurements of a linear (Kronecker) map of a marginal.
 - :mod:`.estimation`: the fit (mirror descent with a line search), warm-started.
 - :mod:`.model`: the fitted model, its answers.
 - :mod:`.sampling`: forward synthesis along the junction tree (i.i.d. or rounded).
@@ -27,13 +26,11 @@ from synth.graphical.junction_tree import (
     largest_clique_cells,
     too_large,
 )
-from synth.graphical.linear import LinearMeasurement
 from synth.graphical.model import GraphicalModel
 
 __all__ = [
     "GraphicalModel",
     "JunctionTree",
-    "LinearMeasurement",
     "ModelSizeError",
     "build_junction_tree",
     "estimate_total",

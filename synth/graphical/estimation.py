@@ -5,9 +5,7 @@ with the given total N, minimise
 
     L(mu) = sum_r (1 / (2 var_r)) || mu_r - y_r ||^2,
 
-mu_r the distribution's marginal (times N) on measured clique r, y_r the noisy table (a
-:class:`synth.graphical.linear.LinearMeasurement` adds ``0.5 sum_k (Q mu_r - y)_k^2 / var_k``
-instead: a linear map of the marginal, such as its residual components). The
+mu_r the distribution's marginal (times N) on measured clique r, y_r the noisy table. The
 minimiser over *all* distributions is attained by a Markov random field on the measured
 cliques, so the search runs over its log-potentials theta_r: mirror descent in the marginal
 polytope's natural geometry is the update theta_r <- theta_r - alpha * dL/dmu_r, with mu
@@ -32,7 +30,6 @@ from synth._domains import SynthError
 from synth._estimate import Measurement
 from synth.graphical.inference import calibrate
 from synth.graphical.junction_tree import build_junction_tree
-from synth.graphical.linear import LinearMeasurement
 from synth.graphical.model import GraphicalModel
 
 __all__ = ["fit_model", "estimate_total"]
@@ -59,20 +56,13 @@ def _sorted(m: Measurement, sizes: Sequence[int]) -> tuple[tuple[int, ...], np.n
     return tuple(attrs[i] for i in order), np.transpose(noisy, order), float(m.variance)
 
 
-def estimate_total(measurements: Sequence[Measurement | LinearMeasurement]) -> float:
-    """The inverse-variance weighted mean of the marginal measurements' sums (at least 1).
+def estimate_total(measurements: Sequence[Measurement]) -> float:
+    """The inverse-variance weighted mean of the measurements' sums (at least 1).
 
-    A table of c cells with noise variance v has a sum with variance c v. Linear measurements
-    are not used (a residual component's answers carry no information on the total).
+    A table of c cells with noise variance v has a sum with variance c v.
     """
     if not measurements:
         raise SynthError("measurements must not be empty: there is nothing to estimate from")
-    measurements = [m for m in measurements if isinstance(m, Measurement)]
-    if not measurements:
-        raise SynthError(
-            "measurements must include a marginal (not only linear maps of one): their sums "
-            "estimate the total"
-        )
     sums = np.array([float(np.sum(m.noisy)) for m in measurements])
     variances = np.array([float(m.variance) * max(np.size(m.noisy), 1) for m in measurements])
     weights = 1.0 / variances
@@ -80,7 +70,7 @@ def estimate_total(measurements: Sequence[Measurement | LinearMeasurement]) -> f
 
 
 def fit_model(
-    measurements: Sequence[Measurement | LinearMeasurement],
+    measurements: Sequence[Measurement],
     sizes: Sequence[int],
     *,
     total: float | None = None,
@@ -92,8 +82,7 @@ def fit_model(
     """Fit the model of the module docstring.
 
     Args:
-        measurements: noisy marginals (attribute positions into ``sizes``, any order), or
-            noisy linear maps of marginals (:class:`synth.graphical.linear.LinearMeasurement`).
+        measurements: noisy marginals (attribute positions into ``sizes``, any order).
         sizes: domain size of every attribute.
         total: the model's total; None estimates it (:func:`estimate_total`).
         iters: mirror-descent iterations (each one belief propagation, plus backtracking).
@@ -109,25 +98,18 @@ def fit_model(
         raise SynthError(f"sizes ({sizes}) must be a non-empty list of domain sizes >= 1")
     if isinstance(iters, bool) or not isinstance(iters, int) or iters < 0:
         raise SynthError(f"iters ({iters!r}) must be an integer >= 0")
-    data = [_sorted(m, sizes) for m in measurements if not isinstance(m, LinearMeasurement)]
-    linear = [m for m in measurements if isinstance(m, LinearMeasurement)]
-    for m in linear:
-        m.check(sizes)
+    data = [_sorted(m, sizes) for m in measurements]
     if total is None:
         total = estimate_total(measurements)
     if not (np.isfinite(total) and total > 0):
         raise SynthError(f"total ({total!r}) must be a finite number > 0")
-    keys = sorted(
-        {attrs for attrs, _, _ in data}
-        | {m.attrs for m in linear}
-        | {tuple(sorted(c)) for c in cliques}
-    )
+    keys = sorted({attrs for attrs, _, _ in data} | {tuple(sorted(c)) for c in cliques})
     tree = build_junction_tree(keys, sizes, max_cells=max_cells)
     theta: dict[tuple[int, ...], np.ndarray] = {}
     for key in keys:
         old = warm_start.potentials.get(key) if warm_start is not None else None
         theta[key] = np.array(old) if old is not None else np.zeros([sizes[a] for a in key])
-    if not data and not linear:
+    if not data:
         return GraphicalModel(sizes, tree, theta, float(total))
     # the loss grouped by clique: 0.5 sum_r w_r ||mu - y_r||^2
     #   = 0.5 W ||mu||^2 - <mu, b> + c,  W = sum w_r, b = sum w_r y_r
@@ -145,10 +127,9 @@ def fit_model(
         home[key] = found
     shapes = {key: tuple(sizes[a] for a in tree.cliques[home[key]]) for key in keys}
     expanded = {key: [sizes[a] if a in key else 1 for a in tree.cliques[home[key]]] for key in keys}
-    observed = set(weight) | {m.attrs for m in linear}
     summed = {
         key: tuple(i for i, a in enumerate(tree.cliques[home[key]]) if a not in key)
-        for key in observed
+        for key in weight
     }
     scale = float(total)
 
@@ -170,23 +151,16 @@ def fit_model(
         loss = constant
         mus: dict[tuple[int, ...], np.ndarray] = {}
         grads: dict[tuple[int, ...], np.ndarray] = {}
-        for key in observed:
-            belief = beliefs[home[key]]
-            mus[key] = scale * (belief.sum(axis=summed[key]) if summed[key] else belief)
-            grads[key] = np.zeros_like(mus[key])
         for key, w in weight.items():
-            mu = mus[key]
+            belief = beliefs[home[key]]
+            mu = scale * (belief.sum(axis=summed[key]) if summed[key] else belief)
+            mus[key] = mu
             loss += 0.5 * w * float(np.sum(mu * mu)) - float(np.sum(mu * target[key]))
             grads[key] = w * mu - target[key]
-        for m in linear:  # 0.5 ||Q mu - y||^2_W: gradient Q' W (Q mu - y)
-            residual = m.query(mus[m.attrs]) - m.noisy
-            weighted = m.precision * residual
-            loss += 0.5 * float(np.sum(weighted * residual))
-            grads[m.attrs] = grads[m.attrs] + m.adjoint(weighted)
         return loss, mus, grads
 
     loss, mus, grads = evaluate(theta)
-    max_weight = max([*weight.values(), *(m.curvature() for m in linear)])
+    max_weight = max(weight.values())
     alpha = 1.0 / (scale * max_weight)
     for step in range(iters):
         kept = False
