@@ -436,9 +436,9 @@ class Adaptive:
                 records carry less sampling noise on the measured marginals but are not
                 independent (:mod:`synth.graphical.sampling`); or ``"iid"``: independent
                 draws from the model. Both are post-processing of the model. Why rounded by
-                default: its mean 3-way TVD was lower on every data set and seed measured
-                (NLTCS, Adult, ACS and two held-out ACS states, three seeds each, at epsilon
-                1: 3-10% lower, 23% on NLTCS; ``docs/benchmarks.md``), and private-pgm's
+                default: at epsilon 1 its mean 3-way TVD was lower on every seed of NLTCS,
+                Adult and ACS (three each) and on the mean of two held-out ACS states: 4-7%
+                lower, 23% on NLTCS (``docs/benchmarks.md``), and private-pgm's
                 synthesis defaults to rounding too. ``"iid"`` is for uses that need
                 independent records (resampling the synthetic table, for one).
 
