@@ -39,10 +39,9 @@ from topdown.errors import ReleaseError
 from topdown.measurement.measure import Measurements
 from topdown.measurement.tree import Tree
 from topdown.outputs.microdata import write_csv_parts
-from topdown.streaming.measurements import answer_rows
+from topdown.streaming.measurements import answer_rows, write_row_groups
 from topdown.support.int_types import narrowed
 from topdown.support.optional import is_installed, require
-from topdown.support.writing import naming
 
 __all__ = [
     "MEASUREMENT_ROWS",
@@ -96,20 +95,12 @@ def write_measurement_file(measurements: Measurements, tree: Tree, folder: Path,
 
     every = [m.noisy.dtype for lv in measurements.levels for m in lv]
     dtype = np.result_type(*every) if every else np.dtype(np.int64)
-    with naming(path):
-        writer: pq.ParquetWriter | None = None
-        try:
-            for level in range(len(measurements.levels)):
-                for rows in answer_rows(measurements, tree, level, dtype):
-                    column = pa.array(np.full(rows.num_rows, level, dtype=np.int16))
-                    rows = rows.add_column(0, "level", column)
-                    if writer is None:
-                        writer = pq.ParquetWriter(path, rows.schema, compression="zstd")
-                    writer.write_table(rows, row_group_size=max(rows.num_rows, 1))
-        finally:
-            if writer is not None:
-                writer.close()
-    if writer is None:  # no measurement at all: an empty file of the same columns
+    groups = (
+        rows.add_column(0, "level", pa.array(np.full(rows.num_rows, level, dtype=np.int16)))
+        for level in range(len(measurements.levels))
+        for rows in answer_rows(measurements, tree, level, dtype)
+    )
+    if not write_row_groups(path, groups):  # no measurement: an empty file of the same columns
         words = pa.dictionary(pa.int32(), pa.string())
         pq.write_table(
             pa.table(

@@ -48,6 +48,7 @@ __all__ = [
     "level_folder",
     "part_path",
     "write_measurements",
+    "write_row_groups",
     "answer_rows",
     "read_measurements",
     "read_part",
@@ -88,8 +89,6 @@ def write_measurements(
     ``tree`` is the tree the measurements were taken on (a subtree's, or the levels down to the
     stream level): node ``i`` of its level is the measurements' row ``i``.
     """
-    import pyarrow.parquet as pq
-
     for level in levels:
         path = part_path(folder, "measurements", tree, level, part)
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -97,16 +96,26 @@ def write_measurements(
         # one integer type per file: each query's answers are stored in the smallest type that
         # holds them (topdown.measurement.measure), which may differ between the level's queries
         dtype = np.result_type(*(m.noisy.dtype for m in queries)) if queries else np.int64
-        with naming(path):  # a full disk names the part being written
-            writer: pq.ParquetWriter | None = None
-            try:
-                for batch in answer_rows(measurements, tree, level, dtype):
-                    if writer is None:
-                        writer = pq.ParquetWriter(path, batch.schema, compression="zstd")
-                    writer.write_table(batch, row_group_size=max(batch.num_rows, 1))
-            finally:
-                if writer is not None:
-                    writer.close()
+        write_row_groups(path, answer_rows(measurements, tree, level, dtype))
+
+
+def write_row_groups(path: Path, tables: Iterable[Any]) -> bool:
+    """Write the Arrow ``tables`` (one schema) to ``path`` as one Parquet file, zstd, one row
+    group each, so that no more than one table is held at a time. Returns whether any was
+    written: with none, no file is created. A failure names the file (``naming``)."""
+    import pyarrow.parquet as pq
+
+    with naming(path):  # a full disk names the file being written
+        writer: pq.ParquetWriter | None = None
+        try:
+            for table in tables:
+                if writer is None:
+                    writer = pq.ParquetWriter(path, table.schema, compression="zstd")
+                writer.write_table(table, row_group_size=max(table.num_rows, 1))
+        finally:
+            if writer is not None:
+                writer.close()
+    return writer is not None
 
 
 def answer_rows(
