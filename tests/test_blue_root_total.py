@@ -17,7 +17,6 @@ import test_blue_dhc_like as dl
 from topdown.blue.estimate import blue
 from topdown.blue.root_total import root_total_blue, total_block
 from topdown.estimation.root_total import decide
-from topdown.measurement.estimator_inputs import EstimatorInputs, QueryEstimate
 from topdown.strategy import Query
 
 
@@ -62,13 +61,7 @@ def test_uninformed_nodes_and_an_exact_total() -> None:
     with pytest.MonkeyPatch.context() as m:
         m.setattr(tb, "DOMAIN", dl.DOMAIN)
         inputs = tb.random_inputs(rng, tree, [dl.QUERIES] * 3, per_node=False)
-    masked = []
-    for q in inputs.at(2):
-        var = np.broadcast_to(q.variance, (q.noisy.shape[0],)).astype(float)
-        if q.query.name != "detailed":
-            var[::2] = np.inf
-        masked.append(QueryEstimate(q.level, q.query, q.noisy, var))
-    inputs = EstimatorInputs((inputs.at(0), inputs.at(1), tuple(masked)))
+    inputs = dl.leaf_marginals_every_other_node(inputs)
     _same_total(tree, dl.DOMAIN, inputs)
     _same_total(tree, dl.DOMAIN, inputs, exact_totals={0: {0: 500.0}})
     exact = root_total_blue(tree, dl.DOMAIN, inputs, exact_totals={0: {0: 500.0}})
