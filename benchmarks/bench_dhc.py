@@ -40,7 +40,7 @@ Run from the repository root:
     python benchmarks/bench_dhc.py [--persons 100000] [--seed 0] [--strategy four|preset]
         [--estimator blue|topdown] [--only-detailed] [--metrics]
         [--compare-estimators [--seeds 3]] [--executor serial|processes|dask [--workers 2]]
-        [--dense-check]
+        [--dense-check] [--multipass-check [--seeds 5]]
 
 ``--executor processes|dask`` runs each release on that executor with ``--workers`` workers
 (default 2) instead of serially: CPU seconds are then this process's and its workers' (the
@@ -55,6 +55,13 @@ under ``auto`` (the matrix-free Newton routes chosen for marginal queries) and u
 QP solver named strictly (every L2 problem a dense QP; a problem it declines fails the run).
 It prints both releases' figures, the share of cells whose released counts agree, and the
 tract level's error on each query side by side: the accuracy of both paths on one domain.
+
+``--multipass-check`` releases that coarsened state with the four queries fitted as
+production fits the DHC preset (``multipass``: the three marginals in a first pass, then
+``detailed`` holding their answers; at 1,120 cells the general solvers take it) and in one
+pass over all four, for ``--seeds`` paired seeds, and prints their tract errors as
+``--compare-estimators`` does: what the one pass the preset runs at 1.2 million cells gives
+up, measured where both run.
 
 ``--only-detailed`` runs the detailed-only release alone (issue 31's memory case: 750,000
 persons, 400 tracts of 1,227,744 cells); ``--metrics`` adds each release's accuracy metrics
@@ -113,13 +120,16 @@ def _preset(name: str) -> tuple[Schema, Strategy]:
     return schema, Strategy(detailed, preset.mechanism, preset.neighbouring)
 
 
-def _strategy(name: str, levels: int) -> Strategy:
+def _strategy(name: str, levels: int, multipass: bool = False) -> Strategy:
+    """``detailed`` alone or the four queries, rho 1 a level; ``multipass``: the three
+    marginals in a first pass (``FOUR[1:]``), ``detailed`` in the second."""
     if name == "detailed":
         queries: tuple = ((Query(None), Fraction(1)),)
     else:
         queries = tuple((Query.parse(q), Fraction(1, 4)) for q in FOUR)
+    first = FOUR[1:] if multipass else ()
     return Strategy(
-        tuple(LevelStrategy(Fraction(1), queries) for _ in range(levels)),
+        tuple(LevelStrategy(Fraction(1), queries, first) for _ in range(levels)),
         mechanism="discrete_gaussian",
     )
 
@@ -179,12 +189,13 @@ def _run(
     workers: int = 2,
     small: bool = False,
     solver: str | dict[str, str] = "auto",
+    multipass: bool = False,
 ) -> dict:
     """One release in this (child) process: its figures; with ``metrics``, then its accuracy
     metrics against the records (``Release.metrics``), timed apart and inside the peak."""
     if small:
         records, geography, schema = _small_state(persons, seed)
-        strategy = _strategy("four queries", len(HIERARCHY) + 1)
+        strategy = _strategy("four queries", len(HIERARCHY) + 1, multipass)
         hierarchy = HIERARCHY
         queries = [q for q, _ in strategy.levels[-1].queries]
         nearest = "SEX x AGE"
@@ -260,39 +271,48 @@ def _in_process(name: str, persons: int, seed: int, **options: Any) -> dict | No
 
 
 def _compare_estimators(persons: int, seeds: range) -> int:
-    """The preset under ``"blue"`` and ``"topdown"`` for each seed, back to back; prints each
-    run, then per query the mean tract MAE of each and their paired difference."""
-    rows: dict[str, list[dict]] = {"blue": [], "topdown": []}
+    """The preset under ``"blue"`` and ``"topdown"`` for each seed, back to back."""
+    runs = {e: {"preset": True, "estimator": e} for e in ("blue", "topdown")}
+    return _paired("preset", runs, persons, seeds)
+
+
+def _paired(name: str, runs: dict[str, dict], persons: int, seeds: range) -> int:
+    """Each of ``runs`` (a label: ``_run``'s options) for each seed, back to back; prints each
+    run, then per query the two runs' tract MAE averaged over the seeds and their paired
+    difference (mean and standard error over the seeds)."""
+    rows: dict[str, list[dict]] = {label: [] for label in runs}
     print(
-        f"{'seed':>4} {'estimator':<9}{'wall s':>8}{'cpu s':>8}{'blue s':>8}{'peak MiB':>10}"
+        f"{'seed':>4} {'run':<9}{'wall s':>8}{'cpu s':>8}{'blue s':>8}{'peak MiB':>10}"
         "  L2 solver by level",
         flush=True,
     )
     for seed in seeds:
-        for estimator, runs in rows.items():
-            row = _in_process("preset", persons, seed, preset=True, estimator=estimator)
+        for label, options in runs.items():
+            row = _in_process(name, persons, seed, **options)
             if row is None:
                 return 1
-            runs.append(row)
+            rows[label].append(row)
             print(
-                f"{seed:>4} {estimator:<9}{row['wall_s']:>8.1f}{row['cpu_s']:>8.1f}"
+                f"{seed:>4} {label:<9}{row['wall_s']:>8.1f}{row['cpu_s']:>8.1f}"
                 f"{row['blue_s']:>8.1f}{row['peak_MiB']:>10.0f}  {row['l2']}",
                 flush=True,
             )
-    blue, topdown = rows["blue"], rows["topdown"]
-    cpu = sum(r["cpu_s"] for r in blue) / sum(r["cpu_s"] for r in topdown)
-    peak = max(r["peak_MiB"] for r in blue) / max(r["peak_MiB"] for r in topdown)
+    (a_label, a), (b_label, b) = rows.items()
+    cpu = sum(r["cpu_s"] for r in a) / sum(r["cpu_s"] for r in b)
+    peak = max(r["peak_MiB"] for r in a) / max(r["peak_MiB"] for r in b)
     print(
-        f"blue / topdown: CPU {cpu:.2f}x, peak memory {peak:.2f}x "
-        f"({blue[0]['tracts']} tracts, {len(seeds)} seed(s))"
+        f"{a_label} / {b_label}: CPU {cpu:.2f}x, peak memory {peak:.2f}x "
+        f"({a[0]['tracts']} tracts, {len(seeds)} seed(s))"
     )
-    print(f"\ntract-level MAE by query{'blue':>58}{'topdown':>10}{'blue - topdown (se)':>24}")
-    for q in blue[0]["tract_mae"]:
-        b = np.array([r["tract_mae"][q] for r in blue])
-        t = np.array([r["tract_mae"][q] for r in topdown])
-        diff = b - t
+    print(
+        f"\n{'tract-level MAE by query':<82}{a_label:>10}{b_label:>10}  {a_label} - {b_label} (se)"
+    )
+    for q in a[0]["tract_mae"]:
+        x = np.array([r["tract_mae"][q] for r in a])
+        y = np.array([r["tract_mae"][q] for r in b])
+        diff = x - y
         se = diff.std(ddof=1) / np.sqrt(diff.size) if diff.size > 1 else float("nan")
-        print(f"{q:<82}{b.mean():>10.3f}{t.mean():>10.3f}{diff.mean():>+14.4f} ({se:.4f})")
+        print(f"{q:<82}{x.mean():>10.3f}{y.mean():>10.3f}{diff.mean():>+14.4f} ({se:.4f})")
     return 0
 
 
@@ -310,6 +330,18 @@ def _table(rows: list[dict], workers: bool = False) -> None:
             + (f"{r['peak_worker_MiB']:>12.0f}" if workers else "")
             + f"{r['cells_per_cpu_s']:>13,.0f}{r['tract_sex_age_mae']:>19.3f}  {r['l2']}"
         )
+
+
+def _multipass_check(persons: int, seeds: range, estimator: str | None) -> int:
+    """The coarsened domain's four-query release fitted as production fits the DHC preset
+    (``total``, ``SEX x AGE`` and ``HISPANIC x CENRACE`` in a first pass, ``detailed`` holding
+    their answers in a second: the general solvers take it at 1,120 cells) against one pass
+    over all four (the Newton routes), paired seeds."""
+    runs = {
+        "one pass": {"small": True, "estimator": estimator},
+        "two pass": {"small": True, "estimator": estimator, "multipass": True},
+    }
+    return _paired("four queries", runs, persons, seeds)
 
 
 def _dense_check(persons: int, seed: int, estimator: str | None) -> int:
@@ -363,7 +395,10 @@ def main(argv: list[str] | None = None) -> int:
         help="with --strategy preset: the preset under 'blue' and 'topdown', paired seeds",
     )
     parser.add_argument(
-        "--seeds", type=int, default=1, help="with --compare-estimators: seeds --seed, ..."
+        "--seeds",
+        type=int,
+        default=1,
+        help="with --compare-estimators or --multipass-check: seeds --seed, ...",
     )
     parser.add_argument(
         "--executor",
@@ -372,6 +407,11 @@ def main(argv: list[str] | None = None) -> int:
         help="release()'s executor for each release",
     )
     parser.add_argument("--workers", type=int, default=2, help="a parallel executor's workers")
+    parser.add_argument(
+        "--multipass-check",
+        action="store_true",
+        help="the coarsened domain: production's two passes against one, paired --seeds",
+    )
     parser.add_argument(
         "--dense-check",
         action="store_true",
@@ -385,6 +425,9 @@ def main(argv: list[str] | None = None) -> int:
         if preset or args.compare_estimators or args.only_detailed:
             parser.error("--dense-check runs the four-query strategy on its own domain")
         return _dense_check(args.persons, args.seed, args.estimator)
+    if args.multipass_check:
+        seeds = range(args.seed, args.seed + args.seeds)
+        return _multipass_check(args.persons, seeds, args.estimator)
     if args.compare_estimators:
         if not preset:
             parser.error("--compare-estimators needs --strategy preset")
