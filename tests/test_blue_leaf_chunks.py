@@ -97,7 +97,9 @@ def test_chunked_leaf_blue_is_the_whole_tree_blue(recoded: bool, families_per_ch
         a, b = whole.cells_at(level), chunked.cells_at(level)
         scale = max(1.0, float(np.abs(a).max()))
         np.testing.assert_allclose(b, a, rtol=0, atol=1e-9 * scale)
-        np.testing.assert_allclose(chunked.totals_at(level), whole.totals_at(level), atol=1e-9 * scale)
+        np.testing.assert_allclose(
+            chunked.totals_at(level), whole.totals_at(level), atol=1e-9 * scale
+        )
         for name in queries:
             for subtree in (False, True):
                 np.testing.assert_allclose(
@@ -108,7 +110,9 @@ def test_chunked_leaf_blue_is_the_whole_tree_blue(recoded: bool, families_per_ch
                 )
     # a block of rows across chunks
     rows = slice(2, 17)
-    np.testing.assert_allclose(chunked.cells_at(3, rows), whole.cells_at(3, rows), atol=1e-9 * scale)
+    np.testing.assert_allclose(
+        chunked.cells_at(3, rows), whole.cells_at(3, rows), atol=1e-9 * scale
+    )
 
 
 def test_family_chunks_keep_families_whole_and_in_order() -> None:
@@ -120,7 +124,9 @@ def test_family_chunks_keep_families_whole_and_in_order() -> None:
         # at most 3 children a chunk, unless one family alone has more
         assert per_parent[parents].sum() <= 3 or parents.size == 1
     sub, children = family_tree(tree, chunks[1])
-    assert np.array_equal(np.sort(children), np.flatnonzero(np.isin(tree.levels[3].parent, chunks[1])))
+    assert np.array_equal(
+        np.sort(children), np.flatnonzero(np.isin(tree.levels[3].parent, chunks[1]))
+    )
     assert np.array_equal(chunks[1][sub.levels[1].parent], tree.levels[3].parent[children])
 
 

@@ -25,6 +25,7 @@ from constraints.constraint import Constraint
 from constraints.contextual_constraints import ContextualConstraint
 from mechanisms.ledger import Ledger, NoiseSource
 from mechanisms.rng import new_release_key
+from topdown.blue.estimate import Blue
 from topdown.errors import DataError, DomainError, StrategyError
 from topdown.estimation.estimate import EstimateOptions, SolverChoice, estimate
 from topdown.estimation.estimators import (
@@ -189,6 +190,7 @@ def release(
                 else None
             )
             leaves = None
+            blue_estimate: Blue | None
             if by_families is not None:
                 inputs, blue_estimate, leaves, blue_seconds = by_families
             else:

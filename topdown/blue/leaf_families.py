@@ -86,10 +86,11 @@ def family_tree(tree: Tree, parents: np.ndarray) -> tuple[Tree, np.ndarray]:
     at = np.full(top.size, -1, dtype=np.int64)
     at[parents] = np.arange(parents.size)
     children = np.flatnonzero(at[leaves.parent] >= 0)
+    parent_of = at[leaves.parent[children]]
     sub = Tree(
         (
             Level(top.number, top.column, top.labels[parents], np.full(parents.size, -1)),
-            Level(leaves.number, leaves.column, leaves.labels[children], at[leaves.parent][children]),
+            Level(leaves.number, leaves.column, leaves.labels[children], parent_of),
         )
     )
     return sub, children
@@ -97,14 +98,10 @@ def family_tree(tree: Tree, parents: np.ndarray) -> tuple[Tree, np.ndarray]:
 
 def _rows(summary: NodeSummary, rows: np.ndarray) -> NodeSummary:
     """The summary of the nodes ``rows`` (copies: ``blue_below`` works in its arrays)."""
-
-    def pick(a: Covariance) -> Covariance:
-        return a.rows(rows) if isinstance(a, SharedMatrices) else np.array(a[rows])
-
     return NodeSummary(
         tuple(np.array(e[rows]) for e in summary.est),
-        tuple(pick(v) for v in summary.var),
-        tuple(pick(s) for s in summary.subtree),
+        tuple(np.array(v[rows]) for v in summary.var),
+        tuple(np.array(s[rows]) for s in summary.subtree),
     )
 
 
@@ -199,9 +196,7 @@ class LeafFamilies:
         nodes = self.tree.levels[-1].size
         for subtree in (False, True):
             if estimate.blocks:
-                parts = list(
-                    (estimate.block_subtree_scale if subtree else estimate.block_scale)[1]
-                )
+                parts = list((estimate.block_subtree_scale if subtree else estimate.block_scale)[1])
             else:
                 parts = [(estimate.subtree_scale if subtree else estimate.scale)[1]]
             merged = self._scale.setdefault(subtree, [_Merged(nodes) for _ in parts])
