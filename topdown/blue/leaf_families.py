@@ -52,8 +52,8 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 #: The float64 cells of the leaves one chunk of families holds (its children x cells x 8
-#: bytes); at least one family a chunk. 256 MB: 27 DHC tracts (1,227,744 cells), the whole
-#: leaf level of any PL94 state (2,016 cells), so PL94 releases take the whole-tree path.
+#: bytes); at least one family a chunk. 256 MiB: 27 DHC tracts (1,227,744 cells), 16,644
+#: PL94 blocks (2,016 cells). A leaf level within it takes the whole-tree solve.
 LEAF_CHUNK_BYTES = 256 * 2**20
 
 
@@ -215,7 +215,9 @@ class LeafFamilies:
         """Chunk ``i``'s leaves and the passes' inputs for them (``blue_inputs`` of the
         chunk's BLUE: its cells, totals and measured marginals, with their weights)."""
         children, estimate = self.estimate(i)
+        self._last = None  # the passes hold the cells (the fed detailed answers) while needed
         fed = blue_inputs(self.sub_inputs(children), estimate).levels[1]
+        del estimate
         level = self.tree.n_levels - 1
         return children, tuple(replace(m, level=level) for m in fed)
 
