@@ -34,7 +34,7 @@ from topdown.estimation.passes import EstimateOptions, LevelStats, SolverChoice,
 from topdown.execution.executors import Executor
 from topdown.measurement.estimator_inputs import EstimatorInputs, QueryEstimate, as_inputs
 from topdown.measurement.measure import Measurements
-from topdown.measurement.tree import Tree
+from topdown.measurement.tree import Tree, children_of
 from topdown.support.int_types import child_count_type, holding
 
 __all__ = ["EstimateOptions", "LeafChunks", "LevelStats", "SolveStats", "SolverChoice", "estimate"]
@@ -185,13 +185,6 @@ def _solve_level(
         level_counts[np.ix_(families[p], task.support)] = res.counts
         total += res.stats
     return level_counts, total
-
-
-def children_of(parent_of: np.ndarray, n_parents: int) -> list[np.ndarray]:
-    """For each of ``n_parents`` parents, its children's indices (``Level.children_of``)."""
-    order = np.argsort(parent_of, kind="stable")
-    bounds = np.searchsorted(parent_of[order], np.arange(n_parents + 1))
-    return [order[bounds[i] : bounds[i + 1]] for i in range(n_parents)]
 
 
 def _leaves_by_chunks(
