@@ -54,7 +54,7 @@ from topdown.blue.recursions import (
     upward,
     z_of,
 )
-from topdown.blue.shared_matrices import Covariance, SharedMatrices
+from topdown.blue.shared_matrices import Covariance, SharedMatrices, dense
 from topdown.blue.variance_terms import mean_variance, plain_variance_terms, summed_variance_terms
 from topdown.measurement.estimator_inputs import EstimatorInputs, QueryEstimate, as_inputs
 from topdown.measurement.measure import Measurements
@@ -316,13 +316,15 @@ class NodeSummary:
 
     Attributes:
         est: per group, float (nodes, cells of the group).
-        var: per group, float (nodes,).
-        subtree: per group, float (nodes,), or empty when not needed.
+        var: per group, float (nodes,); per block of a recoded plan, its covariances
+            ((nodes,) for k = 1, else (nodes, k, k): an array, or shared matrices as the level
+            holds them, ``topdown.blue.shared_matrices``).
+        subtree: the same for the whole-tree subtree covariances, or empty when not needed.
     """
 
     est: tuple[np.ndarray, ...]
-    var: tuple[np.ndarray, ...]
-    subtree: tuple[np.ndarray, ...] = ()
+    var: tuple[Covariance, ...]
+    subtree: tuple[Covariance, ...] = ()
 
     @classmethod
     def stack(cls, parts: Sequence[NodeSummary]) -> NodeSummary:
@@ -330,7 +332,7 @@ class NodeSummary:
         n = len(parts[0].est)
         return cls(
             tuple(np.concatenate([p.est[g] for p in parts]) for g in range(n)),
-            tuple(np.concatenate([p.var[g] for p in parts]) for g in range(n)),
+            tuple(np.concatenate([dense(p.var[g]) for p in parts]) for g in range(n)),
         )
 
     def row(self, node: int) -> NodeSummary:
@@ -389,14 +391,14 @@ def solve(
     for g in range(len(plan)):
         reduced = plan.reduced(g)
         pis = pis_of(tree, domain, inputs, plan, g)
-        child = None if below is None else (below.est[g], below.var[g])
+        child = None if below is None else (below.est[g], dense(below.var[g]))
         up = upward(z_of(domain, inputs, plan, g, pis, means), pis, sums, child)
         if top is not None:  # the top's whole-tree subtree variance, not its children's only
-            up.var[0] = top.subtree[g]
+            up.var[0] = dense(top.subtree[g])
         lean = (
             below is None and len(plan) == 1 and bool(np.isfinite(up.var[last]).all()) and last > 0
         )
-        given = None if top is None else (top.est[g], top.var[g])
+        given = None if top is None else (top.est[g], dense(top.var[g]))
         u, f, shift = downward(up, parents, sums, lean, given)
         if shift is not None:
             leaf_shift = shift

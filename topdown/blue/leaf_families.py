@@ -100,8 +100,8 @@ def _rows(summary: NodeSummary, rows: np.ndarray) -> NodeSummary:
     """The summary of the nodes ``rows`` (copies: ``blue_below`` works in its arrays)."""
     return NodeSummary(
         tuple(np.array(e[rows]) for e in summary.est),
-        tuple(np.array(v[rows]) for v in summary.var),
-        tuple(np.array(s[rows]) for s in summary.subtree),
+        tuple(v[rows].copy() for v in summary.var),
+        tuple(s[rows].copy() for s in summary.subtree),
     )
 
 
