@@ -106,7 +106,8 @@ def mean_variance(
         if isinstance(phi, np.ndarray) and phi.ndim == 1:  # k = 1: every part is 1 x 1
             scalar = float(np.prod([g[0, 0] for g in gram]))
             scalar_abs = float(np.prod([g[0, 0] for g in gram_abs]))
-            span, span_abs = _times(scalar, phi), _times(scalar_abs, np.abs(phi))
+            span = _times(np.asarray(scalar), phi)
+            span_abs = _times(np.asarray(scalar_abs), np.abs(phi))
         else:
             span, span_abs = _trace(gram, phi), _trace(gram_abs, _abs(phi))
         term = _times(np.asarray(parts.d_mean), span)
