@@ -145,3 +145,53 @@ def test_chunked_passes_release_the_same_counts(recoded: bool) -> None:
     for a, b in zip(whole, chunked, strict=True):
         assert np.array_equal(a, b)
     assert stats[-1].families > 0
+
+
+def test_release_takes_the_chunked_path_with_the_same_counts(monkeypatch) -> None:
+    """``release()`` under ``"blue"``: with ``LEAF_CHUNK_BYTES`` below one family's leaves
+    every county's tracts are a chunk of their own; the counts equal the whole-tree path's,
+    and so do ``Release.blue``'s leaf cells, totals and standard errors (read on demand)."""
+    import pandas as pd
+
+    import topdown.estimation.estimators as estimators
+    from topdown import Attribute, Schema, release
+    from topdown.strategy import Strategy
+
+    rng = np.random.default_rng(4)
+    n = 3000
+    county = rng.integers(0, 4, n)
+    data = pd.DataFrame(
+        {
+            "COUNTY": county,
+            "TRACT": county * 10 + rng.integers(0, 1 + county, n),  # 1 to 4 tracts a county
+            "HHGQ": rng.choice(8, n, p=[0.86] + [0.02] * 7),
+            "VA": rng.integers(0, 2, n),
+            "SEX": rng.integers(1, 3, n),
+        }
+    )
+    schema = Schema(
+        (
+            Attribute(
+                "HHGQ",
+                values=tuple(range(8)),
+                recodes={"hhinst": {"non": [0, 5, 6, 7], "inst": [1, 2, 3, 4]}},
+            ),
+            Attribute("VA", values=(0, 1)),
+            Attribute("SEX", values=(1, 2)),
+        ),
+        ("COUNTY", "TRACT"),
+    )
+    strategy = Strategy.from_budgets(
+        [1, 1, 1], queries=[("detailed", "1/2"), ("hhinst", "1/4"), ("HHGQ:hhinst x VA", "1/4")]
+    )
+    whole = release(data, schema, strategy, estimator="blue", seed=3)
+    monkeypatch.setattr(estimators, "LEAF_CHUNK_BYTES", 8)
+    chunked = release(data, schema, strategy, estimator="blue", seed=3)
+    assert whole.blue is not None and chunked.blue is not None
+    assert whole.blue.leaves is None and chunked.blue.leaves is not None
+    for a, b in zip(whole.counts, chunked.counts, strict=True):
+        assert np.array_equal(a, b)
+    np.testing.assert_allclose(chunked.blue.cells_at(2), whole.blue.cells_at(2), atol=1e-9)
+    np.testing.assert_allclose(chunked.blue.totals_at(2), whole.blue.totals_at(2), atol=1e-9)
+    np.testing.assert_allclose(chunked.blue.stderr(2), whole.blue.stderr(2), rtol=1e-9)
+    assert chunked.check_correctness().ok

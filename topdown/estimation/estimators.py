@@ -108,15 +108,17 @@ def prepare_blue_by_families(
     domain: Domain,
     measurements: Measurements | EstimatorInputs,
     invariants: Mapping[int, Mapping[int, tuple]] | None = None,
-    max_bytes: int = LEAF_CHUNK_BYTES,
+    max_bytes: int | None = None,
 ) -> tuple[EstimatorInputs, Blue, LeafFamilies, float] | None:
     """``prepare_inputs`` under ``"blue"`` with the leaf level a chunk of families at a time
     (``topdown.blue.leaf_families``): the passes' inputs of the levels above the leaves (none
     at the leaves), the BLUE (its leaf level on demand), the leaves' chunks for
     ``estimate(..., leaves=)`` and the seconds. None, for the whole-tree path, when one float
-    array over the leaf level fits in ``max_bytes`` (every PL94 state), when the tree has one
+    array over the leaf level fits in ``max_bytes`` (default ``LEAF_CHUNK_BYTES``), when the
+    tree has one
     level, or when an invariant binds a leaf (the passes look leaves' invariants up by their
     index in the whole level)."""
+    max_bytes = LEAF_CHUNK_BYTES if max_bytes is None else max_bytes
     last = tree.n_levels - 1
     if last < 1 or (invariants or {}).get(last) or leaf_level_bytes(tree, domain.size) <= max_bytes:
         return None
