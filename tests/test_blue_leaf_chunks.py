@@ -17,6 +17,7 @@ import pytest
 from test_blue_dhc_like import DOMAIN, QUERIES
 
 from constraints.domain import Domain
+from topdown.blue.error_estimates import error_summary, node_error_table
 from topdown.blue.estimate import blue
 from topdown.blue.leaf_families import blue_by_families, family_chunks, family_tree
 from topdown.estimation.estimate import estimate
@@ -195,3 +196,7 @@ def test_release_takes_the_chunked_path_with_the_same_counts(monkeypatch) -> Non
     np.testing.assert_allclose(chunked.blue.totals_at(2), whole.blue.totals_at(2), atol=1e-9)
     np.testing.assert_allclose(chunked.blue.stderr(2), whole.blue.stderr(2), rtol=1e-9)
     assert chunked.check_correctness().ok
+    for frame in (node_error_table, error_summary):
+        a = frame(whole.tree, whole.counts, whole.blue)
+        b = frame(chunked.tree, chunked.counts, chunked.blue)
+        pd.testing.assert_frame_equal(b, a, rtol=1e-9)
