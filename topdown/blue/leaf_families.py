@@ -26,6 +26,7 @@ tasks): this module runs those pieces in one process, for the unstreamed release
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -126,11 +127,16 @@ class _Merged:
             return
         mapping = np.empty(len(part.values), dtype=np.int64)
         for t, matrix in enumerate(part.values):
-            key = np.ascontiguousarray(matrix).tobytes()
-            if key not in self.seen:
-                self.seen[key] = len(self.values)
-                self.values.append(matrix)
-            mapping[t] = self.seen[key]
+            # keyed by a digest: the matrices' bytes as keys (10.8 MB each at k = 1,160) would
+            # be a second copy of every kept matrix for the leaf level's life
+            key = hashlib.blake2b(np.ascontiguousarray(matrix).tobytes(), digest_size=32).digest()
+            at = self.seen.get(key)
+            if at is None or not np.array_equal(self.values[at], matrix):
+                at = len(self.values)
+                self.seen.setdefault(key, at)
+                # a copy: a view would keep the chunk's whole stack (its repeats too) alive
+                self.values.append(np.array(matrix))
+            mapping[t] = at
         self.index[children] = mapping[part.index]
 
     def value(self) -> Covariance:
