@@ -200,3 +200,35 @@ def test_release_takes_the_chunked_path_with_the_same_counts(monkeypatch) -> Non
         a = frame(whole.tree, whole.counts, whole.blue)
         b = frame(chunked.tree, chunked.counts, chunked.blue)
         pd.testing.assert_frame_equal(b, a, rtol=1e-9)
+
+
+def test_kept_first_chunk_terms_give_the_same_estimates_to_the_bit(monkeypatch) -> None:
+    """The first pass keeps chunk ``KEPT_CHUNK``'s own terms for the second: its estimate
+    from them equals, bit for bit, the one computed afresh (once they are used they are gone:
+    a later read of the chunk computes them again), and equals the estimate of a run that
+    kept none."""
+    import topdown.blue.leaf_families as lf
+
+    tree = _tree()
+    inputs = _masked(_inputs(np.random.default_rng(11), tree, DOMAIN, QUERIES))
+    max_bytes = 2 * DOMAIN.size * 8
+    solved = blue_by_families(tree, DOMAIN, inputs, max_bytes=max_bytes)
+    assert solved is not None
+    _, leaves = solved
+    assert list(leaves._kept) == [lf.KEPT_CHUNK]
+    i = lf.KEPT_CHUNK
+    _, kept = leaves.estimate(i)
+    assert not leaves._kept
+    kept_cells = kept.cells_at(1)
+    leaves._last = None  # forget it: the next read computes the chunk again
+    _, fresh = leaves.estimate(i)
+    assert kept_cells.tobytes() == fresh.cells_at(1).tobytes()
+    monkeypatch.setattr(lf, "KEPT_CHUNK", -1)  # keep none
+    plain = blue_by_families(tree, DOMAIN, inputs, max_bytes=max_bytes)
+    assert plain is not None and not plain[1]._kept
+    _, none_kept = plain[1].estimate(i)
+    assert kept_cells.tobytes() == none_kept.cells_at(1).tobytes()
+    for a, b in zip(kept.block_scale[1], none_kept.block_scale[1], strict=True):
+        np.testing.assert_array_equal(
+            np.asarray(getattr(a, "values", a)), np.asarray(getattr(b, "values", b))
+        )

@@ -202,3 +202,21 @@ def test_shared_answers_equal_each_querys_own(seed: int) -> None:
     for q, values in zip(queries, got, strict=True):
         np.testing.assert_allclose(values, q.answer(cells, DOMAIN), rtol=1e-12, atol=1e-12)
     assert np.shares_memory(got[ASKED.index("detailed")], cells)
+
+
+@pytest.mark.parametrize("name", sorted(SPLITS))
+def test_last_axis_rotates_to_the_bit_as_any_other(name: str) -> None:
+    """The last axis (nothing after it) takes the tiled kernels (``_rotate_last``,
+    ``_unrotate_last``: 64 rows interleaved); every other axis the kernel whose running sums
+    run along the axes after it. Rows of one layout are the columns of the other, so the two
+    must agree to the bit (the whole-tree and the chunked BLUE, and so the released counts,
+    rest on it), on 150 rows (two full tiles and a partial one)."""
+    split = _split(SPLITS[name])
+    x = np.random.default_rng(len(name)).normal(size=(150, split.n)) * 1e3
+    last = rotate_axis(x, split, 1)  # (150, n): nothing after the axis
+    other = rotate_axis(np.ascontiguousarray(x.T)[None], split, 1)[0].T  # (1, n, 150)
+    assert last.tobytes() == np.ascontiguousarray(other).tobytes()
+    back = unrotate_axis(last, split, 1)
+    back_other = unrotate_axis(np.ascontiguousarray(last.T)[None], split, 1)[0].T
+    assert back.tobytes() == np.ascontiguousarray(back_other).tobytes()
+    np.testing.assert_allclose(back, x, atol=1e-9)

@@ -41,7 +41,7 @@ from topdown.measurement.estimator_inputs import EstimatorInputs
 from topdown.measurement.tree import Tree
 from topdown.support.row_blocks import row_blocks
 
-__all__ = ["BlockSolution", "solve_blocks", "block_summary"]
+__all__ = ["BlockSolution", "OwnTerms", "own_terms", "solve_blocks", "block_summary"]
 
 
 @dataclass(frozen=True)
@@ -68,13 +68,15 @@ def _where(tree: Tree, level: int, inputs: EstimatorInputs | None = None) -> str
 
 
 #: Per level, every block's own terms (``level_terms``); a block's are dropped once it is solved.
-_Own = list[list[BlockTerms | None]]
+OwnTerms = list[list[BlockTerms | None]]
 
 
-def _own_terms(
-    tree: Tree, domain: Domain, inputs: EstimatorInputs, blocks: Sequence[Block], threads: int
-) -> _Own:
-    """Every level's own terms for every block, from one rotation of each level's answers."""
+def own_terms(
+    tree: Tree, domain: Domain, inputs: EstimatorInputs, blocks: Sequence[Block], threads: int = 1
+) -> OwnTerms:
+    """Every level's own terms for every block, from one rotation of each level's answers.
+    Computed once, they can serve a subtree's summary (``block_summary``, which only reads
+    them) and then its solve (``solve_blocks``, which takes them)."""
     return [
         list(
             level_terms(
@@ -85,7 +87,7 @@ def _own_terms(
     ]
 
 
-def _take(own: _Own, b: int) -> list[BlockTerms]:
+def _take(own: OwnTerms, b: int) -> list[BlockTerms]:
     """Block ``b``'s terms at every level, dropped from ``own`` (its memory goes with the
     block's recursion, which overwrites its arrays)."""
     out = []
@@ -122,10 +124,18 @@ def _upward(
 
 
 def block_summary(
-    tree: Tree, domain: Domain, inputs: EstimatorInputs, blocks: Sequence[Block]
+    tree: Tree,
+    domain: Domain,
+    inputs: EstimatorInputs,
+    blocks: Sequence[Block],
+    own: OwnTerms | None = None,
 ) -> tuple[tuple[np.ndarray, ...], tuple[np.ndarray, ...]]:
-    """Per block, a subtree's top's estimate from its descendants and its covariance."""
-    own = _own_terms(tree, domain, inputs, blocks, 1)
+    """Per block, a subtree's top's estimate from its descendants and its covariance.
+    ``own``: the subtree's own terms (``own_terms``), read and left whole for a later
+    ``solve_blocks`` (the upward recursion writes in none of their arrays); computed when
+    None."""
+    # a list per level of its own: the loop below takes each block's terms from it
+    own = own_terms(tree, domain, inputs, blocks) if own is None else [list(lv) for lv in own]
     sums = sum_matrices(tree)
     est, var = [], []
     for b, block in enumerate(blocks):
@@ -145,11 +155,14 @@ def solve_blocks(
     top: tuple[tuple[np.ndarray, ...], tuple[Covariance, ...], tuple[Covariance, ...]]
     | None = None,
     threads: int = 1,
+    own: OwnTerms | None = None,
 ) -> BlockSolution:
     """Every block's recursions over ``tree``, the estimates put together on the cells.
     ``below``: per block, the last level's children's summed estimates and covariances;
     ``top``: per block, the first level's final estimates, covariances and subtree
-    covariances (both in the block's own layout, ``topdown.blue.rotation.box_shape``).
+    covariances (both in the block's own layout, ``topdown.blue.rotation.box_shape``);
+    ``own``: the levels' own terms (``own_terms``) when already computed, taken (the
+    recursions write in their arrays).
 
     Each level's answers are rotated once and every block reads its box of them
     (``topdown.blue.block_terms``); each block's final estimates fill its box of the level's
@@ -166,7 +179,8 @@ def solve_blocks(
     ends = []
     parents = [lv.parent for lv in tree.levels]
     sums = sum_matrices(tree)
-    own = _own_terms(tree, domain, inputs, blocks, threads)
+    if own is None:
+        own = own_terms(tree, domain, inputs, blocks, threads)
 
     def one(b: int) -> _Solved:
         terms = _take(own, b)

@@ -39,7 +39,7 @@ import numpy as np
 
 from constraints.domain import Domain
 from topdown.blue.answers import shared_answers
-from topdown.blue.block_solve import solve_blocks
+from topdown.blue.block_solve import OwnTerms, solve_blocks
 from topdown.blue.blocks import Block
 from topdown.blue.metric import block_metric_weights, metric_weights
 from topdown.blue.plan import BluePlan, coefficient, kept_axes
@@ -371,13 +371,17 @@ def solve(
     below: NodeSummary | None = None,
     top: NodeSummary | None = None,
     threads: int = 1,
+    own: OwnTerms | None = None,
 ) -> tuple[Blue, NodeSummary]:
     """The recursions of every group over ``tree``: its last level's children summarised by
     ``below`` (else they are leaves), its top's final estimate given by ``top`` (else it is
     the root). Returns the BLUE and, with ``below``, the last level's final estimates.
-    ``threads``: the recoded blocks solved at once (``solve_blocks``)."""
+    ``threads``: the recoded blocks solved at once (``solve_blocks``); ``own``: their own
+    terms when already computed (``topdown.blue.block_solve.own_terms``)."""
     if plan.blocks:
-        return _solve_blocks(tree, domain, inputs, plan, below=below, top=top, threads=threads)
+        return _solve_blocks(
+            tree, domain, inputs, plan, below=below, top=top, threads=threads, own=own
+        )
     shape = plan.shape
     sums = sum_matrices(tree)
     parents = [lv.parent for lv in tree.levels]
@@ -430,6 +434,7 @@ def _solve_blocks(
     below: NodeSummary | None,
     top: NodeSummary | None,
     threads: int = 1,
+    own: OwnTerms | None = None,
 ) -> tuple[Blue, NodeSummary]:
     """``solve`` for a plan with recoded queries: the blocks of ``topdown.blue.blocks``."""
     sol = solve_blocks(
@@ -440,6 +445,7 @@ def _solve_blocks(
         below=None if below is None else (below.est, below.var),
         top=None if top is None else (top.est, top.var, top.subtree),
         threads=threads,
+        own=own,
     )
     log.debug("BLUE: %d block(s) over %d level(s)", len(plan.blocks), tree.n_levels)
     empty = tuple(np.zeros((0, lv.size)) for lv in tree.levels)

@@ -17,7 +17,9 @@ answers of every fed query. But the recursions pass only per-node summaries acro
 
 Each piece runs the same recursions on the whole tree's plan, so the result is the whole
 tree's BLUE (to round-off: the same sums in another order). The price is the leaves'
-recursions run twice (steps 1 and 3), and again for each chunk ``cells_at`` reads later.
+recursions run twice (steps 1 and 3), and again for each chunk ``cells_at`` reads later;
+the bulk of it, the leaves' answers rotated and weighted (``own_terms``), is kept from step
+1 for step 3 for the first chunk the passes read (``KEPT_CHUNK``).
 
 Kept apart from ``topdown.blue.estimate`` (one solve over the whole tree) and
 ``topdown.blue.streamed`` (the pieces themselves, which a streamed release runs in separate
@@ -34,6 +36,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from constraints.domain import Domain
+from topdown.blue.block_solve import OwnTerms, own_terms
 from topdown.blue.estimate import Blue, NodeSummary, blue_inputs, checked_inputs
 from topdown.blue.plan import BluePlan
 from topdown.blue.shared_matrices import Covariance, SharedMatrices
@@ -56,6 +59,16 @@ log = logging.getLogger(__name__)
 #: bytes); at least one family a chunk. 256 MiB: 27 DHC tracts (1,227,744 cells), 16,644
 #: PL94 blocks (2,016 cells). A leaf level within it takes the whole-tree solve.
 LEAF_CHUNK_BYTES = 256 * 2**20
+
+
+#: The chunk whose leaves' own terms (``topdown.blue.block_solve.own_terms``: their answers
+#: rotated and weighted, about a float per cell) the first pass keeps for the second, which
+#: then does not compute them again: the first chunk the passes read
+#: (``topdown.estimation.estimate``'s leaves go in chunk order). One chunk, not more: the
+#: second pass takes each chunk's terms as it solves it, so the kept chunk adds nothing to
+#: what that pass holds, while every further chunk kept would be held during the others'
+#: (the leaf level's peak). With a recoded plan and more than one chunk.
+KEPT_CHUNK = 0
 
 
 def leaf_level_bytes(tree: Tree, cells: int) -> int:
@@ -95,6 +108,16 @@ def family_tree(tree: Tree, parents: np.ndarray) -> tuple[Tree, np.ndarray]:
         )
     )
     return sub, children
+
+
+def _rows_of(children: np.ndarray) -> slice | np.ndarray:
+    """Ascending leaf indices as a slice when they are consecutive (a family's leaves are,
+    when the labels nest, as census codes do): the chunk's answers are then read in place,
+    not copied (a chunk's detailed answers are a copy of its cells, each time the chunk is
+    read)."""
+    if children.size and int(children[-1]) - int(children[0]) + 1 == children.size:
+        return slice(int(children[0]), int(children[-1]) + 1)
+    return children
 
 
 def _rows(summary: NodeSummary, rows: np.ndarray) -> NodeSummary:
@@ -167,15 +190,17 @@ class LeafFamilies:
     _last: tuple[int, np.ndarray, Blue] | None = field(default=None, repr=False)
     _scale: dict[bool, list[_Merged]] = field(default_factory=dict, repr=False)
     _done: set[int] = field(default_factory=set, repr=False)
+    _kept: dict[int, OwnTerms] = field(default_factory=dict, repr=False)
 
     def sub_inputs(self, children: np.ndarray) -> EstimatorInputs:
         """The two-level inputs of a chunk: nothing at the parents (measured with the levels
         above), the children's rows of every leaf query."""
+        rows = _rows_of(children)
         return EstimatorInputs(
             (
                 (),
                 tuple(
-                    QueryEstimate(m.level, m.query, m.noisy[children], m.variance[children])
+                    QueryEstimate(m.level, m.query, m.noisy[rows], m.variance[rows])
                     for m in self.leaf_inputs
                 ),
             )
@@ -191,7 +216,8 @@ class LeafFamilies:
         parents = self.chunks[i]
         sub, children = family_tree(self.tree, parents)
         top = _rows(self.parents_final, parents)
-        estimate = blue_below(sub, self.domain, self.sub_inputs(children), top, self.plan)
+        own = self._kept.pop(i, None)  # the first pass's, used once (the solve writes in them)
+        estimate = blue_below(sub, self.domain, self.sub_inputs(children), top, self.plan, own)
         self._last = (i, children, estimate)
         if i not in self._done:
             self._gather(children, estimate)
@@ -281,9 +307,14 @@ def blue_by_families(
     chunks = family_chunks(tree, domain.size, max_bytes)
     leaves = LeafFamilies(tree, domain, raw.levels[last], plan, NodeSummary((), ()), chunks)
     summaries = []
-    for parents in chunks:
+    for i, parents in enumerate(chunks):
         sub, children = family_tree(tree, parents)
-        summaries.append(subtree_summary(sub, domain, leaves.sub_inputs(children), plan))
+        chunk = checked_inputs(sub, leaves.sub_inputs(children), None)
+        own = None
+        if i == KEPT_CHUNK and plan.blocks and len(chunks) > 1:
+            own = leaves._kept[i] = own_terms(sub, domain, chunk, plan.blocks)
+        summaries.append(subtree_summary(sub, domain, chunk, plan, own))
+        del own
     below = NodeSummary.stack(summaries)
     del summaries
     above, leaves.parents_final = blue_above(

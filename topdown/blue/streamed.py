@@ -18,7 +18,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from constraints.domain import Domain
-from topdown.blue.block_solve import block_summary
+from topdown.blue.block_solve import OwnTerms, block_summary
 from topdown.blue.estimate import Blue, NodeSummary, checked_inputs, solve
 from topdown.blue.plan import BluePlan
 from topdown.blue.recursions import Means, pis_of, sum_matrices, upward, z_of
@@ -30,18 +30,24 @@ __all__ = ["subtree_summary", "blue_above", "blue_below"]
 
 
 def subtree_summary(
-    tree: Tree, domain: Domain, measurements: Measurements | EstimatorInputs, plan: BluePlan
+    tree: Tree,
+    domain: Domain,
+    measurements: Measurements | EstimatorInputs,
+    plan: BluePlan,
+    own: OwnTerms | None = None,
 ) -> NodeSummary:
     """The upward recursion over a subtree, down to its leaves: its top node's estimate from
     its descendants' measurements alone, per group (the bottom-up half of ``blue``).
 
     ``tree``'s levels are the whole tree's from the subtree's top down (``Level.number`` kept;
     the top level has one node); ``measurements`` has one entry per one of them, the top's
-    empty (it is measured with the levels above). ``plan``: the whole tree's.
+    empty (it is measured with the levels above). ``plan``: the whole tree's. ``own``: a
+    recoded plan's own terms of the subtree (``own_terms``), when computed already; they are
+    read, not taken, so ``blue_below`` can use them after.
     """
     inputs = checked_inputs(tree, measurements, None)
     if plan.blocks:
-        return NodeSummary(*block_summary(tree, domain, inputs, plan.blocks))
+        return NodeSummary(*block_summary(tree, domain, inputs, plan.blocks, own))
     sums = sum_matrices(tree)
     est, var = [], []
     means: Means = {}  # the answers' averages, shared by every group's z
@@ -77,11 +83,14 @@ def blue_below(
     measurements: Measurements | EstimatorInputs,
     top: NodeSummary,
     plan: BluePlan,
+    own: OwnTerms | None = None,
 ) -> Blue:
     """The whole tree's BLUE of a subtree's levels, from its own measurements and its top's
     final estimate (``blue_above``'s, one row): the upward recursion within the subtree, then
     the downward one from the given top. ``tree`` and ``measurements`` as in
-    ``subtree_summary``; the result's level 0 is the top (its given estimate)."""
+    ``subtree_summary``; the result's level 0 is the top (its given estimate). ``own``: a
+    recoded plan's own terms of the subtree, when computed already (taken: the recursions
+    write in them)."""
     inputs = checked_inputs(tree, measurements, None)
-    estimate, _ = solve(tree, domain, inputs, plan, top=top)
+    estimate, _ = solve(tree, domain, inputs, plan, top=top, own=own)
     return estimate
