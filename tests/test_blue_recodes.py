@@ -314,23 +314,3 @@ def test_mean_terms_match_the_explicit_kronecker_products(name: str) -> None:
             assert got.d_abs_mean == pytest.approx(np.abs(d).mean(), rel=1e-12, abs=1e-15)
             checked += 1
     assert checked >= 2 * len(ASKED)
-
-
-@pytest.mark.parametrize("kron_bytes", [0, 1 << 20], ids=["by axes", "formed"])
-def test_trace_of_a_kronecker_gram_either_way(monkeypatch, kron_bytes: int) -> None:
-    """``trace(G Phi)`` per matrix, ``G`` the Kronecker product of the parts: contracted axis
-    by axis (``KRON_BYTES`` 0, as at the DHC preset's k = 1,160) or with ``G`` formed (small
-    k), both equal the dense ``trace(kron(parts) @ Phi)``; shared matrices once per type."""
-    import topdown.blue.variance_terms as vt
-    from topdown.blue.shared_matrices import SharedMatrices
-
-    monkeypatch.setattr(vt, "KRON_BYTES", kron_bytes)
-    rng = np.random.default_rng(2)
-    parts = [rng.normal(size=(g, g)) for g in (3, 1, 2)]
-    phi = rng.normal(size=(5, 6, 6))
-    want = np.array([np.trace(np.kron(np.kron(parts[0], parts[1]), parts[2]) @ m) for m in phi])
-    np.testing.assert_allclose(vt._trace(parts, phi), want, rtol=1e-12)
-    index = np.array([4, 0, 0, 2])
-    np.testing.assert_allclose(
-        vt._trace(parts, SharedMatrices(phi, index)), want[index], rtol=1e-12
-    )

@@ -76,27 +76,14 @@ def _abs(phi: Covariance) -> Covariance:
     return np.abs(phi)
 
 
-#: Bytes of a ``k x k`` gram up to which ``_trace`` forms it (a product per call, then one
-#: contraction): for small ``k`` (the PL94 preset's blocks have k <= 3) the axis-by-axis
-#: contractions cost more in calls than they save (0.29 against 0.04 CPU s under cProfile, a
-#: 3,000,000-person release's fed variances); the DHC preset's ``k = 1,160`` (10.8 MB) is
-#: never formed.
-KRON_BYTES = 1 << 20
-
-
 def _trace(parts: Sequence[np.ndarray], phi: np.ndarray | SharedMatrices) -> np.ndarray:
     """``trace(G Phi)`` per node of matrices ``Phi`` (once per distinct one if shared), ``G``
-    the Kronecker product of ``parts`` (each (g, g)). Above ``KRON_BYTES`` ``G`` is never
-    built: with ``Phi`` as a tensor (nodes, g_1..g_n, g_1..g_n), ``sum_ij G1_ij Phi[j..,
-    i..]`` contracts one axis pair at a time, O(k^2) each."""
+    the Kronecker product of ``parts`` (each (g, g)), never built: with ``Phi`` as a tensor
+    (nodes, g_1..g_n, g_1..g_n), ``sum_ij G1_ij Phi[j.., i..]`` contracts one axis pair at a
+    time, O(k^2) each."""
     if isinstance(phi, SharedMatrices):
         return _trace(parts, phi.values)[phi.index]
     dims = [p.shape[0] for p in parts]
-    if 8 * int(np.prod(dims, dtype=np.int64)) ** 2 <= KRON_BYTES:
-        gram = np.ones((1, 1))
-        for part in parts:
-            gram = np.kron(gram, part)
-        return np.einsum("kl,nlk->n", gram, phi)
     x = np.asarray(phi).reshape([phi.shape[0]] + dims + dims)
     for part in parts:
         n = (x.ndim - 1) // 2
