@@ -314,3 +314,29 @@ def test_mean_terms_match_the_explicit_kronecker_products(name: str) -> None:
             assert got.d_abs_mean == pytest.approx(np.abs(d).mean(), rel=1e-12, abs=1e-15)
             checked += 1
     assert checked >= 2 * len(ASKED)
+
+
+def test_trace_with_the_formed_gram_equals_the_one_by_axes() -> None:
+    """``mean_variance``'s traces: with the gram formed (``MeanTerms.formed``, small k) and
+    contracted axis by axis (large k), both the dense ``trace(kron(parts) @ Phi)``, per
+    shared matrix type; a k above ``FORMED_GRAM_BYTES`` forms none."""
+    from topdown.blue.blocks import FORMED_GRAM_BYTES, MeanTerms
+    from topdown.blue.shared_matrices import SharedMatrices
+    from topdown.blue.variance_terms import _trace, _trace_formed
+
+    rng = np.random.default_rng(2)
+    parts = tuple(rng.normal(size=(g, g)) for g in (3, 1, 2))
+    terms = MeanTerms(parts, tuple(np.abs(p) for p in parts), 1.0, 1.0)
+    assert terms.formed is not None and terms.formed is terms.formed  # built once
+    phi = rng.normal(size=(5, 6, 6))
+    dense = np.kron(np.kron(parts[0], parts[1]), parts[2])
+    want = np.array([np.trace(dense @ m) for m in phi])
+    index = np.array([4, 0, 0, 2])
+    for trace in (_trace(parts, phi), _trace_formed(terms.formed[0], phi)):
+        np.testing.assert_allclose(trace, want, rtol=1e-12)
+    shared = SharedMatrices(phi, index)
+    np.testing.assert_allclose(_trace_formed(terms.formed[0], shared), want[index], rtol=1e-12)
+    np.testing.assert_allclose(_trace(parts, shared), want[index], rtol=1e-12)
+    g = int(np.sqrt(FORMED_GRAM_BYTES / 8)) + 1  # k x k floats just above the bytes
+    big = (np.eye(g),)
+    assert MeanTerms(big, big, 1.0, 1.0).formed is None

@@ -92,6 +92,13 @@ def _trace(parts: Sequence[np.ndarray], phi: np.ndarray | SharedMatrices) -> np.
     return x.reshape(-1)
 
 
+def _trace_formed(gram: np.ndarray, phi: np.ndarray | SharedMatrices) -> np.ndarray:
+    """``trace(gram Phi)`` per node, ``gram`` formed (k, k) (once per distinct ``Phi``)."""
+    if isinstance(phi, SharedMatrices):
+        return np.einsum("kl,nlk->n", gram, phi.values)[phi.index]
+    return np.einsum("kl,nlk->n", gram, phi)
+
+
 def mean_variance(
     terms: Sequence[tuple[Block, Covariance]], factors: Sequence[Factor]
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -108,6 +115,9 @@ def mean_variance(
             scalar_abs = float(np.prod([g[0, 0] for g in gram_abs]))
             span = _times(np.asarray(scalar), phi)
             span_abs = _times(np.asarray(scalar_abs), np.abs(phi))
+        elif parts.formed is not None:  # small k: one contraction with the product
+            formed, formed_abs = parts.formed
+            span, span_abs = _trace_formed(formed, phi), _trace_formed(formed_abs, _abs(phi))
         else:
             span, span_abs = _trace(gram, phi), _trace(gram_abs, _abs(phi))
         term = _times(np.asarray(parts.d_mean), span)
