@@ -3,8 +3,10 @@ a PL94-shaped state under the 2020 production strategy, for before/after compari
 
 The state (``benchmarks/pl94.py``) is measured once with the preset ``census2020_pl94`` and the
 state total invariant (seeded: every run measures the same), saved to a temporary file; then
-each checkout named by ``--repo`` (default this one) runs ``prepare_inputs`` on it in its own
-process, in turn, ``--repeat`` times (so each pair runs side by side under the same load).
+each checkout named by ``--repo`` (default this one) runs the pass on it as ``release()`` does
+(``prepare_inputs``, or where the checkout has them and the leaves are large, the leaf level by
+chunks: ``prepare_blue_by_families`` and every chunk's fed inputs) in its own process, in turn,
+``--repeat`` times (so each pair runs side by side under the same load).
 Printed per run: wall and CPU seconds of the pass, the process's peak resident memory, and,
 from the second checkout on, the largest difference of its BLUE cells from the first's
 (relative to the largest cell of the level).
@@ -64,13 +66,26 @@ def _measure(persons: int, out: Path) -> None:
 
 
 def _run(saved: Path, threads: int, cells_out: Path) -> None:
-    """In a child process whose ``sys.path`` starts with the checkout: time the pass."""
-    from topdown.estimation.estimators import prepare_inputs
+    """In a child process whose ``sys.path`` starts with the checkout: time the pass as
+    ``release()`` runs it: with the leaf level by chunks of families where the checkout has
+    them (``prepare_blue_by_families``) and the leaves are over its bytes, then every chunk's
+    fed inputs (``LeafFamilies.fed``, which the leaf level's passes read one after another;
+    the passes themselves are not run), else the whole-tree ``prepare_inputs``."""
+    import topdown.estimation.estimators as estimators
 
     with saved.open("rb") as f:
         tree, domain, measurements, invariants = pickle.load(f)
     cpu, wall = time.process_time(), time.perf_counter()
-    _, estimate, _ = prepare_inputs("blue", tree, domain, measurements, invariants, threads=threads)
+    by_families = getattr(estimators, "prepare_blue_by_families", None)
+    chunked = by_families(tree, domain, measurements, invariants) if by_families else None
+    if chunked is not None:
+        _, estimate, leaves, _ = chunked
+        for i in range(len(leaves.chunks)):
+            leaves.fed(i)
+    else:
+        _, estimate, _ = estimators.prepare_inputs(
+            "blue", tree, domain, measurements, invariants, threads=threads
+        )
     cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
     assert estimate is not None
