@@ -225,6 +225,38 @@ def test_the_large_k_paths_give_the_same_blue_and_weights(monkeypatch) -> None:
             np.testing.assert_allclose(a.variance, b.variance, rtol=1e-8)
 
 
+def test_the_recursions_per_type_give_the_same_numbers(monkeypatch) -> None:
+    """The matrix recursions a node type at a time (a level's matrices over
+    ``GATHER_BYTES``: each type's ``k x k`` products made and dropped before the next's) give
+    bit for bit the stacked products' estimates and covariances: the same products on the
+    same matrices. Exact totals at the root, a middle node and two leaves (the constrained
+    and the projected steps), only children, the leaf marginals at every other leaf (two
+    leaf types)."""
+    rng = np.random.default_rng(23)
+    tree = _two_or_three_children()
+    inputs = leaf_marginals_every_other_node(
+        tb.random_inputs(rng, tree, [QUERIES] * 3, per_node=False)
+    )
+    last = tree.levels[2].size - 1
+    exact = {0: {0: 600.0}, 1: {0: 210.0}, 2: {0: 60.0, last: 70.0}}
+    stacked = blue(tree, DOMAIN, inputs, exact_totals=exact)
+    monkeypatch.setattr(block_recursions, "GATHER_BYTES", 0)
+    by_type = blue(tree, DOMAIN, inputs, exact_totals=exact)
+    # several types a level: the loop over them is what is checked
+    assert any(len(s.values) > 2 for s in _matrix_scales(stacked, 2))
+    assert any(len(s.values) > 1 for s in _matrix_scales(stacked, 1, subtree=True))
+    for level in range(tree.n_levels):
+        assert np.array_equal(by_type.cells[level], stacked.cells[level])
+        for subtree in (False, True):
+            for a, b in zip(
+                _matrix_scales(by_type, level, subtree),
+                _matrix_scales(stacked, level, subtree),
+                strict=True,
+            ):
+                assert np.array_equal(a.index, b.index)
+                assert np.array_equal(a.values, b.values)
+
+
 def test_fed_inputs_weigh_equal_types_equally() -> None:
     """The passes' weights (``blue_inputs``) are solved per combination of types and spread
     to the nodes: nodes of one type get equal variances, the two leaf types different ones."""

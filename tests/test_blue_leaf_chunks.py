@@ -146,6 +146,19 @@ def test_chunked_passes_release_the_same_counts(recoded: bool) -> None:
     for a, b in zip(whole, chunked, strict=True):
         assert np.array_equal(a, b)
     assert stats[-1].families > 0
+    # the passes keep none of the leaves' covariances (a (k, k) matrix per parent type and
+    # block, for the rest of a release); a reader of the variances gets them estimated again
+    assert leaves.covariance_bytes == 0
+    blue_whole = blue(tree, domain, measured)
+    _, blue_chunked, _, _ = prepared
+    for name in queries:
+        np.testing.assert_allclose(
+            blue_chunked.answer_variance(3, name),
+            blue_whole.answer_variance(3, name),
+            rtol=1e-9,
+            atol=1e-12,
+        )
+    assert leaves.covariance_bytes > 0
 
 
 def test_release_takes_the_chunked_path_with_the_same_counts(monkeypatch) -> None:

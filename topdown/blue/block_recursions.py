@@ -84,10 +84,19 @@ def _off_direction(a: np.ndarray, w: np.ndarray) -> np.ndarray:
 GATHER_BYTES = 1 << 26
 
 
+def _by_type(types: np.ndarray, k: int) -> bool:
+    """Whether a level's ``k x k`` steps run a type at a time (``_apply``'s product per type):
+    its nodes' matrices would exceed ``GATHER_BYTES`` gathered. Then the recursions also make
+    each type's matrices one type at a time, so a level's transient matrices are a few
+    ``k x k`` ones, not several stacks over its types (18 DHC county types: about 200 MB a
+    stack and block, ten stacks at once in the upward step)."""
+    return len(types) * k * k * 8 > GATHER_BYTES
+
+
 def _apply(g: np.ndarray, types: np.ndarray, x: np.ndarray) -> np.ndarray:
     """Per node ``v``, ``g[types[v]]`` (k, k) times each copy of ``x[v]`` (nodes, copies, k):
     ``x g'`` as a new array, by node type."""
-    if len(types) * g[0].nbytes <= GATHER_BYTES:
+    if not _by_type(types, g.shape[-1]):
         return np.matmul(x, np.swapaxes(g[types], 1, 2))
     out = np.empty(x.shape)
     for t in range(len(g)):
@@ -181,23 +190,11 @@ def matrix_upward(
         fresh = np.zeros(n, dtype=bool) if given is None else given & ~child_exact
         exact = child_exact if given is None else child_exact | given
         types, first = type_index([pi.index, M.index, has, fresh, exact])
-        p = pi.values[pi.index[first]]
-        # per type: est = of_m m + of_r r (of_m = 0 without children), values = covariance
-        of_m, of_r = np.zeros_like(p), np.empty_like(p)
-        values = np.empty_like(p)
         leaf = ~has[first]
-        if leaf.any():
-            inv = _childless(p[leaf], types, np.flatnonzero(leaf), where(level))
-            of_r[leaf], values[leaf] = inv, _sym(inv)
-        if (~leaf).any():
-            cov = M.values[M.index[first[~leaf]]]
-            a_inv = np.linalg.inv(np.eye(k) + cov @ p[~leaf])
-            of_m[~leaf] = a_inv
-            of_r[~leaf] = a_inv @ cov
-            values[~leaf] = _sym(a_inv @ cov)
-        est = _apply(of_r, types, r)
-        if m is not None and (~leaf).any():
-            est += _apply(of_m, types, m)
+        if _by_type(types, k):
+            values, est = _up_by_type(pi, M, types, first, leaf, r, m, where(level))
+        else:
+            values, est = _up_stacked(pi, M, types, first, leaf, r, m, where(level))
         changed = fresh[first]
         if changed.any():
             assert node.total is not None
@@ -210,13 +207,86 @@ def matrix_upward(
             est[rows, 0, :] += shift[types[rows]] * gap[:, None]
             values[changed] -= np.einsum("tk,tl->tkl", vw, vw) / q[:, None, None]
         held = exact[first]
-        values[held] = _off_direction(values[held], w)
+        if _by_type(types, k):
+            for t in np.flatnonzero(held):
+                values[t] = _off_direction(values[t][None], w)[0]
+        else:
+            values[held] = _off_direction(values[held], w)
         up.est[level], up.var[level], up.exact[level] = est, SharedMatrices(values, types), exact
         if level < n_levels - 1 or below is not None:
             assert m is not None
             up.child_sum[level], up.child_var[level] = m, M
             up.children_exact[level] = child_exact
     return up
+
+
+def _up_stacked(
+    pi: SharedMatrices,
+    M: SharedMatrices,
+    types: np.ndarray,
+    first: np.ndarray,
+    leaf: np.ndarray,
+    r: np.ndarray,
+    m: np.ndarray | None,
+    where: str,
+) -> tuple[np.ndarray, np.ndarray]:
+    """The upward step's covariances per type (types, k, k) and estimates per node, every
+    type's matrices stacked at once (small ``k x k``: thousands of PL94 types)."""
+    k = pi.k
+    p = pi.values[pi.index[first]]
+    # per type: est = of_m m + of_r r (of_m = 0 without children), values = covariance
+    of_m, of_r = np.zeros_like(p), np.empty_like(p)
+    values = np.empty_like(p)
+    if leaf.any():
+        inv = _childless(p[leaf], types, np.flatnonzero(leaf), where)
+        of_r[leaf], values[leaf] = inv, _sym(inv)
+    if (~leaf).any():
+        cov = M.values[M.index[first[~leaf]]]
+        a_inv = np.linalg.inv(np.eye(k) + cov @ p[~leaf])
+        of_m[~leaf] = a_inv
+        of_r[~leaf] = a_inv @ cov
+        values[~leaf] = _sym(a_inv @ cov)
+    est = _apply(of_r, types, r)
+    if m is not None and (~leaf).any():
+        est += _apply(of_m, types, m)
+    return values, est
+
+
+def _up_by_type(
+    pi: SharedMatrices,
+    M: SharedMatrices,
+    types: np.ndarray,
+    first: np.ndarray,
+    leaf: np.ndarray,
+    r: np.ndarray,
+    m: np.ndarray | None,
+    where: str,
+) -> tuple[np.ndarray, np.ndarray]:
+    """``_up_stacked`` one type at a time: the same products on each type's matrices (the
+    same numbers), a type's ``k x k`` temporaries dropped before the next type's are made."""
+    k = pi.k
+    values = np.empty((first.size, k, k))
+    est = np.empty(r.shape)
+    inv = None
+    if leaf.any():  # few types (a level's leaves are one): checked together, as stacked
+        inv = _childless(pi.values[pi.index[first[leaf]]], types, np.flatnonzero(leaf), where)
+    at_leaf = np.cumsum(leaf) - 1
+    for t in range(first.size):
+        rows = type_rows(types, t)
+        if leaf[t]:
+            assert inv is not None
+            of_r, of_m = inv[at_leaf[t]], np.zeros((k, k))
+            values[t] = _sym(of_r)
+        else:
+            cov = M.values[M.index[first[t]]]
+            of_m = np.linalg.inv(np.eye(k) + cov @ pi.values[pi.index[first[t]]])
+            of_r = of_m @ cov
+            values[t] = _sym(of_r)
+        est[rows] = np.matmul(r[rows], of_r.T)
+        if m is not None and not leaf.all():
+            # as ``_apply``: the product is made, then added (the same sums as stacked)
+            est[rows] += np.matmul(m[rows], of_m.T)
+    return values, est
 
 
 def _pinv_sum(M: np.ndarray, exact: np.ndarray, w: np.ndarray) -> np.ndarray:
@@ -273,16 +343,54 @@ def matrix_downward(
         fp = f[level - 1]
         keys = [V.index, M.index[par], children_exact[par], fp.index[par], exact[level]]
         types, first = type_index(keys)
-        v = V.values[V.index[first]]
         parent = par[first]
-        gain = v @ _pinv_sum(M.values[M.index[parent]], children_exact[parent], w)
-        fp_t = fp.values[fp.index[parent]]
-        values = _sym(v - gain @ v + gain @ fp_t @ np.swapaxes(gain, 1, 2))
         held = exact[level][first]
-        values[held] = _off_direction(values[held], w)
         gap = u[level - 1] - up.child_sum[level - 1]  # per parent
         est = up.est[level]
-        est += _apply(gain, types, gap[par])
+        if _by_type(types, V.k):
+            structure = (types, first, parent, held)
+            values = _down_by_type(V, M, children_exact, fp, structure, w, est, gap[par])
+        else:
+            v = V.values[V.index[first]]
+            gain = v @ _pinv_sum(M.values[M.index[parent]], children_exact[parent], w)
+            fp_t = fp.values[fp.index[parent]]
+            values = _sym(v - gain @ v + gain @ fp_t @ np.swapaxes(gain, 1, 2))
+            values[held] = _off_direction(values[held], w)
+            est += _apply(gain, types, gap[par])
         u.append(est)
         f.append(SharedMatrices(values, types))
     return u, f
+
+
+def _down_by_type(
+    V: SharedMatrices,
+    M: SharedMatrices,
+    children_exact: np.ndarray,
+    fp: SharedMatrices,
+    structure: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
+    w: np.ndarray,
+    est: np.ndarray,
+    gap: np.ndarray,
+) -> np.ndarray:
+    """``matrix_downward``'s stacked step one child type at a time (the same products on
+    each type's matrices, so the same numbers): the final covariances per type (types, k, k),
+    returned, and each node's estimate corrected in place by ``gap`` (per node: its parent's).
+    ``structure``: the child types per node, each type's first node and its parent, and
+    whether the type is exact. ``M^+`` is made once per parent type."""
+    types, first, parent, held = structure
+    k = V.k
+    values = np.empty((first.size, k, k))
+    pinv: dict[tuple[int, bool], np.ndarray] = {}
+    for t in range(first.size):
+        key = (int(M.index[parent[t]]), bool(children_exact[parent[t]]))
+        if key not in pinv:
+            pinv[key] = _pinv_sum(M.values[key[0]][None], np.array([key[1]]), w)[0]
+        v = V.values[V.index[first[t]]]
+        gain = v @ pinv[key]
+        fp_t = fp.values[fp.index[parent[t]]]
+        one = _sym(v - gain @ v + gain @ fp_t @ gain.T)
+        values[t] = _off_direction(one[None], w)[0] if held[t] else one
+        rows = type_rows(types, t)
+        # as ``_apply``: the product is made, then added (the same sums as stacked)
+        est[rows] += np.matmul(gap[rows], gain.T)
+    return values

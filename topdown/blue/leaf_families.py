@@ -17,9 +17,10 @@ answers of every fed query. But the recursions pass only per-node summaries acro
 
 Each piece runs the same recursions on the whole tree's plan, so the result is the whole
 tree's BLUE (to round-off: the same sums in another order). The price is the leaves'
-recursions run twice (steps 1 and 3), and again for each chunk ``cells_at`` reads later;
-the bulk of it, the leaves' answers rotated and weighted (``own_terms``), is kept from step
-1 for step 3 for the first chunk the passes read (``KEPT_CHUNK``).
+recursions run twice (steps 1 and 3), and again for each chunk ``cells_at`` reads later,
+or ``scale`` the first time the leaves' covariances are read (the passes do not keep them);
+the bulk of step 3, the leaves' answers rotated and weighted (``own_terms``), is kept from
+step 1 for the first chunk the passes read (``KEPT_CHUNK``).
 
 Kept apart from ``topdown.blue.estimate`` (one solve over the whole tree) and
 ``topdown.blue.streamed`` (the pieces themselves, which a streamed release runs in separate
@@ -162,6 +163,12 @@ class _Merged:
             mapping[t] = at
         self.index[children] = mapping[part.index]
 
+    @property
+    def nbytes(self) -> int:
+        """The bytes of the covariances held."""
+        held = sum(v.nbytes for v in self.values) + self.index.nbytes
+        return held + (0 if self.array is None else self.array.nbytes)
+
     def value(self) -> Covariance:
         if self.array is not None:
             return self.array
@@ -206,20 +213,21 @@ class LeafFamilies:
             )
         )
 
-    def estimate(self, i: int) -> tuple[np.ndarray, Blue]:
+    def estimate(self, i: int, *, gather: bool = True) -> tuple[np.ndarray, Blue]:
         """Chunk ``i``'s leaves (indices in the leaf level) and the BLUE of its two levels
-        (the parents' given, the leaves' final); the last one asked is kept, and the leaves'
-        covariances are gathered the first time a chunk is estimated."""
-        if self._last is not None and self._last[0] == i:
-            return self._last[1], self._last[2]
-        self._last = None  # its arrays go before the next chunk's are made
-        parents = self.chunks[i]
-        sub, children = family_tree(self.tree, parents)
-        top = _rows(self.parents_final, parents)
-        own = self._kept.pop(i, None)  # the first pass's, used once (the solve writes in them)
-        estimate = blue_below(sub, self.domain, self.sub_inputs(children), top, self.plan, own)
-        self._last = (i, children, estimate)
-        if i not in self._done:
+        (the parents' given, the leaves' final); the last one asked is kept. With ``gather``
+        the leaves' covariances are added to the level's the first time a chunk is read (the
+        passes read a chunk with ``gather=False``: ``fed``)."""
+        if self._last is None or self._last[0] != i:
+            self._last = None  # its arrays go before the next chunk's are made
+            parents = self.chunks[i]
+            sub, children = family_tree(self.tree, parents)
+            top = _rows(self.parents_final, parents)
+            own = self._kept.pop(i, None)  # the first pass's, used once (the solve writes in them)
+            estimate = blue_below(sub, self.domain, self.sub_inputs(children), top, self.plan, own)
+            self._last = (i, children, estimate)
+        _, children, estimate = self._last
+        if gather and i not in self._done:
             self._gather(children, estimate)
             self._done.add(i)
         return children, estimate
@@ -243,10 +251,19 @@ class LeafFamilies:
                 self.estimate(i)
         return [m.value() for m in self._scale[subtree]]
 
+    @property
+    def covariance_bytes(self) -> int:
+        """The bytes of the leaves' covariances gathered so far (0 until a reader asks for
+        them: the passes do not)."""
+        return sum(m.nbytes for merged in self._scale.values() for m in merged)
+
     def fed(self, i: int) -> tuple[np.ndarray, tuple[QueryEstimate, ...]]:
         """Chunk ``i``'s leaves and the passes' inputs for them (``blue_inputs`` of the
         chunk's BLUE: its cells, totals and measured marginals, with their weights)."""
-        children, estimate = self.estimate(i)
+        # not gathered: the leaves' final covariances, a (k, k) matrix per parent type and
+        # block, would stay held for the rest of the release (1.5 GB at 18 DHC counties) and
+        # the passes do not read them; ``scale`` estimates the chunks again when asked
+        children, estimate = self.estimate(i, gather=False)
         self._last = None  # the passes hold the cells (the fed detailed answers) while needed
         fed = blue_inputs(self.sub_inputs(children), estimate).levels[1]
         del estimate

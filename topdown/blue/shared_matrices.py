@@ -88,8 +88,10 @@ class SharedMatrices:
         return self.rows(nodes)
 
     def copy(self) -> SharedMatrices:
-        """The same nodes' matrices with their own arrays (the distinct ones only)."""
-        return SharedMatrices(self.values.copy(), self.index.copy()).compact()
+        """The same nodes' matrices with their own arrays (the distinct ones only: the used
+        matrices are picked before copying, not all of a level's copied and most dropped)."""
+        used, index = np.unique(self.index, return_inverse=True)
+        return SharedMatrices(self.values[used], index.reshape(-1).astype(np.int64))
 
     def compact(self) -> SharedMatrices:
         """The same matrices with the types no node uses dropped."""
