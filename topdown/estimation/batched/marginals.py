@@ -356,11 +356,13 @@ def _line_search(
     return step, x, g, q
 
 
-def _settled(dual: _Dual, g: np.ndarray, mu: np.ndarray, size: np.ndarray) -> np.ndarray:
-    """Per family: every free slot's residual within ``TOLERANCE`` of the size of its terms
+def _settled(
+    dual: _Dual, g: np.ndarray, mu: np.ndarray, size: np.ndarray, tolerance: float = TOLERANCE
+) -> np.ndarray:
+    """Per family: every free slot's residual within ``tolerance`` of the size of its terms
     (the family's parent total, the answer, mu / v)."""
     scale = size[:, None] + np.abs(dual.z) + np.abs(mu) * dual.inv_v
-    return np.all(np.abs(g) <= TOLERANCE * scale + 1e-300, axis=1)
+    return np.all(np.abs(g) <= tolerance * scale + 1e-300, axis=1)
 
 
 def marginal_newton_chunk(
@@ -369,6 +371,8 @@ def marginal_newton_chunk(
     w: np.ndarray,
     marginals: tuple[Marginal, ...],
     max_iter: int = 60,
+    *,
+    tolerance: float = TOLERANCE,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Semismooth Newton on g(mu) = 0 for the Q families of a chunk (k children each).
 
@@ -378,6 +382,8 @@ def marginal_newton_chunk(
         w: (Q, k) detailed weights (> 0).
         marginals: the marginal queries on the chunk (``LevelMarginal.of_chunk``).
         max_iter: Newton steps before a family is given up.
+        tolerance: the KKT residual a family stops at, relative to the size of its terms
+            (``topdown.estimation.multipass_newton`` asks for a tighter one).
 
     Returns:
         x (Q, k, W) and per family whether it converged.
@@ -398,7 +404,7 @@ def marginal_newton_chunk(
     g0 = np.sqrt(_dot(g, g))
     ok = np.zeros(Q, dtype=bool)
     for _ in range(max_iter):
-        ok = _settled(dual, g, mu, size)
+        ok = _settled(dual, g, mu, size, tolerance)
         todo = np.flatnonzero(~ok)
         if todo.size == 0:
             break
@@ -412,5 +418,5 @@ def marginal_newton_chunk(
         step, x[todo], g[todo], q[todo] = _line_search(sub, mu[todo], d, _dot(gt, d), q[todo])
         mu[todo] = mu[todo] + step[:, None] * d  # the point the line search evaluated
     else:
-        ok = _settled(dual, g, mu, size)
+        ok = _settled(dual, g, mu, size, tolerance)
     return x, ok

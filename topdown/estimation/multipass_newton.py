@@ -1,0 +1,259 @@
+"""Multipass with a first pass of marginals, by the Newton iterations: no general solver.
+
+The 2020 DHC persons strategy (``topdown.presets.census2020_dhcp``, ``multipass=True``) fits
+nine marginals in a first pass and the detailed histogram in a second that holds the first
+pass's answers (``EstimateOptions.multipass_tolerance``). The per-family path
+(``topdown.estimation.family``) gives both passes to a general QP solver, which does not finish
+at 1.2 million cells a node. The Newton iterations of ``topdown.estimation.root_marginals``
+(the root) and ``topdown.estimation.batched.marginals`` (families, children summing to their
+parent) solve ``min w ||x - c||^2 + sum_m v_m ||A_m x - z_m||^2`` over ``x >= 0`` (and the
+family's consistency, or the root's bounds on its total): strongly convex through the term
+centred at ``c``. This module builds both passes out of such solves.
+
+Pass 1: ``f(x) = sum_m v_m ||A_m x - z_m||^2`` over the same feasible set. ``f`` reads ``x``
+only through its answers ``u = A x`` and is strictly convex in them, so the optimal answers
+``u*`` are unique while ``x`` is not; pass 2 needs only ``u*``. Proximal point (Rockafellar,
+"Monotone operators and the proximal point algorithm", SIAM J. Control Optim. 14, 1976):
+``x_{j+1} = argmin f(x) + eps ||x - x_j||^2``, each step one strongly convex solve of the form
+above with the centre ``x_j`` and weight ``eps``. The first step is centred at the detailed
+answers with their own weight, which is the one-pass fit of the first-pass marginals and the
+detailed query: a start close to the answer. ``f(x_j)`` decreases to the minimum and the
+answers converge (for a quadratic ``f`` without bounds the error in every non-zero direction of
+``sum_m v_m A_m' A_m``, eigenvalue ``lambda``, shrinks by ``eps / (eps + lambda)`` a step;
+``eps`` is ``PROX_SHARE`` times the child's smallest first-pass weight, so a step gains about
+two digits where the marginals' Gram matrix is not tiny). The iteration stops when no answer
+of the family moved by more than ``PROX_TOLERANCE`` times the family's largest answer (at
+least 1) in a step; the family is given up (left to the general path) when ``PROX_STEPS`` do
+not get there.
+
+Pass 2: ``min w ||x - y||^2`` (and the soft fit of any marginal not in pass 1) with
+``|A_m x - u*_m| <= tol`` over the feasible set. Holding the answers as hard equalities
+(``Marginal.hard``, as ``batched.multipass`` holds totals) would make the dual's Hessian
+singular: overlapping marginals repeat their shared sub-marginals (``HISPANIC x SEX`` and
+``SEX x RELGQ`` both give ``SEX``) and the children's answers add up to the parent's. A penalty
+``V ||A_m x - t_m||^2`` with a large ``V`` (``HOLD_WEIGHT`` times the detailed weight) keeps the
+dual strongly concave (ridge ``1 / V``) and makes no singular solve; its offset from the
+targets is removed by the method of multipliers (Hestenes 1969, Powell 1969): the targets move
+by the offset seen, ``t_m <- t_m - (A_m x - u*_m)``, and the fit is solved again, until every
+held answer is within ``tol`` of ``u*`` (checked on the answer returned; at most
+``HOLD_ROUNDS`` solves, else the family is left to the general path). The dependent rows are
+harmless here: ``u*`` are answers of one ``x``, so they satisfy every linear relation among the
+rows, and the multipliers' components along those relations are fixed by the ridge.
+
+So the answer satisfies every first-pass answer within ``tol`` of ``u*`` exactly as checked,
+where ``u*`` is pass 1's answer to ``PROX_TOLERANCE`` (relative) as above; the general path
+holds an interior-point pass 1 within ``tol``. ``tests/test_multipass_marginals.py`` compares
+the two on small product domains.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+from topdown.estimation.batched.marginals import Marginal, marginal_newton_chunk
+from topdown.estimation.root_marginals import RootMarginal, root_marginal_l2
+
+__all__ = [
+    "MARGINAL_TWO_PASS",
+    "ROOT_TWO_PASS",
+    "ChunkFitter",
+    "RootFitter",
+    "two_passes",
+]
+
+log = logging.getLogger(__name__)
+
+#: the routes' names in the solver statistics
+ROOT_TWO_PASS = "root_newton_multipass"
+MARGINAL_TWO_PASS = "marginal_newton_multipass"
+
+#: the proximal weight eps as a share of the child's smallest first-pass weight
+PROX_SHARE = 0.01
+#: pass 1 stops when no answer moved by more than this times the family's largest answer
+PROX_TOLERANCE = 1e-9
+PROX_STEPS = 60
+#: pass 2's penalty on the held answers, times the detailed weight
+HOLD_WEIGHT = 1e4
+HOLD_ROUNDS = 8
+TIGHT = True
+#: the Newton iterations' KKT tolerance in pass 2 (relative, as theirs): tighter than their
+#: default so that the held answers' residual can reach an absolute ``tol`` of 1e-6
+HOLD_NEWTON_TOLERANCE = 1e-11
+
+#: (targets, weights) of one marginal in a fitter's layout
+Targets = tuple[np.ndarray, np.ndarray]
+
+
+class Fitter(Protocol):
+    """One layout's strongly convex solve and its marginal answers (root or chunk)."""
+
+    def fit(
+        self, centre: np.ndarray, weight: np.ndarray, marginals: Sequence[Targets], tight: bool
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """``argmin weight ||x - centre||^2 + sum_m v_m ||A_m x - t_m||^2`` over the feasible
+        set, and per family whether it settled."""
+        ...
+
+    def answers(self, x: np.ndarray, m: int) -> np.ndarray:
+        """``A_m x`` in the layout of marginal ``m``'s targets."""
+        ...
+
+    def largest(self, values: np.ndarray) -> np.ndarray:
+        """Per family, the largest of ``values`` (a targets-shaped array)."""
+        ...
+
+
+@dataclass(frozen=True)
+class RootFitter:
+    """The root: ``root_marginal_l2`` with the root's bounds on its total.
+
+    Attributes:
+        groups: per marginal, each cell's group.
+        lo, hi: bounds on the root's total.
+    """
+
+    groups: tuple[np.ndarray, ...]
+    lo: float = -np.inf
+    hi: float = np.inf
+
+    def fit(
+        self, centre: np.ndarray, weight: np.ndarray, marginals: Sequence[Targets], tight: bool
+    ) -> tuple[np.ndarray, np.ndarray]:
+        root = [
+            RootMarginal(self.groups[m], t, float(v))
+            for m, (t, v) in enumerate(marginals)
+            if float(v) > 0
+        ]
+        options = {"tolerance": HOLD_NEWTON_TOLERANCE} if tight else {}
+        x = root_marginal_l2(centre, float(weight), root, self.lo, self.hi, **options)
+        if x is None:
+            return np.zeros_like(centre), np.array(False)
+        return x, np.array(True)
+
+    def answers(self, x: np.ndarray, m: int) -> np.ndarray:
+        g = self.groups[m]
+        return np.bincount(g, weights=x, minlength=int(g.max(initial=-1)) + 1)
+
+    def largest(self, values: np.ndarray) -> np.ndarray:
+        return np.asarray(np.abs(values).max(initial=0.0))
+
+
+@dataclass(frozen=True)
+class ChunkFitter:
+    """Q families of k children: ``marginal_newton_chunk`` on their support (padded).
+
+    Attributes:
+        groups: per marginal, (Q, W) each position's group (the chunk layout of
+            ``batched.marginals.Marginal``; padding at the width).
+        widths: per marginal, its number of group slots G (targets (Q, k, G)).
+        p: (Q, W) the parents' counts (0 in the padding).
+        max_iter: Newton steps a solve may take.
+    """
+
+    groups: tuple[np.ndarray, ...]
+    widths: tuple[int, ...]
+    p: np.ndarray
+    max_iter: int = 60
+
+    def fit(
+        self, centre: np.ndarray, weight: np.ndarray, marginals: Sequence[Targets], tight: bool
+    ) -> tuple[np.ndarray, np.ndarray]:
+        chunk = tuple(Marginal(self.groups[m], t, v) for m, (t, v) in enumerate(marginals))
+        tolerance = {"tolerance": HOLD_NEWTON_TOLERANCE} if tight else {}
+        return marginal_newton_chunk(
+            centre, self.p, weight, chunk, max_iter=self.max_iter, **tolerance
+        )
+
+    def answers(self, x: np.ndarray, m: int) -> np.ndarray:
+        Q, k, W = x.shape
+        G = self.widths[m]
+        # positions past the width (padding) count in a dummy group, dropped
+        flat = (np.arange(Q)[:, None] * (G + 1) + np.minimum(self.groups[m], G)).reshape(-1)
+        out = np.empty((Q, k, G))
+        for c in range(k):
+            sums = np.bincount(flat, weights=x[:, c, :].reshape(-1), minlength=Q * (G + 1))
+            out[:, c, :] = sums.reshape(Q, G + 1)[:, :G]
+        return out
+
+    def largest(self, values: np.ndarray) -> np.ndarray:
+        Q = values.shape[0]
+        return np.abs(values).reshape(Q, -1).max(axis=1, initial=0.0)
+
+
+@dataclass(frozen=True)
+class TwoPassResult:
+    """The second pass's answer, per family whether both passes settled, and their work."""
+
+    x: np.ndarray
+    settled: np.ndarray
+    prox_steps: int
+    hold_rounds: int
+
+
+def two_passes(
+    fitter: Fitter,
+    y: np.ndarray,
+    w: np.ndarray,
+    first: Sequence[Targets],
+    second: Sequence[Targets] = (),
+    *,
+    tolerance: float = 1e-6,
+) -> TwoPassResult:
+    """Pass 1 by proximal point, pass 2 holding its answers (module docstring).
+
+    Args:
+        fitter: the layout's solve (``RootFitter`` or ``ChunkFitter``); its marginals are
+            numbered ``first``'s then ``second``'s.
+        y: the detailed answers (root: (n,); chunk: (Q, k, W)).
+        w: their weights (root: a scalar array; chunk: (Q, k)), > 0.
+        first: the first-pass marginals' (targets, weights), weights > 0.
+        second: the other marginals' (targets, weights): fitted in pass 2 only.
+        tolerance: how far a held answer may be from pass 1's (absolute).
+    """
+    w = np.asarray(w, dtype=float)
+    eps = PROX_SHARE * np.minimum.reduce([np.asarray(v, dtype=float) for _, v in first])
+    n_first = len(first)
+    x, settled = fitter.fit(y, w, first, False)
+    settled = np.asarray(settled, dtype=bool).copy()
+    u = [fitter.answers(x, m) for m in range(n_first)]
+    done = np.zeros_like(settled)
+    steps = 0
+    while steps < PROX_STEPS and not np.all(done | ~settled):
+        x, ok = fitter.fit(x, eps, first, False)
+        settled &= ok
+        steps += 1
+        new = [fitter.answers(x, m) for m in range(n_first)]
+        moved = np.maximum.reduce([fitter.largest(a - b) for a, b in zip(new, u, strict=True)])
+        size = np.maximum.reduce([fitter.largest(a) for a in new])
+        done = moved <= PROX_TOLERANCE * np.maximum(size, 1.0)
+        u = new
+    log.debug("multipass pass 1: settled %s, done %s after %d steps", settled, done, steps)
+    settled &= done
+    # pass 2: the held answers by a penalty, its offset removed by the method of multipliers
+    hold = HOLD_WEIGHT * w
+    targets = [a.copy() for a in u]
+    rounds = 0
+    off = np.full(settled.shape, np.inf)
+    ok = np.zeros_like(settled)
+    while rounds < HOLD_ROUNDS:
+        x, ok = fitter.fit(y, w, [*((t, hold) for t in targets), *second], TIGHT)
+        rounds += 1
+        gaps = [fitter.answers(x, m) - u[m] for m in range(n_first)]
+        off = np.maximum.reduce([fitter.largest(g) for g in gaps])
+        log.debug("multipass pass 2: round %d ok %s off %s", rounds, ok, off)
+        if np.all((off <= tolerance) | ~(settled & ok)):
+            break
+        targets = [t - g for t, g in zip(targets, gaps, strict=True)]
+    settled &= np.asarray(ok, dtype=bool) & (off <= tolerance)
+    log.debug(
+        "multipass: %d proximal step(s), %d hold round(s), held answers within %.3g",
+        steps,
+        rounds,
+        float(np.max(off, initial=0.0)),
+    )
+    return TwoPassResult(x, settled, steps, rounds)
