@@ -37,6 +37,7 @@ from solvers import InfeasibleError, Problem, SolverError, SolveStatus
 from solvers.builders import children_l2_problem, is_identity, rounding_problem, rounding_solution
 from topdown.estimation import capture
 from topdown.estimation.family_newton import newton_l2
+from topdown.estimation.multipass_newton import HELD_EXACTLY
 from topdown.estimation.passes import EstimateOptions, SolveStats, controlled_window
 
 __all__ = ["FamilyTask", "FamilyResult", "solve_family"]
@@ -228,11 +229,20 @@ def _newton(task: FamilyTask, parent: np.ndarray | None) -> tuple[np.ndarray, st
     options = task.options
     if options.solver.l2 != "auto" or options.capture is not None:
         return None
-    if task.first_pass or task.rows is not None:
+    if task.rows is not None:
         return None
     if task.ub is not None and not np.all(np.isinf(task.ub)):
         return None
-    return newton_l2(parent, task.measurements, task.k, task.n)
+    if task.first_pass and options.multipass_tolerance > HELD_EXACTLY:
+        return None  # a looser hold is another problem: the general solvers take it
+    return newton_l2(
+        parent,
+        task.measurements,
+        task.k,
+        task.n,
+        task.first_pass,
+        options.multipass_tolerance,
+    )
 
 
 def _round(

@@ -32,11 +32,22 @@ from topdown.estimation.batched.marginals import (
     Marginal,
     marginal_newton_chunk,
 )
+from topdown.estimation.multipass_newton import (
+    MARGINAL_TWO_PASS,
+    ROOT_TWO_PASS,
+    ChunkFitter,
+    RootFitter,
+    two_passes,
+)
 from topdown.estimation.root_marginals import ROOT_NEWTON, RootMarginal, root_marginal_l2
 
 __all__ = ["MAX_STEPS", "newton_l2"]
 
 log = logging.getLogger(__name__)
+
+#: a partition query of the task: (its index in the measurements, each cell's answer,
+#: answers (k, G), weights (k,))
+_Partition = tuple[int, np.ndarray, np.ndarray, np.ndarray]
 
 #: Newton steps a family may take here (a batch gives up after 60 and leaves it to this path)
 MAX_STEPS = 200
@@ -47,16 +58,21 @@ def newton_l2(
     measurements: tuple[tuple[sp.csr_matrix, np.ndarray, np.ndarray], ...],
     k: int,
     n: int,
+    first_pass: tuple[int, ...] = (),
+    tolerance: float = 1e-6,
 ) -> tuple[np.ndarray, str] | None:
     """The family's L2 answer (k x n) and the solver's name, or None when the task is not of
     the Newton iterations' form or the iteration does not settle (module docstring).
 
-    The caller checks that the task has no rows, structural zeros or first pass.
+    The caller checks that the task has no rows or structural zeros.
 
     Args:
         parent: the parent's counts on the support (n,), or None at the root (k = 1).
         measurements: per query (Q on the support, Y (k x answers), W (k x answers)).
         k: children; n: support cells.
+        first_pass: the measurements a multipass first pass fits: marginals only, each with
+            positive weights (``topdown.estimation.multipass_newton``), else None.
+        tolerance: how far pass 2 may move pass 1's answers (the multipass tolerance).
     """
     split = _split(measurements, k, n)
     if split is None:
@@ -64,6 +80,9 @@ def newton_l2(
     y, w, marginals = split
     if not marginals:
         return None  # the detailed query alone: the closed form's, through the solvers
+    if first_pass:
+        return _two_passes(parent, y, w, marginals, first_pass, tolerance)
+    marginals = [(g, a, v) for _, g, a, v in marginals]
     if parent is None:
         if k != 1:
             return None
@@ -85,12 +104,12 @@ def newton_l2(
 
 def _split(
     measurements: tuple[tuple[sp.csr_matrix, np.ndarray, np.ndarray], ...], k: int, n: int
-) -> tuple[np.ndarray, np.ndarray, list[tuple[np.ndarray, np.ndarray, np.ndarray]]] | None:
-    """(y (k, n), w (k,), [(groups (n,), answers (k, G), weights (k,))]) when the queries
-    are one detailed query and partitions with a weight per child; else None."""
+) -> tuple[np.ndarray, np.ndarray, list[_Partition]] | None:
+    """(y (k, n), w (k,), [(index, groups (n,), answers (k, G), weights (k,))]) when the
+    queries are one detailed query and partitions with a weight per child; else None."""
     y = w = None
-    marginals = []
-    for Q, Y, W in measurements:
+    marginals: list[_Partition] = []
+    for index, (Q, Y, W) in enumerate(measurements):
         W = np.asarray(W, dtype=float)
         if W.shape[1] == 0 or not np.all(W[:, :1] == W) or not np.all(np.isfinite(W)):
             return None
@@ -103,12 +122,59 @@ def _split(
                 return None
             y, w = np.asarray(Y, dtype=float), weight
         elif np.all(weight >= 0):
-            marginals.append((groups, np.asarray(Y, dtype=float), weight))
+            marginals.append((index, groups, np.asarray(Y, dtype=float), weight))
         else:
             return None
     if y is None or w is None or y.shape != (k, n):
         return None
     return y, w, marginals
+
+
+def _two_passes(
+    parent: np.ndarray | None,
+    y: np.ndarray,
+    w: np.ndarray,
+    marginals: list[_Partition],
+    first_pass: tuple[int, ...],
+    tolerance: float,
+) -> tuple[np.ndarray, str] | None:
+    """Multipass with a first pass of marginals (``topdown.estimation.multipass_newton``):
+    None when the detailed query is in the first pass or a first-pass weight is 0 (pass 1
+    would not fix that child's answers, and which ones the general path holds is its
+    solver's choice)."""
+    first = [m for m in marginals if m[0] in first_pass]
+    second = [m for m in marginals if m[0] not in first_pass]
+    if len(first) != len(first_pass) or not all(np.all(v > 0) for _, _, _, v in first):
+        return None
+    ordered = first + second
+    if parent is None:
+        if y.shape[0] != 1:
+            return None
+        root = RootFitter(tuple(g for _, g, _, _ in ordered))
+        res = two_passes(
+            root,
+            y[0],
+            np.asarray(w[0]),
+            [(a[0], np.asarray(v[0])) for _, _, a, v in first],
+            [(a[0], np.asarray(v[0])) for _, _, a, v in second],
+            tolerance=tolerance,
+        )
+        return (res.x[None, :], ROOT_TWO_PASS) if bool(res.settled) else None
+    chunk = [_chunk_marginal(g, a, v) for _, g, a, v in ordered]
+    fitter = ChunkFitter(
+        tuple(m.groups for m in chunk),
+        tuple(m.targets.shape[2] for m in chunk),
+        np.asarray(parent, dtype=float)[None],
+        max_iter=MAX_STEPS,
+    )
+    targets = [(m.targets, m.weights) for m in chunk]
+    res = two_passes(
+        fitter, y[None], w[None], targets[: len(first)], targets[len(first) :], tolerance=tolerance
+    )
+    if not res.settled[0]:
+        log.info("the multipass Newton passes did not settle a family of %d x %d", *y.shape)
+        return None
+    return res.x[0], MARGINAL_TWO_PASS
 
 
 def _partition(Q: sp.csr_matrix, n: int) -> np.ndarray | None:

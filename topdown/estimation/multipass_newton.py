@@ -59,6 +59,7 @@ from topdown.estimation.batched.marginals import Marginal, marginal_newton_chunk
 from topdown.estimation.root_marginals import RootMarginal, root_marginal_l2
 
 __all__ = [
+    "HELD_EXACTLY",
     "MARGINAL_TWO_PASS",
     "ROOT_TWO_PASS",
     "ChunkFitter",
@@ -67,6 +68,11 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+
+#: The largest multipass tolerance the Newton passes stand for (the default): they hold the
+#: first pass's answers tighter than that (``batched.multipass`` exactly), the general path
+#: within the tolerance, whose slack a looser tolerance lets the second pass use.
+HELD_EXACTLY = 1e-6
 
 #: the routes' names in the solver statistics
 ROOT_TWO_PASS = "root_newton_multipass"

@@ -31,6 +31,7 @@ from topdown.estimation.batched.chunk_tasks import chunk_task, solve_chunk
 from topdown.estimation.batched.families import detailed_only, level_chunks
 from topdown.estimation.batched.marginals import MARGINAL_NEWTON, LevelMarginal
 from topdown.estimation.batched.total import DUAL_NEWTON
+from topdown.estimation.multipass_newton import HELD_EXACTLY
 from topdown.estimation.node_constraints import NodeConstraints
 from topdown.estimation.passes import EstimateOptions, SolveStats
 from topdown.estimation.root import root_l2, root_round
@@ -354,11 +355,6 @@ def _batched_fit(inputs: LevelInputs) -> _Fit | None:
         marginals=marginals,
         first_total=first_total,
     )
-
-
-#: The largest multipass tolerance the batched pass stands for (the default): it holds the
-#: first pass's totals exactly, the per-family path within the tolerance.
-HELD_EXACTLY = 1e-6
 
 
 def _first_total(inputs: LevelInputs) -> str | None | bool:
