@@ -35,9 +35,8 @@ from topdown.estimation.batched.marginals import (
 from topdown.estimation.multipass_newton import (
     MARGINAL_TWO_PASS,
     ROOT_TWO_PASS,
-    ChunkFitter,
-    RootFitter,
-    two_passes,
+    chunk_two_passes,
+    root_two_passes,
 )
 from topdown.estimation.root_marginals import ROOT_NEWTON, RootMarginal, root_marginal_l2
 
@@ -139,42 +138,32 @@ def _two_passes(
     tolerance: float,
 ) -> tuple[np.ndarray, str] | None:
     """Multipass with a first pass of marginals (``topdown.estimation.multipass_newton``):
-    None when the detailed query is in the first pass or a first-pass weight is 0 (pass 1
+    None when the detailed query is in the first pass, a first-pass weight is 0 (pass 1
     would not fix that child's answers, and which ones the general path holds is its
-    solver's choice)."""
-    first = [m for m in marginals if m[0] in first_pass]
-    second = [m for m in marginals if m[0] not in first_pass]
-    if len(first) != len(first_pass) or not all(np.all(v > 0) for _, _, _, v in first):
+    solver's choice) or the passes do not settle."""
+    first = [i for i, m in enumerate(marginals) if m[0] in first_pass]
+    if len(first) != len(first_pass):
         return None
-    ordered = first + second
     if parent is None:
         if y.shape[0] != 1:
             return None
-        root = RootFitter(tuple(g for _, g, _, _ in ordered))
-        res = two_passes(
-            root,
-            y[0],
-            np.asarray(w[0]),
-            [(a[0], np.asarray(v[0])) for _, _, a, v in first],
-            [(a[0], np.asarray(v[0])) for _, _, a, v in second],
-            tolerance=tolerance,
-        )
-        return (res.x[None, :], ROOT_TWO_PASS) if bool(res.settled) else None
-    chunk = [_chunk_marginal(g, a, v) for _, g, a, v in ordered]
-    fitter = ChunkFitter(
-        tuple(m.groups for m in chunk),
-        tuple(m.targets.shape[2] for m in chunk),
+        root = [RootMarginal(g, a[0], float(v[0])) for _, g, a, v in marginals]
+        x = root_two_passes(y[0], float(w[0]), root, first, tolerance=tolerance)
+        return None if x is None else (x[None, :], ROOT_TWO_PASS)
+    chunk = [_chunk_marginal(g, a, v) for _, g, a, v in marginals]
+    xs, settled = chunk_two_passes(
+        y[None],
         np.asarray(parent, dtype=float)[None],
+        w[None],
+        chunk,
+        first,
+        tolerance=tolerance,
         max_iter=MAX_STEPS,
     )
-    targets = [(m.targets, m.weights) for m in chunk]
-    res = two_passes(
-        fitter, y[None], w[None], targets[: len(first)], targets[len(first) :], tolerance=tolerance
-    )
-    if not res.settled[0]:
+    if not settled[0]:
         log.info("the multipass Newton passes did not settle a family of %d x %d", *y.shape)
         return None
-    return res.x[0], MARGINAL_TWO_PASS
+    return xs[0], MARGINAL_TWO_PASS
 
 
 def _partition(Q: sp.csr_matrix, n: int) -> np.ndarray | None:

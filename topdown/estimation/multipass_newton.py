@@ -64,6 +64,8 @@ __all__ = [
     "ROOT_TWO_PASS",
     "ChunkFitter",
     "RootFitter",
+    "chunk_two_passes",
+    "root_two_passes",
     "two_passes",
 ]
 
@@ -263,3 +265,75 @@ def two_passes(
         float(np.max(off, initial=0.0)),
     )
     return TwoPassResult(x, settled, steps, rounds)
+
+
+def chunk_two_passes(
+    y: np.ndarray,
+    p: np.ndarray,
+    w: np.ndarray,
+    marginals: Sequence[Marginal],
+    first: Sequence[int],
+    *,
+    tolerance: float = HELD_EXACTLY,
+    max_iter: int = 60,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Both passes for a chunk's Q families (``batched.marginals``' layout).
+
+    Args:
+        y: (Q, k, W) the detailed answers; p: (Q, W) the parents' counts; w: (Q, k) weights.
+        marginals: the chunk's marginals; ``first``: the indices of those pass 1 fits (each
+            with positive weights; a family with a zero one is reported unsettled).
+        tolerance: how far a held answer may be from pass 1's.
+        max_iter: Newton steps a solve may take.
+
+    Returns:
+        x (Q, k, W) and per family whether both passes settled.
+    """
+    order = [*first, *(m for m in range(len(marginals)) if m not in first)]
+    ordered = [marginals[m] for m in order]
+    fitter = ChunkFitter(
+        tuple(m.groups for m in ordered),
+        tuple(m.targets.shape[2] for m in ordered),
+        np.asarray(p, dtype=float),
+        max_iter=max_iter,
+    )
+    targets = [(m.targets, np.asarray(m.weights, dtype=float)) for m in ordered]
+    positive = np.all([v > 0 for _, v in targets[: len(first)]], axis=(0, 2))
+    res = two_passes(
+        fitter,
+        np.asarray(y, dtype=float),
+        w,
+        targets[: len(first)],
+        targets[len(first) :],
+        tolerance=tolerance,
+    )
+    return res.x, res.settled & positive
+
+
+def root_two_passes(
+    y: np.ndarray,
+    w: float,
+    marginals: Sequence[RootMarginal],
+    first: Sequence[int],
+    lo: float = -np.inf,
+    hi: float = np.inf,
+    *,
+    tolerance: float = HELD_EXACTLY,
+) -> np.ndarray | None:
+    """Both passes at the root (bounds ``lo <= sum x <= hi`` on its total), or None when a
+    first-pass weight is not positive or they do not settle (the general path then solves)."""
+    if any(marginals[m].weight <= 0 for m in first):
+        return None
+    order = [*first, *(m for m in range(len(marginals)) if m not in first)]
+    ordered = [marginals[m] for m in order]
+    fitter = RootFitter(tuple(m.groups for m in ordered), lo, hi)
+    targets = [(np.asarray(m.answers, dtype=float), np.asarray(m.weight)) for m in ordered]
+    res = two_passes(
+        fitter,
+        np.asarray(y, dtype=float),
+        np.asarray(w),
+        targets[: len(first)],
+        targets[len(first) :],
+        tolerance=tolerance,
+    )
+    return res.x if bool(res.settled) else None

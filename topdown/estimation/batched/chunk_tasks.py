@@ -31,6 +31,7 @@ from topdown.estimation.batched.families import ChunkShape, project_chunk, round
 from topdown.estimation.batched.marginals import LevelMarginal, Marginal, marginal_newton_chunk
 from topdown.estimation.batched.multipass import first_pass_totals, held_totals
 from topdown.estimation.batched.total import newton_chunk
+from topdown.estimation.multipass_newton import HELD_EXACTLY, chunk_two_passes
 from topdown.support.int_types import narrowed
 
 __all__ = ["ChunkTask", "ChunkResult", "chunk_task", "solve_chunk"]
@@ -54,6 +55,9 @@ class ChunkTask:
             these.
         first_total: the index in ``marginals`` of the node total when a multipass first
             pass fits it alone (``topdown.estimation.batched.multipass``), else None.
+        first_marginals: the indices in ``marginals`` of another multipass first pass
+            (``topdown.estimation.multipass_newton``), else empty.
+        hold_tolerance: how far pass 2 may move pass 1's answers (with ``first_marginals``).
         rounding: also run the rounding pass (else the L2 answers come back).
         controlled: the rounding holds each child's total within a unit of its L2 total.
     """
@@ -67,6 +71,8 @@ class ChunkTask:
     total_weights: np.ndarray | None = None
     marginals: tuple[Marginal, ...] = ()
     first_total: int | None = None
+    first_marginals: tuple[int, ...] = ()
+    hold_tolerance: float = HELD_EXACTLY
     rounding: bool = True
     controlled: bool = True
 
@@ -75,6 +81,13 @@ class ChunkTask:
             raise ValueError(
                 f"first_total ({self.first_total}) must index the {len(self.marginals)} marginals"
             )
+        if any(not 0 <= m < len(self.marginals) for m in self.first_marginals):
+            raise ValueError(
+                f"first_marginals ({self.first_marginals}) must index the "
+                f"{len(self.marginals)} marginals"
+            )
+        if self.first_marginals and self.first_total is not None:
+            raise ValueError("a chunk task takes first_total or first_marginals, not both")
         if self.marginals and self.totals is not None:
             raise ValueError("a chunk task takes totals or marginals, not both")
         if (self.totals is None) != (self.total_weights is None):
@@ -117,6 +130,8 @@ def chunk_task(
     *,
     marginals: tuple[LevelMarginal, ...] = (),
     first_total: int | None = None,
+    first_marginals: tuple[int, ...] = (),
+    hold_tolerance: float = HELD_EXACTLY,
     rounding: bool = True,
     controlled: bool = True,
 ) -> ChunkTask:
@@ -132,6 +147,8 @@ def chunk_task(
         total_weights=None if total_weights is None else total_weights[kids],
         marginals=tuple(m.of_chunk(chunk) for m in marginals),
         first_total=first_total,
+        first_marginals=first_marginals,
+        hold_tolerance=hold_tolerance,
         rounding=rounding,
         controlled=controlled,
     )
@@ -147,6 +164,15 @@ def solve_chunk(task: ChunkTask) -> ChunkResult:
         marginals[task.first_total] = held_totals(marginals[task.first_total], T)
         x, settled = marginal_newton_chunk(task.noisy, p, task.weights, tuple(marginals))
         settled &= first_ok
+    elif task.first_marginals:  # multipass: a first pass of marginals, then held
+        x, settled = chunk_two_passes(
+            task.noisy,
+            p,
+            task.weights,
+            task.marginals,
+            task.first_marginals,
+            tolerance=task.hold_tolerance,
+        )
     elif task.marginals:
         x, settled = marginal_newton_chunk(task.noisy, p, task.weights, task.marginals)
     elif task.totals is None or task.total_weights is None:  # both or neither (__post_init__)

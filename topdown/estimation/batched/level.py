@@ -31,7 +31,12 @@ from topdown.estimation.batched.chunk_tasks import chunk_task, solve_chunk
 from topdown.estimation.batched.families import detailed_only, level_chunks
 from topdown.estimation.batched.marginals import MARGINAL_NEWTON, LevelMarginal
 from topdown.estimation.batched.total import DUAL_NEWTON
-from topdown.estimation.multipass_newton import HELD_EXACTLY
+from topdown.estimation.multipass_newton import (
+    HELD_EXACTLY,
+    MARGINAL_TWO_PASS,
+    ROOT_TWO_PASS,
+    root_two_passes,
+)
 from topdown.estimation.node_constraints import NodeConstraints
 from topdown.estimation.passes import EstimateOptions, SolveStats
 from topdown.estimation.root import root_l2, root_round
@@ -116,6 +121,7 @@ class _Fit:
     total_weights: np.ndarray | None = None
     marginals: tuple[LevelMarginal, ...] = ()
     first_total: int | None = None  # the marginal a multipass first pass fits alone
+    first_marginals: tuple[int, ...] = ()  # the marginals of another first pass
 
 
 def batch_level(
@@ -156,6 +162,8 @@ def batch_level(
             fit.total_weights,
             marginals=fit.marginals,
             first_total=fit.first_total,
+            first_marginals=fit.first_marginals,
+            hold_tolerance=options.multipass_tolerance,
             rounding=rounding,
             controlled=options.controlled_rounding,
         )
@@ -229,7 +237,20 @@ def _root(inputs: LevelInputs) -> Batch:
         return Batch()  # a root's multipass goes to the per-family path
     start = time.perf_counter()
     y, w = np.asarray(fit.noisy[0], dtype=float), float(fit.weights[0])
-    if fit.marginals:
+    if fit.first_marginals:
+        solver = ROOT_TWO_PASS
+        x = root_two_passes(
+            y,
+            w,
+            [
+                RootMarginal(m.groups, np.asarray(m.answers[0], dtype=float), float(m.weights[0]))
+                for m in fit.marginals
+            ],
+            fit.first_marginals,
+            *bounds,
+            tolerance=inputs.options.multipass_tolerance,
+        )
+    elif fit.marginals:
         solver = ROOT_NEWTON
         marginals = [
             RootMarginal(m.groups, np.asarray(m.answers[0], dtype=float), float(m.weights[0]))
@@ -312,8 +333,8 @@ def _batched_fit(inputs: LevelInputs) -> _Fit | None:
             return None  # exact or missing answers: the per-family path weighs them
         return _Fit("closed_form", cells.noisy, precision(variance))
     detailed = [i for i, q in enumerate(queries) if q.attributes is None]
-    first_name = _first_total(inputs)
-    if inputs.options.solver.l2 != "auto" or first_name is False or len(detailed) != 1:
+    first_names = _first_pass_names(inputs)
+    if inputs.options.solver.l2 != "auto" or first_names is False or len(detailed) != 1:
         return None
     cells = inputs.measurements[detailed[0]]
     v_cells = _per_node(cells.variance, cells.noisy.shape[0])
@@ -326,17 +347,17 @@ def _batched_fit(inputs: LevelInputs) -> _Fit | None:
     # an answer of infinite variance everywhere weighs nothing: the level is its cells alone
     kept = [i for i, v in enumerate(variances) if not np.all(np.isinf(v))]
     others, variances = [others[i] for i in kept], [variances[i] for i in kept]
-    first_total: int | None = None  # its position among the marginals fitted
-    if isinstance(first_name, str):
+    first: tuple[int, ...] = ()  # the first pass's positions among the marginals fitted
+    if isinstance(first_names, tuple):
         names = [m.query.name for m, _ in others]
-        if first_name not in names:
+        if not all(name in names for name in first_names):
             return None  # a first pass of no weight: the per-family path decides
-        first_total = names.index(first_name)
+        first = tuple(names.index(name) for name in first_names)
     if not others:
         return _Fit("closed_form", cells.noisy, precision(v_cells))
     if not all(np.all(v > 0) for v in variances):
         return None
-    if first_total is None and len(others) == 1 and others[0][0].query.attributes == ():
+    if not first and len(others) == 1 and others[0][0].query.attributes == ():
         return _Fit(
             DUAL_NEWTON,
             cells.noisy,
@@ -348,25 +369,31 @@ def _batched_fit(inputs: LevelInputs) -> _Fit | None:
         LevelMarginal(m.query.groups(inputs.book.domain), m.noisy, precision(v))
         for (m, _), v in zip(others, variances, strict=True)
     )
+    total_alone = len(first) == 1 and others[first[0]][0].query.attributes == ()
     return _Fit(
-        MARGINAL_NEWTON,
+        MARGINAL_TWO_PASS if first and not total_alone else MARGINAL_NEWTON,
         cells.noisy,
         precision(v_cells),
         marginals=marginals,
-        first_total=first_total,
+        first_total=first[0] if total_alone else None,
+        first_marginals=() if total_alone else first,
     )
 
 
-def _first_total(inputs: LevelInputs) -> str | None | bool:
-    """The name of the level's multipass first-pass query when it is the node total alone
-    (``topdown.estimation.batched.multipass`` solves that batched); None without a first
-    pass; False for any other first pass (the per-family path)."""
+def _first_pass_names(inputs: LevelInputs) -> tuple[str, ...] | None | bool:
+    """The names of the level's multipass first-pass queries when they are marginals (the
+    node total alone: ``topdown.estimation.batched.multipass``'s closed form; others:
+    ``topdown.estimation.multipass_newton``); None without a first pass; False when the
+    detailed query is in it or the tolerance is looser than the batched passes hold (the
+    per-family path)."""
     if not inputs.first_pass:
         return None
-    if len(inputs.first_pass) != 1 or inputs.options.multipass_tolerance > HELD_EXACTLY:
+    if inputs.options.multipass_tolerance > HELD_EXACTLY:
         return False  # a looser tolerance is another problem: the per-family path solves it
-    query = inputs.measurements[inputs.first_pass[0]].query
-    return query.name if query.attributes == () else False
+    queries = [inputs.measurements[i].query for i in inputs.first_pass]
+    if any(q.attributes is None for q in queries):
+        return False
+    return tuple(q.name for q in queries)
 
 
 def _per_node(variance: np.ndarray | float, nodes: int) -> np.ndarray:
