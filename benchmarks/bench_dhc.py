@@ -18,10 +18,10 @@ detailed-only's, the ratio the issue's target reads (at most 2.5x wall).
 
 * ``preset``: ``topdown.presets.census2020_dhcp`` over STATE > COUNTY > TRACT (the root stands
   for the US, with its one child the state: the production budgets of US, State, County and
-  Tract_Subset), ten queries a level, fitted in one pass (``multipass=False``: production's
-  first pass of the nine marginals is a constrained problem only the general solvers take, a
-  QP over 42 x 1.2 million variables a tract family; one pass goes to the matrix-free Newton
-  route of ``topdown.estimation.family_newton``);
+  Tract_Subset), ten queries a level, fitted as production did in two passes (the preset's
+  ``multipass=True``: the nine marginals, then ``detailed`` holding their answers; the Newton
+  passes of ``topdown.estimation.multipass_newton``), or in one pass with ``--multipass off``
+  (the row ``preset 1-pass``), or both with ``--multipass both``;
 * ``detailed``: the detailed histogram alone with each level's rho the preset's (the same
   total), discrete Gaussian, ``replace_one`` neighbours as the preset;
 
@@ -33,7 +33,7 @@ tract level's mean absolute error on each of the preset's ten queries for both (
 Run from the repository root:
 
     python benchmarks/bench_dhc.py [--persons 100000] [--seed 0] [--strategy four|preset]
-        [--estimator blue|topdown] [--only-detailed] [--metrics]
+        [--estimator blue|topdown] [--multipass on|off|both] [--only-detailed] [--metrics]
 
 ``--only-detailed`` runs the detailed-only release alone (issue 31's memory case: 750,000
 persons, 400 tracts of 1,227,744 cells); ``--metrics`` adds each release's accuracy metrics
@@ -72,10 +72,15 @@ PRESET_HIERARCHY = ("STATE", "COUNTY", "TRACT")
 FOUR = ("detailed", "total", "SEX x AGE", "HISPANIC x CENRACE")
 
 
+#: ``--multipass``'s choices: the preset's rows they run (two passes as production, or one)
+PRESET_ROWS = {"on": ("preset",), "off": ("preset 1-pass",), "both": ("preset", "preset 1-pass")}
+
+
 def _preset(name: str) -> tuple[Schema, Strategy]:
-    """``census2020_dhcp`` to the tract, or detailed-only with the same rho at every level."""
-    schema, preset = census2020_dhcp(PRESET_HIERARCHY, multipass=False)
-    if name == "preset":
+    """``census2020_dhcp`` to the tract (``preset``: two passes, the preset's default;
+    ``preset 1-pass``: one), or detailed-only with the same rho at every level."""
+    schema, preset = census2020_dhcp(PRESET_HIERARCHY, multipass=name != "preset 1-pass")
+    if name.startswith("preset"):
         return schema, preset
     detailed = tuple(LevelStrategy(ls.budget) for ls in preset.levels)
     return schema, Strategy(detailed, preset.mechanism, preset.neighbouring)
@@ -171,7 +176,7 @@ def _run(
 
 def strategy_queries() -> tuple[tuple[Query, Fraction], ...]:
     """The preset's tract-level queries and shares (every level has the same ten)."""
-    return census2020_dhcp(PRESET_HIERARCHY, multipass=False)[1].levels[-1].queries
+    return census2020_dhcp(PRESET_HIERARCHY)[1].levels[-1].queries
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -181,6 +186,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--strategy", choices=("four", "preset"), default="four")
     parser.add_argument(
         "--estimator", choices=("blue", "topdown"), help="release()'s estimator (its default)"
+    )
+    parser.add_argument(
+        "--multipass",
+        choices=tuple(PRESET_ROWS),
+        default="on",
+        help="with --strategy preset: fit it in two passes as production did (on, the "
+        "preset's default), in one (off), or release both",
     )
     parser.add_argument(
         "--only-detailed",
@@ -199,7 +211,16 @@ def main(argv: list[str] | None = None) -> int:
     context = multiprocessing.get_context("spawn")
     preset = args.strategy == "preset"
     rows = []
-    names = ["detailed"] + ([] if args.only_detailed else ["preset" if preset else "four queries"])
+    others = list(PRESET_ROWS[args.multipass]) if preset else ["four queries"]
+    names = ["detailed"] + ([] if args.only_detailed else others)
+    if preset and not args.only_detailed:
+        print(
+            "preset estimation: "
+            + ", ".join(
+                f"{n}: {'two passes (multipass=True)' if n == 'preset' else 'one pass'}"
+                for n in others
+            )
+        )
     for name in names:
         # a worker the kernel kills (out of memory) breaks the executor; a Pool would wait on
         # its result for ever
@@ -215,12 +236,12 @@ def main(argv: list[str] | None = None) -> int:
                 return 1
             print(f"{name}: done, {rows[-1]['wall_s']:.1f} s wall", flush=True)
     print(
-        f"{'strategy':<14}{'wall s':>8}{'cpu s':>8}{'peak MiB':>10}{'cells/cpu-s':>13}"
+        f"{'strategy':<15}{'wall s':>8}{'cpu s':>8}{'peak MiB':>10}{'cells/cpu-s':>13}"
         f"{'tract SEXxAGE MAE':>19}  L2 solver by level"
     )
     for r in rows:
         print(
-            f"{r['strategy']:<14}{r['wall_s']:>8.1f}{r['cpu_s']:>8.1f}{r['peak_MiB']:>10.0f}"
+            f"{r['strategy']:<15}{r['wall_s']:>8.1f}{r['cpu_s']:>8.1f}{r['peak_MiB']:>10.0f}"
             f"{r['cells_per_cpu_s']:>13,.0f}{r['tract_sex_age_mae']:>19.3f}  {r['l2']}"
         )
     if args.metrics:
@@ -232,16 +253,18 @@ def main(argv: list[str] | None = None) -> int:
             )
     if args.only_detailed:
         return 0
-    detailed, other = rows
-    print(
-        f"{other['strategy']} / detailed: wall {other['wall_s'] / detailed['wall_s']:.2f}x, "
-        f"CPU {other['cpu_s'] / detailed['cpu_s']:.2f}x ({other['tracts']} tracts)"
-    )
+    detailed = rows[0]
+    for other in rows[1:]:
+        print(
+            f"{other['strategy']} / detailed: wall {other['wall_s'] / detailed['wall_s']:.2f}x, "
+            f"CPU {other['cpu_s'] / detailed['cpu_s']:.2f}x ({other['tracts']} tracts)"
+        )
     if preset:
-        print(f"\ntract-level MAE by query{'detailed':>58}{'preset':>10}{'ratio':>8}")
-        for q, d in detailed["tract_mae"].items():
-            p = other["tract_mae"][q]
-            print(f"{q:<82}{d:>10.3f}{p:>10.3f}{p / d:>8.2f}")
+        heads = "".join(f"{r['strategy']:>15}" for r in rows)
+        print(f"\n{'tract-level MAE by query':<77}{heads}")
+        for q in detailed["tract_mae"]:
+            figures = "".join(f"{r['tract_mae'][q]:>15.3f}" for r in rows)
+            print(f"{q:<77}{figures}")
     return 0
 
 

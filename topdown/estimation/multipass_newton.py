@@ -51,12 +51,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
-from topdown.estimation.batched.marginals import Marginal, marginal_newton_chunk
-from topdown.estimation.root_marginals import RootMarginal, root_marginal_l2
+from topdown.estimation.batched.marginals import TOLERANCE as MARGINAL_TOLERANCE
+from topdown.estimation.batched.marginals import Marginal, marginal_newton_dual
+from topdown.estimation.root_marginals import TOLERANCE, RootMarginal, root_marginal_dual
 
 __all__ = [
     "HELD_EXACTLY",
@@ -85,10 +86,11 @@ PROX_SHARE = 0.01
 #: pass 1 stops when no answer moved by more than this times the family's largest answer
 PROX_TOLERANCE = 1e-9
 PROX_STEPS = 60
+#: the proximal weight's fall a step, from the detailed weight down to eps
+PROX_FALL = 0.1
 #: pass 2's penalty on the held answers, times the detailed weight
 HOLD_WEIGHT = 1e4
 HOLD_ROUNDS = 8
-TIGHT = True
 #: the Newton iterations' KKT tolerance in pass 2 (relative, as theirs): tighter than their
 #: default so that the held answers' residual can reach an absolute ``tol`` of 1e-6
 HOLD_NEWTON_TOLERANCE = 1e-11
@@ -101,14 +103,24 @@ class Fitter(Protocol):
     """One layout's strongly convex solve and its marginal answers (root or chunk)."""
 
     def fit(
-        self, centre: np.ndarray, weight: np.ndarray, marginals: Sequence[Targets], tight: bool
-    ) -> tuple[np.ndarray, np.ndarray]:
+        self,
+        centre: np.ndarray,
+        weight: np.ndarray,
+        marginals: Sequence[Targets],
+        tight: bool,
+        start: Any = None,
+    ) -> tuple[np.ndarray, np.ndarray, Any]:
         """``argmin weight ||x - centre||^2 + sum_m v_m ||A_m x - t_m||^2`` over the feasible
-        set, and per family whether it settled."""
+        set, per family whether it settled, and the multipliers (``start`` for the next solve
+        on the same marginals: the Newton iteration then starts there, not at zero)."""
         ...
 
     def answers(self, x: np.ndarray, m: int) -> np.ndarray:
         """``A_m x`` in the layout of marginal ``m``'s targets."""
+        ...
+
+    def forget(self, mu: Any, keep: np.ndarray) -> Any:
+        """The multipliers ``mu`` as a start with the families not in ``keep`` at zero."""
         ...
 
     def largest(self, values: np.ndarray) -> np.ndarray:
@@ -130,18 +142,33 @@ class RootFitter:
     hi: float = np.inf
 
     def fit(
-        self, centre: np.ndarray, weight: np.ndarray, marginals: Sequence[Targets], tight: bool
-    ) -> tuple[np.ndarray, np.ndarray]:
+        self,
+        centre: np.ndarray,
+        weight: np.ndarray,
+        marginals: Sequence[Targets],
+        tight: bool,
+        start: Any = None,
+    ) -> tuple[np.ndarray, np.ndarray, Any]:
         root = [
             RootMarginal(self.groups[m], t, float(v))
             for m, (t, v) in enumerate(marginals)
             if float(v) > 0
         ]
-        options = {"tolerance": HOLD_NEWTON_TOLERANCE} if tight else {}
-        x = root_marginal_l2(centre, float(weight), root, self.lo, self.hi, **options)
-        if x is None:
-            return np.zeros_like(centre), np.array(False)
-        return x, np.array(True)
+        solved = root_marginal_dual(
+            centre,
+            float(weight),
+            root,
+            self.lo,
+            self.hi,
+            tolerance=HOLD_NEWTON_TOLERANCE if tight else TOLERANCE,
+            start=start,
+        )
+        if solved is None:
+            return np.zeros_like(centre), np.array(False), None
+        return solved[0], np.array(True), solved[1]
+
+    def forget(self, mu: Any, keep: np.ndarray) -> Any:
+        return mu if bool(keep) else None
 
     def answers(self, x: np.ndarray, m: int) -> np.ndarray:
         g = self.groups[m]
@@ -169,13 +196,28 @@ class ChunkFitter:
     max_iter: int = 60
 
     def fit(
-        self, centre: np.ndarray, weight: np.ndarray, marginals: Sequence[Targets], tight: bool
-    ) -> tuple[np.ndarray, np.ndarray]:
+        self,
+        centre: np.ndarray,
+        weight: np.ndarray,
+        marginals: Sequence[Targets],
+        tight: bool,
+        start: Any = None,
+    ) -> tuple[np.ndarray, np.ndarray, Any]:
         chunk = tuple(Marginal(self.groups[m], t, v) for m, (t, v) in enumerate(marginals))
-        tolerance = {"tolerance": HOLD_NEWTON_TOLERANCE} if tight else {}
-        return marginal_newton_chunk(
-            centre, self.p, weight, chunk, max_iter=self.max_iter, **tolerance
+        return marginal_newton_dual(
+            centre,
+            self.p,
+            weight,
+            chunk,
+            max_iter=self.max_iter,
+            tolerance=HOLD_NEWTON_TOLERANCE if tight else MARGINAL_TOLERANCE,
+            start=start,
         )
+
+    def forget(self, mu: Any, keep: np.ndarray) -> Any:
+        start = np.array(mu, dtype=float)
+        start[~keep] = np.nan  # a row that is not finite starts at zero
+        return start
 
     def answers(self, x: np.ndarray, m: int) -> np.ndarray:
         Q, k, W = x.shape
@@ -210,9 +252,12 @@ def two_passes(
     first: Sequence[Targets],
     second: Sequence[Targets] = (),
     *,
-    tolerance: float = 1e-6,
+    tolerance: float = HELD_EXACTLY,
 ) -> TwoPassResult:
     """Pass 1 by proximal point, pass 2 holding its answers (module docstring).
+
+    Each family stops on its own: once its pass-1 answers stop moving (or its held answers
+    are within ``tolerance``) its answer is kept while the chunk's other families go on.
 
     Args:
         fitter: the layout's solve (``RootFitter`` or ``ChunkFitter``); its marginals are
@@ -226,38 +271,46 @@ def two_passes(
     w = np.asarray(w, dtype=float)
     eps = PROX_SHARE * np.minimum.reduce([np.asarray(v, dtype=float) for _, v in first])
     n_first = len(first)
-    x, settled = fitter.fit(y, w, first, False)
-    settled = np.asarray(settled, dtype=bool).copy()
+    x, ok, mu = _fit(fitter, y, w, first, False, None)
+    settled = np.asarray(ok, dtype=bool).copy()
     u = [fitter.answers(x, m) for m in range(n_first)]
     done = np.zeros_like(settled)
     steps = 0
     while steps < PROX_STEPS and not np.all(done | ~settled):
-        x, ok = fitter.fit(x, eps, first, False)
-        settled &= ok
+        # the weight falls from the detailed one to eps by PROX_FALL a step: the answers
+        # then move a little a step, and the last multipliers stay a close start
+        weight = np.maximum(eps, w * PROX_FALL ** (steps + 1))
+        new_x, ok, mu = _fit(fitter, x, weight, first, False, mu)
         steps += 1
-        new = [fitter.answers(x, m) for m in range(n_first)]
+        live = settled & ~done
+        settled &= done | ok
+        step = live & ok
+        new = [fitter.answers(new_x, m) for m in range(n_first)]
         moved = np.maximum.reduce([fitter.largest(a - b) for a, b in zip(new, u, strict=True)])
         size = np.maximum.reduce([fitter.largest(a) for a in new])
-        done = moved <= PROX_TOLERANCE * np.maximum(size, 1.0)
-        u = new
-    log.debug("multipass pass 1: settled %s, done %s after %d steps", settled, done, steps)
+        x = _pick(step, new_x, x)
+        u = [_pick(step, a, b) for a, b in zip(new, u, strict=True)]
+        done |= step & (moved <= PROX_TOLERANCE * np.maximum(size, 1.0))
     settled &= done
     # pass 2: the held answers by a penalty, its offset removed by the method of multipliers
     hold = HOLD_WEIGHT * w
     targets = [a.copy() for a in u]
     rounds = 0
     off = np.full(settled.shape, np.inf)
-    ok = np.zeros_like(settled)
-    while rounds < HOLD_ROUNDS:
-        x, ok = fitter.fit(y, w, [*((t, hold) for t in targets), *second], TIGHT)
+    held = np.zeros_like(settled)
+    mu = None
+    while rounds < HOLD_ROUNDS and not np.all(held | ~settled):
+        new_x, ok, mu = _fit(fitter, y, w, [*((t, hold) for t in targets), *second], True, mu)
         rounds += 1
-        gaps = [fitter.answers(x, m) - u[m] for m in range(n_first)]
-        off = np.maximum.reduce([fitter.largest(g) for g in gaps])
-        log.debug("multipass pass 2: round %d ok %s off %s", rounds, ok, off)
-        if np.all((off <= tolerance) | ~(settled & ok)):
-            break
+        live = settled & ~held
+        settled &= held | ok
+        gaps = [fitter.answers(new_x, m) - u[m] for m in range(n_first)]
+        step = live & ok
+        off = np.where(step, np.maximum.reduce([fitter.largest(g) for g in gaps]), off)
+        x = _pick(step, new_x, x)
+        held |= step & (off <= tolerance)
         targets = [t - g for t, g in zip(targets, gaps, strict=True)]
-    settled &= np.asarray(ok, dtype=bool) & (off <= tolerance)
+    settled &= held
     log.debug(
         "multipass: %d proximal step(s), %d hold round(s), held answers within %.3g",
         steps,
@@ -265,6 +318,28 @@ def two_passes(
         float(np.max(off, initial=0.0)),
     )
     return TwoPassResult(x, settled, steps, rounds)
+
+
+def _pick(mask: np.ndarray, new: np.ndarray, old: np.ndarray) -> np.ndarray:
+    """Per family (``mask``: one value per family, or one at the root), ``new`` or ``old``."""
+    return np.where(mask.reshape(mask.shape + (1,) * (new.ndim - mask.ndim)), new, old)
+
+
+def _fit(
+    fitter: Fitter,
+    centre: np.ndarray,
+    weight: np.ndarray,
+    marginals: Sequence[Targets],
+    tight: bool,
+    start: Any,
+) -> tuple[np.ndarray, np.ndarray, Any]:
+    """One solve from the last multipliers; the families that do not settle from there
+    solved again from zero (a start next to the answer can stall the line search:
+    ``marginal_newton_dual``), the others from their answer's multipliers."""
+    x, ok, mu = fitter.fit(centre, weight, marginals, tight, start)
+    if start is not None and not np.all(ok):
+        x, ok, mu = fitter.fit(centre, weight, marginals, tight, fitter.forget(mu, ok))
+    return x, np.asarray(ok, dtype=bool), mu
 
 
 def chunk_two_passes(
