@@ -132,6 +132,8 @@ def _run(
 ) -> dict:
     """One release in this (child) process: its figures; with ``metrics``, then its accuracy
     metrics against the records (``Release.metrics``), timed apart and inside the peak."""
+    # the release's progress (each level's solvers) on this child process's stderr
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     state = make_dhc_state(persons, seed)
     if preset:
         schema, strategy = _preset(name)

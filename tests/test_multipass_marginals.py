@@ -215,3 +215,39 @@ def test_a_pass_2_without_its_hold_is_refused(monkeypatch):
         _assert_same(x[0], reference, p)
     _, solved = _solve(_task(y, p, w, marginals, "auto"))
     assert "marginal_newton_multipass" not in solved
+
+
+def test_release_takes_the_newton_passes_and_matches_the_per_family_path(tmp_path):
+    """A release (about 500 people, 144 cells, four levels) fitting ``SEX x AGE``, ``AGE x RACE``
+    and ``SEX`` first and ``detailed`` after: every level by the Newton passes (the statistics
+    name the routes; the state level copies its root), the same counts as the per-family general path (a capture forces it)
+    at the root and but for rounding ties below (the L2 answers agree to about 1e-4, and the
+    rounding LP's optimum need not be unique: ``tests/test_multipass_batched.py``)."""
+    from fractions import Fraction
+
+    from benchmarks.synthetic import synthetic
+    from topdown import release
+    from topdown.query import Query
+    from topdown.strategy import LevelStrategy, Strategy
+
+    df, schema = synthetic(100, people=5, seed=4)
+    first = ("SEX x AGE", "AGE x RACE", "SEX")
+    queries = ((Query.parse("detailed"), Fraction(1, 4)),) + tuple(
+        (Query.parse(q), Fraction(1, 4)) for q in first
+    )
+    names = tuple(q.name for q, _ in queries[1:])
+    levels = tuple(LevelStrategy(Fraction(1, 4), queries, names) for _ in range(4))
+    strategy = Strategy(levels, "discrete_gaussian")
+    newton = release(df, schema, strategy, seed=3, estimator="topdown")
+    general = release(
+        df, schema, strategy, seed=3, estimator="topdown", capture=tmp_path / "problems"
+    )
+    assert newton.check_correctness().ok and general.check_correctness().ok
+    routes = [set(s.solved_in("l2")) for s in newton.stats]
+    assert routes[0] == {"root_newton_multipass"}
+    assert routes[1] == set()  # the one state is the root's only child: a copy
+    assert all(r == {"marginal_newton_multipass"} for r in routes[2:]), routes
+    assert all("multipass" not in " ".join(s.solved_in("l2")) for s in general.stats)
+    np.testing.assert_array_equal(newton.counts[0], general.counts[0])
+    for level in range(1, newton.tree.n_levels):
+        assert np.mean(newton.counts[level] != general.counts[level]) < 0.005

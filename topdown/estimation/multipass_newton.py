@@ -90,10 +90,14 @@ PROX_STEPS = 60
 PROX_FALL = 0.1
 #: pass 2's penalty on the held answers, times the detailed weight
 HOLD_WEIGHT = 1e4
-HOLD_ROUNDS = 8
-#: the Newton iterations' KKT tolerance in pass 2 (relative, as theirs): tighter than their
-#: default so that the held answers' residual can reach an absolute ``tol`` of 1e-6
-HOLD_NEWTON_TOLERANCE = 1e-11
+HOLD_ROUNDS = 40
+#: the penalty's rise a round, from HOLD_LOW times the detailed weight up to HOLD_WEIGHT
+HOLD_RISE = 10.0
+HOLD_LOW = 1.0
+#: a held answer may also be this far from pass 1's, times the family's largest answer (at
+#: least 1): the Newton iterations stop at a KKT residual of 1e-10 of the size of their terms,
+#: so an absolute 1e-6 is out of their reach on answers above about 1e4
+HOLD_RELATIVE = 1e-9
 
 #: (targets, weights) of one marginal in a fitter's layout
 Targets = tuple[np.ndarray, np.ndarray]
@@ -160,7 +164,7 @@ class RootFitter:
             root,
             self.lo,
             self.hi,
-            tolerance=HOLD_NEWTON_TOLERANCE if tight else TOLERANCE,
+            tolerance=TOLERANCE,
             start=start,
         )
         if solved is None:
@@ -210,7 +214,7 @@ class ChunkFitter:
             weight,
             chunk,
             max_iter=self.max_iter,
-            tolerance=HOLD_NEWTON_TOLERANCE if tight else MARGINAL_TOLERANCE,
+            tolerance=MARGINAL_TOLERANCE,
             start=start,
         )
 
@@ -292,32 +296,52 @@ def two_passes(
         u = [_pick(step, a, b) for a, b in zip(new, u, strict=True)]
         done |= step & (moved <= PROX_TOLERANCE * np.maximum(size, 1.0))
     settled &= done
-    # pass 2: the held answers by a penalty, its offset removed by the method of multipliers
-    hold = HOLD_WEIGHT * w
-    targets = [a.copy() for a in u]
+    size = np.maximum.reduce([fitter.largest(a) for a in u])
+    # pass 2: the held answers by a penalty and the method of multipliers (lam per answer),
+    # the penalty per family rising by HOLD_RISE a round that settles, falling a round that
+    # does not (a large penalty from the start left the Newton steps creeping on degenerate
+    # duals: groups whose cells no child can move), from HOLD_LOW to HOLD_WEIGHT times w
+    lam = [np.zeros_like(a) for a in u]
+    level = np.zeros(settled.shape)
+    top = np.log(HOLD_WEIGHT / HOLD_LOW) / np.log(HOLD_RISE)
     rounds = 0
     off = np.full(settled.shape, np.inf)
     held = np.zeros_like(settled)
     mu = None
     while rounds < HOLD_ROUNDS and not np.all(held | ~settled):
-        new_x, ok, mu = _fit(fitter, y, w, [*((t, hold) for t in targets), *second], True, mu)
+        hold = w * HOLD_LOW * HOLD_RISE ** _spread(level, w)
+        targets = [a - b / _spread(hold, b) for a, b in zip(u, lam, strict=True)]
+        held_fit = [*((t, hold) for t in targets), *second]
+        new_x, ok, mu = _fit(fitter, y, w, held_fit, True, mu)
         rounds += 1
         live = settled & ~held
-        settled &= held | ok
-        gaps = [fitter.answers(new_x, m) - u[m] for m in range(n_first)]
         step = live & ok
+        failed = live & ~ok
+        gaps = [fitter.answers(new_x, m) - u[m] for m in range(n_first)]
         off = np.where(step, np.maximum.reduce([fitter.largest(g) for g in gaps]), off)
         x = _pick(step, new_x, x)
-        held |= step & (off <= tolerance)
-        targets = [t - g for t, g in zip(targets, gaps, strict=True)]
+        held |= step & (off <= tolerance + HOLD_RELATIVE * np.maximum(size, 1.0))
+        lam = [b + _pick(step, _spread(hold, g) * g, 0 * g) for b, g in zip(lam, gaps, strict=True)]
+        settled &= ~(failed & (level <= 0))  # no lower penalty left to try
+        level = np.where(step, np.minimum(level + 1, top), np.where(failed, level - 1, level))
+        if np.any(failed):
+            mu = fitter.forget(mu, ok)
     settled &= held
-    log.debug(
-        "multipass: %d proximal step(s), %d hold round(s), held answers within %.3g",
+    log.info(
+        "multipass: %d of %d famil(ies) settled; %d proximal step(s), %d hold round(s), "
+        "held answers within %.3g",
+        int(np.count_nonzero(settled)),
+        int(np.size(settled)),
         steps,
         rounds,
         float(np.max(off, initial=0.0)),
     )
     return TwoPassResult(x, settled, steps, rounds)
+
+
+def _spread(per_family: np.ndarray, like: np.ndarray) -> np.ndarray:
+    """A value per family (or per child) shaped to broadcast against ``like``."""
+    return per_family.reshape(per_family.shape + (1,) * (like.ndim - per_family.ndim))
 
 
 def _pick(mask: np.ndarray, new: np.ndarray, old: np.ndarray) -> np.ndarray:
@@ -339,6 +363,13 @@ def _fit(
     x, ok, mu = fitter.fit(centre, weight, marginals, tight, start)
     if start is not None and not np.all(ok):
         x, ok, mu = fitter.fit(centre, weight, marginals, tight, fitter.forget(mu, ok))
+    if not np.all(ok):
+        log.info(
+            "multipass: a solve (weight %s, %s) did not settle %d famil(ies)",
+            np.min(weight),
+            "pass 2" if tight else "pass 1",
+            int(np.size(ok) - np.count_nonzero(ok)),
+        )
     return x, np.asarray(ok, dtype=bool), mu
 
 

@@ -1,9 +1,9 @@
 """The level-batched passes of a level: when they apply, and the level's chunks on the executor.
 
 ``topdown.estimation.estimate`` asks ``batch_level`` first for every level. A level qualifies when
-its families share one separable structure: nothing attached to any node of the level, no multipass
-first pass but the node total alone (``batched.multipass``), and its queries a detailed histogram
-(positive finite weights) plus partitions of the cells (marginals, the node total). It is then
+its families share one separable structure: nothing attached to any node of the level, a multipass
+first pass (if any) of marginals only, and its queries a detailed histogram (positive finite
+weights) plus partitions of the cells (marginals, the node total). It is then
 cut into chunks of families (``topdown.estimation.batched.families.level_chunks``) solved on the
 executor (``topdown.estimation.batched.chunk_tasks``) by
 
@@ -11,10 +11,14 @@ executor (``topdown.estimation.batched.chunk_tasks``) by
 - the dual Newton iteration (``batched.total``): the detailed query and the total;
 - the marginal Newton iteration (``batched.marginals``): the detailed query and any
   marginals (a production-shaped strategy), after a first pass of the total alone
-  (``batched.multipass``) holding its totals,
+  (``batched.multipass``) holding its totals;
+- the Newton passes of ``topdown.estimation.multipass_newton`` (``marginal_newton_multipass``):
+  a first pass of other marginals (the 2020 DHC's nine) by proximal point, then the rest
+  holding their answers,
 
 and the rounding pass in the same tasks. Families a chunk cannot settle go back to the per-family
-path. The root is solved in closed form here (``topdown.estimation.root``) when it can be.
+path. The root is solved in closed form here (``topdown.estimation.root``) when it can be, or by
+the Newton iterations (``root_newton``, ``root_newton_multipass``).
 """
 
 from __future__ import annotations
@@ -225,7 +229,9 @@ def _root(inputs: LevelInputs) -> Batch:
     """The root's two passes without a general solver when they are the level-batched fits:
     the detailed cells, and the total, in closed form (``topdown.estimation.root``); the
     detailed cells and marginals (the total among them or not) by the root's Newton iteration
-    (``topdown.estimation.root_marginals``, under ``auto``). The rounding in closed form in both,
+    (``topdown.estimation.root_marginals``, under ``auto``), in two passes
+    (``topdown.estimation.multipass_newton``) after a multipass first pass of marginals other
+    than the total alone. The rounding in closed form in all,
     and nothing attached to the root but bounds on its total (an invariant total). Empty
     otherwise, or when a pass has no one-unit answer or the iteration does not settle (the
     general path then solves, reports or widens)."""
@@ -234,7 +240,7 @@ def _root(inputs: LevelInputs) -> Batch:
     fit = _batched_fit(inputs)
     bounds = _total_bounds(inputs.book, inputs.book.of(0, 0, inputs.labels[0]))
     if fit is None or bounds is None or fit.first_total is not None:
-        return Batch()  # a root's multipass goes to the per-family path
+        return Batch()  # a root's first pass of the total alone: the per-family path
     start = time.perf_counter()
     y, w = np.asarray(fit.noisy[0], dtype=float), float(fit.weights[0])
     if fit.first_marginals:
