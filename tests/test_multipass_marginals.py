@@ -16,7 +16,7 @@ from topdown.estimation.batched.chunk_tasks import ChunkTask, solve_chunk
 from topdown.estimation.batched.families import ChunkShape
 from topdown.estimation.batched.marginals import LevelMarginal
 from topdown.estimation.family import FamilyTask, _l2
-from topdown.estimation.multipass_newton import ChunkFitter, RootFitter, root_two_passes
+from topdown.estimation.multipass_newton import ChunkFitter, root_two_passes
 from topdown.estimation.passes import EstimateOptions, SolverChoice
 from topdown.estimation.root_marginals import RootMarginal
 
@@ -138,12 +138,18 @@ def test_a_chunk_of_families_equals_each_family_alone():
     cells = np.zeros((3, width), dtype=np.int64)
     for q, s in enumerate(supports):
         cells[q, : s.size] = s
-    chunk = ChunkShape(np.arange(3), np.arange(9).reshape(3, 3), cells, np.array(list(map(len, supports))))
+    chunk = ChunkShape(
+        np.arange(3), np.arange(9).reshape(3, 3), cells, np.array(list(map(len, supports)))
+    )
     noisy = np.concatenate([y for y, _, _, _ in families])
     weights = np.concatenate([w for _, _, w, _ in families])
     parents = np.stack([p for _, p, _, _ in families])
     level_marginals = tuple(
-        LevelMarginal(g, np.concatenate([m[i][1] for *_, m in families]), np.concatenate([m[i][2] for *_, m in families]))
+        LevelMarginal(
+            g,
+            np.concatenate([m[i][1] for *_, m in families]),
+            np.concatenate([m[i][2] for *_, m in families]),
+        )
         for i, g in enumerate(FIRST)
     )
     task = ChunkTask(
@@ -170,9 +176,9 @@ def _never_recentred(fit):
     centre), never at the last answer."""
     first_centre = {}
 
-    def broken(self, centre, weight, marginals, tight, start=None):
+    def broken(self, centre, weight, marginals, start=None):
         first_centre.setdefault(id(self), centre)
-        return fit(self, first_centre[id(self)], weight, marginals, tight, start)
+        return fit(self, first_centre[id(self)], weight, marginals, start)
 
     return broken
 
@@ -180,10 +186,10 @@ def _never_recentred(fit):
 def _hold_dropped(fit):
     """A broken pass 2: the held answers left out of the fit."""
 
-    def broken(self, centre, weight, marginals, tight, start=None):
-        if tight:
+    def broken(fitter, centre, weight, marginals, second_pass, start):
+        if second_pass:
             marginals = [(t, np.zeros_like(np.asarray(v))) for t, v in marginals]
-        return fit(self, centre, weight, marginals, tight, start)
+        return fit(fitter, centre, weight, marginals, second_pass, start)
 
     return broken
 
@@ -207,7 +213,7 @@ def test_a_pass_2_without_its_hold_is_refused(monkeypatch):
     fails); its answer is not pass 2's."""
     y, p, w, marginals = _inputs(0, k=3)
     reference, _ = _solve(_task(y, p, w, marginals, "cvxpy:CLARABEL"))
-    monkeypatch.setattr(ChunkFitter, "fit", _hold_dropped(ChunkFitter.fit))
+    monkeypatch.setattr(multipass_newton, "_fit", _hold_dropped(multipass_newton._fit))
     chunk = [multipass_newton.Marginal(g[None], z[None], v[None]) for g, z, v in marginals]
     x, settled = multipass_newton.chunk_two_passes(y[None], p[None], w[None], chunk, (0, 1, 2, 3))
     assert not settled[0]

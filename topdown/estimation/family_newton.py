@@ -81,17 +81,16 @@ def newton_l2(
         return None  # the detailed query alone: the closed form's, through the solvers
     if first_pass:
         return _two_passes(parent, y, w, marginals, first_pass, tolerance)
-    marginals = [(g, a, v) for _, g, a, v in marginals]
     if parent is None:
         if k != 1:
             return None
         x = root_marginal_l2(
             y[0],
             float(w[0]),
-            [RootMarginal(g, a[0], float(v[0])) for g, a, v in marginals if v[0] > 0],
+            [RootMarginal(g, a[0], float(v[0])) for _, g, a, v in marginals if v[0] > 0],
         )
         return None if x is None else (x[None, :], ROOT_NEWTON)
-    chunk = tuple(_chunk_marginal(g, a, v) for g, a, v in marginals)
+    chunk = tuple(_chunk_marginal(g, a, v) for _, g, a, v in marginals)
     x, settled = marginal_newton_chunk(
         y[None], np.asarray(parent, dtype=float)[None], w[None], chunk, max_iter=MAX_STEPS
     )

@@ -14,36 +14,42 @@ Pass 1: ``f(x) = sum_m v_m ||A_m x - z_m||^2`` over the same feasible set. ``f``
 only through its answers ``u = A x`` and is strictly convex in them, so the optimal answers
 ``u*`` are unique while ``x`` is not; pass 2 needs only ``u*``. Proximal point (Rockafellar,
 "Monotone operators and the proximal point algorithm", SIAM J. Control Optim. 14, 1976):
-``x_{j+1} = argmin f(x) + eps ||x - x_j||^2``, each step one strongly convex solve of the form
-above with the centre ``x_j`` and weight ``eps``. The first step is centred at the detailed
+``x_{j+1} = argmin f(x) + eps_j ||x - x_j||^2``, each step one strongly convex solve of the form
+above with the centre ``x_j`` and weight ``eps_j``. The first step is centred at the detailed
 answers with their own weight, which is the one-pass fit of the first-pass marginals and the
 detailed query: a start close to the answer. ``f(x_j)`` decreases to the minimum and the
-answers converge (for a quadratic ``f`` without bounds the error in every non-zero direction of
-``sum_m v_m A_m' A_m``, eigenvalue ``lambda``, shrinks by ``eps / (eps + lambda)`` a step;
-``eps`` is ``PROX_SHARE`` times the child's smallest first-pass weight, so a step gains about
-two digits where the marginals' Gram matrix is not tiny). The iteration stops when no answer
-of the family moved by more than ``PROX_TOLERANCE`` times the family's largest answer (at
-least 1) in a step; the family is given up (left to the general path) when ``PROX_STEPS`` do
-not get there.
+answers converge for any positive weights (for a quadratic ``f`` without bounds the error in
+every non-zero direction of ``sum_m v_m A_m' A_m``, eigenvalue ``lambda``, shrinks by
+``eps / (eps + lambda)`` a step). The weight falls by ``PROX_FALL`` a step from the detailed
+one to ``PROX_SHARE`` times the child's smallest first-pass weight, and each solve starts from
+the last one's multipliers (they converge with the answers): jumping to the small weight at
+once made the Newton iteration take damped steps for dozens of iterations. A family stops
+when none of its answers moved by more than ``PROX_TOLERANCE`` times its largest answer (at
+least 1) in a step, and is left to the general path when ``PROX_STEPS`` do not get there.
 
 Pass 2: ``min w ||x - y||^2`` (and the soft fit of any marginal not in pass 1) with
 ``|A_m x - u*_m| <= tol`` over the feasible set. Holding the answers as hard equalities
 (``Marginal.hard``, as ``batched.multipass`` holds totals) would make the dual's Hessian
 singular: overlapping marginals repeat their shared sub-marginals (``HISPANIC x SEX`` and
-``SEX x RELGQ`` both give ``SEX``) and the children's answers add up to the parent's. A penalty
-``V ||A_m x - t_m||^2`` with a large ``V`` (``HOLD_WEIGHT`` times the detailed weight) keeps the
-dual strongly concave (ridge ``1 / V``) and makes no singular solve; its offset from the
-targets is removed by the method of multipliers (Hestenes 1969, Powell 1969): the targets move
-by the offset seen, ``t_m <- t_m - (A_m x - u*_m)``, and the fit is solved again, until every
-held answer is within ``tol`` of ``u*`` (checked on the answer returned; at most
-``HOLD_ROUNDS`` solves, else the family is left to the general path). The dependent rows are
-harmless here: ``u*`` are answers of one ``x``, so they satisfy every linear relation among the
-rows, and the multipliers' components along those relations are fixed by the ridge.
+``SEX x RELGQ`` both give ``SEX``) and the children's answers add up to the parent's. The
+method of multipliers (Hestenes 1969, Powell 1969) keeps every solve strongly convex: the term
+``V ||A_m x - u*_m + lam_m / V||^2`` (a marginal with weight ``V`` and shifted targets, the
+form the Newton iterations fit), then ``lam_m += V (A_m x - u*_m)``, until every held answer
+is within the tolerance. The dependent rows are harmless: ``u*`` are answers of one ``x``, so
+they satisfy every linear relation among the rows, and the ridge ``1 / V`` fixes the
+multipliers along those relations. ``V`` starts at ``HOLD_LOW`` times the detailed weight and
+rises by ``HOLD_RISE`` after each round that settles, up to ``HOLD_WEIGHT`` times it; it falls
+back after a round whose Newton iteration does not settle (a large ``V`` at once left the
+steps creeping on degenerate duals: groups whose cells the consistency rows leave no child
+free to move; a small one alone took dozens of rounds). A family is given up (the general
+path) when a round fails at the lowest ``V`` or ``HOLD_ROUNDS`` rounds do not hold it.
 
-So the answer satisfies every first-pass answer within ``tol`` of ``u*`` exactly as checked,
-where ``u*`` is pass 1's answer to ``PROX_TOLERANCE`` (relative) as above; the general path
-holds an interior-point pass 1 within ``tol``. ``tests/test_multipass_marginals.py`` compares
-the two on small product domains.
+The tolerance the answer satisfies, checked on the answer returned: every held answer within
+``multipass_tolerance + HOLD_RELATIVE * max(1, the family's largest pass-1 answer)`` of ``u*``
+(the Newton iterations stop at a KKT residual of 1e-10 of their terms, so an absolute 1e-6 is
+out of reach on answers above about 1e4), where ``u*`` is pass 1's answer to
+``PROX_TOLERANCE`` as above. The general path holds an interior-point pass 1 within the
+tolerance; ``tests/test_multipass_marginals.py`` compares the two on small product domains.
 """
 
 from __future__ import annotations
@@ -88,7 +94,7 @@ PROX_TOLERANCE = 1e-9
 PROX_STEPS = 60
 #: the proximal weight's fall a step, from the detailed weight down to eps
 PROX_FALL = 0.1
-#: pass 2's penalty on the held answers, times the detailed weight
+#: pass 2's largest penalty on the held answers, times the detailed weight
 HOLD_WEIGHT = 1e4
 HOLD_ROUNDS = 40
 #: the penalty's rise a round, from HOLD_LOW times the detailed weight up to HOLD_WEIGHT
@@ -111,7 +117,6 @@ class Fitter(Protocol):
         centre: np.ndarray,
         weight: np.ndarray,
         marginals: Sequence[Targets],
-        tight: bool,
         start: Any = None,
     ) -> tuple[np.ndarray, np.ndarray, Any]:
         """``argmin weight ||x - centre||^2 + sum_m v_m ||A_m x - t_m||^2`` over the feasible
@@ -150,7 +155,6 @@ class RootFitter:
         centre: np.ndarray,
         weight: np.ndarray,
         marginals: Sequence[Targets],
-        tight: bool,
         start: Any = None,
     ) -> tuple[np.ndarray, np.ndarray, Any]:
         root = [
@@ -204,7 +208,6 @@ class ChunkFitter:
         centre: np.ndarray,
         weight: np.ndarray,
         marginals: Sequence[Targets],
-        tight: bool,
         start: Any = None,
     ) -> tuple[np.ndarray, np.ndarray, Any]:
         chunk = tuple(Marginal(self.groups[m], t, v) for m, (t, v) in enumerate(marginals))
@@ -354,20 +357,20 @@ def _fit(
     centre: np.ndarray,
     weight: np.ndarray,
     marginals: Sequence[Targets],
-    tight: bool,
+    second_pass: bool,
     start: Any,
 ) -> tuple[np.ndarray, np.ndarray, Any]:
     """One solve from the last multipliers; the families that do not settle from there
     solved again from zero (a start next to the answer can stall the line search:
     ``marginal_newton_dual``), the others from their answer's multipliers."""
-    x, ok, mu = fitter.fit(centre, weight, marginals, tight, start)
+    x, ok, mu = fitter.fit(centre, weight, marginals, start)
     if start is not None and not np.all(ok):
-        x, ok, mu = fitter.fit(centre, weight, marginals, tight, fitter.forget(mu, ok))
+        x, ok, mu = fitter.fit(centre, weight, marginals, fitter.forget(mu, ok))
     if not np.all(ok):
         log.info(
             "multipass: a solve (weight %s, %s) did not settle %d famil(ies)",
             np.min(weight),
-            "pass 2" if tight else "pass 1",
+            "pass 2" if second_pass else "pass 1",
             int(np.size(ok) - np.count_nonzero(ok)),
         )
     return x, np.asarray(ok, dtype=bool), mu
