@@ -282,22 +282,32 @@ def two_passes(
     settled = np.asarray(ok, dtype=bool).copy()
     u = [fitter.answers(x, m) for m in range(n_first)]
     done = np.zeros_like(settled)
+    # per family, the proximal weight is w PROX_FALL^fall, down to eps: one more fall a step
+    # that settles, one fewer a step that does not (a larger weight is a problem closer to
+    # the last one); at fall 0 it is the first solve's, which settled
+    fall = np.zeros(settled.shape)
+    need = np.log(eps / w) / np.log(PROX_FALL)  # the falls to eps, per child
+    bottom = need.reshape(settled.shape + (-1,)).max(axis=-1) if need.ndim else need
     steps = 0
     while steps < PROX_STEPS and not np.all(done | ~settled):
-        # the weight falls from the detailed one to eps by PROX_FALL a step: the answers
-        # then move a little a step, and the last multipliers stay a close start
-        weight = np.maximum(eps, w * PROX_FALL ** (steps + 1))
+        fall = np.where(done, fall, fall + 1)
+        weight = np.maximum(eps, w * PROX_FALL ** _spread(fall, w))
         new_x, ok, mu = _fit(fitter, x, weight, first, False, mu)
         steps += 1
         live = settled & ~done
-        settled &= done | ok
         step = live & ok
+        failed = live & ~ok
         new = [fitter.answers(new_x, m) for m in range(n_first)]
         moved = np.maximum.reduce([fitter.largest(a - b) for a, b in zip(new, u, strict=True)])
         size = np.maximum.reduce([fitter.largest(a) for a in new])
         x = _pick(step, new_x, x)
         u = [_pick(step, a, b) for a, b in zip(new, u, strict=True)]
-        done |= step & (moved <= PROX_TOLERANCE * np.maximum(size, 1.0))
+        # converged: the answers stopped moving at the smallest weight
+        done |= step & (fall >= bottom) & (moved <= PROX_TOLERANCE * np.maximum(size, 1.0))
+        settled &= ~(failed & (fall <= 1))  # no larger weight left but the first solve's
+        fall = np.where(failed, fall - 2, fall)  # the next step one fall fewer than this one
+        if np.any(failed):
+            mu = fitter.forget(mu, ok)
     settled &= done
     size = np.maximum.reduce([fitter.largest(a) for a in u])
     # pass 2: the held answers by a penalty and the method of multipliers (lam per answer),
