@@ -94,6 +94,10 @@ PROX_TOLERANCE = 1e-9
 PROX_STEPS = 60
 #: the proximal weight's fall a step, from the detailed weight down to eps
 PROX_FALL = 0.1
+#: a step that does not settle halves the fall tried; below this share a family is given up
+PROX_MIN_STRIDE = 1 / 16
+#: Newton steps a solve may take (a batch of the one-pass iteration allows itself 60)
+NEWTON_STEPS = 200
 #: pass 2's largest penalty on the held answers, times the detailed weight
 HOLD_WEIGHT = 1e4
 HOLD_ROUNDS = 40
@@ -282,15 +286,17 @@ def two_passes(
     settled = np.asarray(ok, dtype=bool).copy()
     u = [fitter.answers(x, m) for m in range(n_first)]
     done = np.zeros_like(settled)
-    # per family, the proximal weight is w PROX_FALL^fall, down to eps: one more fall a step
-    # that settles, one fewer a step that does not (a larger weight is a problem closer to
-    # the last one); at fall 0 it is the first solve's, which settled
-    fall = np.zeros(settled.shape)
+    # per family, the proximal weight is w PROX_FALL^fall, down to eps: a step tries
+    # ``good + stride`` falls (good: the last fall that settled, 0 the first solve's), and a
+    # step that does not settle halves the stride (a larger weight is a problem closer to the
+    # last one); a stride below PROX_MIN_STRIDE gives the family up
+    good = np.zeros(settled.shape)
+    stride = np.ones(settled.shape)
     need = np.log(eps / w) / np.log(PROX_FALL)  # the falls to eps, per child
     bottom = need.reshape(settled.shape + (-1,)).max(axis=-1) if need.ndim else need
     steps = 0
     while steps < PROX_STEPS and not np.all(done | ~settled):
-        fall = np.where(done, fall, fall + 1)
+        fall = np.minimum(good + stride, np.ceil(bottom))
         weight = np.maximum(eps, w * PROX_FALL ** _spread(fall, w))
         new_x, ok, mu = _fit(fitter, x, weight, first, False, mu)
         steps += 1
@@ -304,8 +310,9 @@ def two_passes(
         u = [_pick(step, a, b) for a, b in zip(new, u, strict=True)]
         # converged: the answers stopped moving at the smallest weight
         done |= step & (fall >= bottom) & (moved <= PROX_TOLERANCE * np.maximum(size, 1.0))
-        settled &= ~(failed & (fall <= 1))  # no larger weight left but the first solve's
-        fall = np.where(failed, fall - 2, fall)  # the next step one fall fewer than this one
+        good = np.where(step, fall, good)
+        stride = np.where(step, 1.0, np.where(failed, stride / 2, stride))
+        settled &= stride >= PROX_MIN_STRIDE
         if np.any(failed):
             mu = fitter.forget(mu, ok)
     settled &= done
@@ -394,7 +401,7 @@ def chunk_two_passes(
     first: Sequence[int],
     *,
     tolerance: float = HELD_EXACTLY,
-    max_iter: int = 60,
+    max_iter: int = NEWTON_STEPS,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Both passes for a chunk's Q families (``batched.marginals``' layout).
 
