@@ -25,15 +25,21 @@ detailed-only's, the ratio the issue's target reads (at most 2.5x wall).
 * ``detailed``: the detailed histogram alone with each level's rho the preset's (the same
   total), discrete Gaussian, ``replace_one`` neighbours as the preset;
 
-run with ``--estimator topdown`` (the whole-tree BLUE's block covariances over the ten
-queries' recodes are too large at this domain), and reports, besides the figures above, the
-tract level's mean absolute error on each of the preset's ten queries for both (the
-``SEX x AGE`` column then reads ``AGE:age_18_64_116 x SEX``, the preset's nearest query).
+with the estimator ``--estimator`` names, and reports, besides the figures above, the tract
+level's mean absolute error on each of the preset's ten queries for both (the ``SEX x AGE``
+column then reads ``AGE:age_18_64_116 x SEX``, the preset's nearest query).
+
+``--strategy preset --compare-estimators`` releases the preset instead under ``"blue"`` and
+``"topdown"``, each in its own process, for ``--seeds`` paired seeds (the same records and
+noise seed for both), and prints each run's figures (with the BLUE pass's own seconds,
+``Release.blue_seconds``), then per query the two estimators' tract MAE averaged over the
+seeds and their paired difference (mean and standard error over the seeds).
 
 Run from the repository root:
 
     python benchmarks/bench_dhc.py [--persons 100000] [--seed 0] [--strategy four|preset]
         [--estimator blue|topdown] [--multipass on|off|both] [--only-detailed] [--metrics]
+        [--compare-estimators [--seeds 3]]
 
 ``--only-detailed`` runs the detailed-only release alone (issue 31's memory case: 750,000
 persons, 400 tracts of 1,227,744 cells); ``--metrics`` adds each release's accuracy metrics
@@ -167,6 +173,8 @@ def _run(
         "strategy": name,
         "wall_s": wall,
         "cpu_s": cpu,
+        "blue_s": rel.blue_seconds,
+        "seed": seed,
         "peak_MiB": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "cells_per_cpu_s": cells / cpu,
         "l2": " / ".join(",".join(sorted(s.solved_in("l2"))) for s in rel.stats),
@@ -179,6 +187,57 @@ def _run(
 def strategy_queries() -> tuple[tuple[Query, Fraction], ...]:
     """The preset's tract-level queries and shares (every level has the same ten)."""
     return census2020_dhcp(PRESET_HIERARCHY)[1].levels[-1].queries
+
+
+def _in_process(name: str, persons: int, seed: int, *args: object) -> dict | None:
+    """``_run`` in a process of its own (its peak memory its own); None, said, if the kernel
+    killed it (out of memory breaks the executor; a Pool would wait on its result for ever)."""
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(1, mp_context=context) as pool:
+        try:
+            row: dict = pool.submit(_run, name, persons, seed, *args).result()
+        except BrokenProcessPool:
+            print(f"{name}: the release's process died (killed: out of memory?)")
+            return None
+    print(f"{name}: done, {row['wall_s']:.1f} s wall", flush=True)
+    return row
+
+
+def _compare_estimators(persons: int, seeds: range) -> int:
+    """The preset in one pass under ``"blue"`` and ``"topdown"`` for each seed, back to back; prints each
+    run, then per query the mean tract MAE of each and their paired difference."""
+    rows: dict[str, list[dict]] = {"blue": [], "topdown": []}
+    print(
+        f"{'seed':>4} {'estimator':<9}{'wall s':>8}{'cpu s':>8}{'blue s':>8}{'peak MiB':>10}"
+        "  L2 solver by level",
+        flush=True,
+    )
+    for seed in seeds:
+        for estimator, runs in rows.items():
+            row = _in_process("preset 1-pass", persons, seed, True, estimator, False)
+            if row is None:
+                return 1
+            runs.append(row)
+            print(
+                f"{seed:>4} {estimator:<9}{row['wall_s']:>8.1f}{row['cpu_s']:>8.1f}"
+                f"{row['blue_s']:>8.1f}{row['peak_MiB']:>10.0f}  {row['l2']}",
+                flush=True,
+            )
+    blue, topdown = rows["blue"], rows["topdown"]
+    cpu = sum(r["cpu_s"] for r in blue) / sum(r["cpu_s"] for r in topdown)
+    peak = max(r["peak_MiB"] for r in blue) / max(r["peak_MiB"] for r in topdown)
+    print(
+        f"blue / topdown: CPU {cpu:.2f}x, peak memory {peak:.2f}x "
+        f"({blue[0]['tracts']} tracts, {len(seeds)} seed(s))"
+    )
+    print(f"\ntract-level MAE by query{'blue':>58}{'topdown':>10}{'blue - topdown (se)':>24}")
+    for q in blue[0]["tract_mae"]:
+        b = np.array([r["tract_mae"][q] for r in blue])
+        t = np.array([r["tract_mae"][q] for r in topdown])
+        diff = b - t
+        se = diff.std(ddof=1) / np.sqrt(diff.size) if diff.size > 1 else float("nan")
+        print(f"{q:<82}{b.mean():>10.3f}{t.mean():>10.3f}{diff.mean():>+14.4f} ({se:.4f})")
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -207,11 +266,22 @@ def main(argv: list[str] | None = None) -> int:
         help="after each release, its accuracy metrics against the records (Release.metrics) "
         "in the same process: CPU seconds, and the peak memory with them",
     )
+    parser.add_argument(
+        "--compare-estimators",
+        action="store_true",
+        help="with --strategy preset: the preset under 'blue' and 'topdown', paired seeds",
+    )
+    parser.add_argument(
+        "--seeds", type=int, default=1, help="with --compare-estimators: seeds --seed, ..."
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     print("$ python benchmarks/bench_dhc.py " + shlex.join(argv or sys.argv[1:]))
-    context = multiprocessing.get_context("spawn")
     preset = args.strategy == "preset"
+    if args.compare_estimators:
+        if not preset:
+            parser.error("--compare-estimators needs --strategy preset")
+        return _compare_estimators(args.persons, range(args.seed, args.seed + args.seeds))
     rows = []
     others = list(PRESET_ROWS[args.multipass]) if preset else ["four queries"]
     names = ["detailed"] + ([] if args.only_detailed else others)
@@ -224,26 +294,18 @@ def main(argv: list[str] | None = None) -> int:
             )
         )
     for name in names:
-        # a worker the kernel kills (out of memory) breaks the executor; a Pool would wait on
-        # its result for ever
-        with ProcessPoolExecutor(1, mp_context=context) as pool:
-            try:
-                rows.append(
-                    pool.submit(
-                        _run, name, args.persons, args.seed, preset, args.estimator, args.metrics
-                    ).result()
-                )
-            except BrokenProcessPool:
-                print(f"{name}: the release's process died (killed: out of memory?)")
-                return 1
-            print(f"{name}: done, {rows[-1]['wall_s']:.1f} s wall", flush=True)
+        row = _in_process(name, args.persons, args.seed, preset, args.estimator, args.metrics)
+        if row is None:
+            return 1
+        rows.append(row)
     print(
-        f"{'strategy':<15}{'wall s':>8}{'cpu s':>8}{'peak MiB':>10}{'cells/cpu-s':>13}"
+        f"{'strategy':<15}{'wall s':>8}{'cpu s':>8}{'blue s':>8}{'peak MiB':>10}{'cells/cpu-s':>13}"
         f"{'tract SEXxAGE MAE':>19}  L2 solver by level"
     )
     for r in rows:
         print(
-            f"{r['strategy']:<15}{r['wall_s']:>8.1f}{r['cpu_s']:>8.1f}{r['peak_MiB']:>10.0f}"
+            f"{r['strategy']:<15}{r['wall_s']:>8.1f}{r['cpu_s']:>8.1f}{r['blue_s']:>8.1f}"
+            f"{r['peak_MiB']:>10.0f}"
             f"{r['cells_per_cpu_s']:>13,.0f}{r['tract_sex_age_mae']:>19.3f}  {r['l2']}"
         )
     if args.metrics:

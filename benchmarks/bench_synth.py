@@ -4,7 +4,9 @@ For each data set and epsilon: each generator's mean 1-, 2- and 3-way marginal T
 on-synthetic / test-on-real AUC where the data set has a class, the wall time and the CPU time
 (``cpu_s``, what a fit costs on a shared machine: this process's for the project's generators,
 the peer process's own, all threads, for a peer). The Adaptive generator runs at
-(epsilon, 1e-9), as the peers, its rows i.i.d. and as many as its noisy total. Beside them: the
+(epsilon, 1e-9), as the peers, its rows as many as its noisy total, i.i.d. (``Adaptive``) and,
+from the same fit, by rounded counts (``Adaptive-rounded``: ``sample(method="rounded")``; both
+rows' times are the shared fit's plus their own synthesis). Beside them: the
 bootstrap floor (a resample of the real data, what sampling noise alone costs), the
 independent-columns baseline (each column shuffled on its own: perfect 1-way marginals, no
 dependence) and, for the local-DP DP2-Pub, the GRR + per-attribute PRAM floor.
@@ -15,15 +17,18 @@ from their models: smartnoise-synth's MST (and its AIM with ``--aim``) when that
 importable, and private-pgm's own AIM (benchmarks/peer_pgm.py) with ``--pgm-mechanisms DIR``,
 a checkout of private-pgm's ``mechanisms`` folder. AIM at its published settings takes hours
 a fit on this machine, so its fits can be run before, one at a time in the background, by
-peer_pgm.py and scored here with ``--aim-saved DIR``. A peer reports its own peak resident
+peer_pgm.py and scored here with ``--aim-saved DIR [DIR ...]`` (the first folder holding a
+fit is read); where peer_pgm.py also wrote the same model's records by private-pgm's own
+rounded synthesis (``aim_DATA_sSEED.round.csv``), they are scored as a second peer row,
+``AIM round (private-pgm, saved)``. A peer reports its own peak resident
 memory (``peak_mib``). Every generator runs once per seed; the table shows the mean ± its
 standard error.
 
 Run from the repository root:
 
-    /work/venv/bin/python -m benchmarks.bench_synth [--data adult nltcs acs] [--eps 0.1 1 5]
-        [--seeds 0 1 2] [--peer-python /work/venv-peer/bin/python] [--aim]
-        [--pgm-mechanisms DIR | --aim-saved DIR] [--methods adaptive]
+    /work/venv/bin/python -m benchmarks.bench_synth [--data adult nltcs acs acs-ma2019 acs-tx2019]
+        [--eps 0.1 1 5] [--seeds 0 1 2] [--peer-python /work/venv-peer/bin/python] [--aim]
+        [--pgm-mechanisms DIR | --aim-saved DIR [DIR ...]] [--methods adaptive adaptive-rounded]
 
 The process's peak resident memory is printed at the end (run one method and one data set
 with ``--methods`` and ``--data`` to read it as that method's peak on that data).
@@ -32,6 +37,7 @@ with ``--methods`` and ``--data`` to read it as that method's peak on that data)
 from __future__ import annotations
 
 import argparse
+import copy
 import functools
 import json
 import logging
@@ -93,16 +99,20 @@ def load_nltcs() -> tuple[pd.DataFrame, dict, str | None]:
     return df, {c: [0, 1] for c in df.columns}, None
 
 
-def load_acs_excerpt() -> tuple[pd.DataFrame, dict, str | None]:
-    """Ten ACS columns (age in the engine's bins), domains from the data dictionary."""
+def load_acs_excerpt(excerpt: str = "national2019") -> tuple[pd.DataFrame, dict, str | None]:
+    """Ten ACS columns (age in the engine's bins), domains from the excerpt's data dictionary.
+
+    ``excerpt`` names a file pair in ``acs_excerpts`` (``<excerpt>.csv`` and ``.json``): the
+    state excerpts (ma2019, tx2019) are held-out checks for tuning done on national2019.
+    """
     folder = shared_data() / "acs_excerpts"
-    df = pd.read_csv(folder / "national2019.csv", dtype=str, keep_default_na=False)[ACS_COLUMNS]
+    df = pd.read_csv(folder / f"{excerpt}.csv", dtype=str, keep_default_na=False)[ACS_COLUMNS]
     ages = df["AGEP"].astype(int)
     edges = list(AGE_BINS)
     df["AGEP"] = pd.cut(ages, edges + [200], right=False, labels=[str(e) for e in edges]).astype(
         str
     )
-    schema = json.loads((folder / "national2019.json").read_text())["schema"]
+    schema = json.loads((folder / f"{excerpt}.json").read_text())["schema"]
     domains = {"AGEP": [str(e) for e in edges]}
     for column in ACS_COLUMNS:
         values = schema.get(column, {}).get("values")
@@ -118,6 +128,8 @@ DATASETS: dict[str, Callable[[], tuple[pd.DataFrame, dict, str | None]]] = {
     "adult": load_adult,
     "nltcs": load_nltcs,
     "acs": load_acs_excerpt,
+    "acs-ma2019": lambda: load_acs_excerpt("ma2019"),
+    "acs-tx2019": lambda: load_acs_excerpt("tx2019"),
 }
 
 
@@ -213,23 +225,38 @@ def write_peer_inputs(datasets: list[str], folder: Path) -> None:
         print(f"wrote {folder / name}.csv and .json")
 
 
-def _saved_peer(folder: Path, prefix: str) -> Peer:
+def _saved_peer(folders: Path | list[Path], prefix: str, variant: str = "") -> Peer:
     """A peer whose fits were run before (one at a time, in the background: private-pgm's AIM
-    takes hours on this machine) by benchmarks/peer_pgm.py, read back from ``folder``:
-    ``{prefix}_{data}_s{seed}.csv`` (its synthetic data) and ``.json`` (its statistics). The
-    data set's name comes from the data's ``attrs``."""
+    takes hours on this machine) by benchmarks/peer_pgm.py, read back from the first of
+    ``folders`` that holds it: ``{prefix}_{data}_s{seed}{variant}.csv`` (its synthetic data;
+    ``variant`` ``".round"`` for the same model's records by private-pgm's rounded synthesis)
+    and ``{prefix}_{data}_s{seed}.json`` (the fit's statistics). The data set's name comes
+    from the data's ``attrs``."""
+    folders = [folders] if isinstance(folders, Path) else list(folders)
 
     def run(df: pd.DataFrame, domains: dict, eps: float, seed: int) -> tuple:
-        stem = folder / f"{prefix}_{df.attrs['name']}_s{seed}"
-        if not stem.with_suffix(".csv").exists():
-            raise FileNotFoundError(f"no saved fit {stem}.csv")
-        out = pd.read_csv(stem.with_suffix(".csv"), dtype=str, keep_default_na=False)
-        stats = json.loads(stem.with_suffix(".json").read_text().strip().splitlines()[-1])
+        name = f"{prefix}_{df.attrs['name']}_s{seed}"
+        held = [f for f in folders if (f / f"{name}{variant}.csv").exists()]
+        if not held:
+            shown = ", ".join(str(f) for f in folders)
+            raise FileNotFoundError(f"no saved fit {name}{variant}.csv in {shown}")
+        out = pd.read_csv(held[0] / f"{name}{variant}.csv", dtype=str, keep_default_na=False)
+        stats_file = held[0] / f"{name}.json"
+        stats = json.loads(stats_file.read_text().strip().splitlines()[-1])
         if stats.get("epsilon", eps) != eps:
-            raise ValueError(f"{stem}.json is a fit at epsilon {stats['epsilon']}, not {eps}")
+            raise ValueError(f"{stats_file} is a fit at epsilon {stats['epsilon']}, not {eps}")
         return out.astype(df.dtypes.to_dict()), stats
 
     return run
+
+
+def _saved_peers(folders: list[Path], prefix: str = "aim") -> dict[str, Peer]:
+    """The saved AIM fits of ``folders`` as peers: i.i.d. records always, and the rounded
+    ones (``*.round.csv``) when any folder holds one."""
+    out = {"AIM (private-pgm, saved)": _saved_peer(folders, prefix)}
+    if any(any(f.glob(f"{prefix}_*_s*.round.csv")) for f in folders):
+        out["AIM round (private-pgm, saved)"] = _saved_peer(folders, prefix, ".round")
+    return out
 
 
 def _row(
@@ -270,10 +297,8 @@ def _generators(
 ) -> dict[str, Callable[[], pd.DataFrame]]:
     """The runs at one epsilon, each a no-argument callable returning the synthetic data."""
     n = len(real)
-    out: dict[str, Callable[[], pd.DataFrame]] = {
-        "Adaptive (ours, delta 1e-9)": lambda: (
-            Adaptive(eps, delta=1e-9, domains=domains, seed=seed).fit(real).sample()
-        ),
+    out: dict[str, Callable[[], pd.DataFrame | tuple[pd.DataFrame, dict]]] = {
+        **_adaptive_runs(real, domains, eps, seed),
         "PrivBayes k=2": lambda: (
             PrivBayes(eps, k=2, domains=domains, seed=seed).fit(real).sample(n)
         ),
@@ -298,6 +323,37 @@ def _generators(
             ClassConditional(eps, target=target, domains=domains, seed=seed).fit(real).sample(n)
         )
     return out
+
+
+def _adaptive_runs(
+    real: pd.DataFrame, domains: dict, eps: float, seed: int
+) -> dict[str, Callable[[], tuple[pd.DataFrame, dict]]]:
+    """``Adaptive`` at (eps, 1e-9) sampled i.i.d. and by rounded counts, one fit shared by
+    both (made by the first that runs). Each synthesis starts from a copy of the generator as
+    the fit left it, so its records do not depend on which ran first (the i.i.d. ones are
+    those of ``Adaptive(...).fit(real).sample()``). Each row's ``seconds`` and ``cpu_s`` are
+    the fit's plus its own synthesis's."""
+    fitted: list[tuple[Adaptive, float, float]] = []
+
+    def synthesis(method: str) -> Callable[[], tuple[pd.DataFrame, dict]]:
+        def make() -> tuple[pd.DataFrame, dict]:
+            if not fitted:
+                start, cpu = time.perf_counter(), time.process_time()
+                generator = Adaptive(eps, delta=1e-9, domains=domains, seed=seed).fit(real)
+                fitted.append((generator, time.perf_counter() - start, time.process_time() - cpu))
+            generator, seconds, cpu_s = fitted[0]
+            start, cpu = time.perf_counter(), time.process_time()
+            synthetic = copy.deepcopy(generator).sample(method=method)
+            seconds += time.perf_counter() - start
+            cpu_s += time.process_time() - cpu
+            return synthetic, {"seconds": seconds, "cpu_s": cpu_s}
+
+        return make
+
+    return {
+        "Adaptive (ours, delta 1e-9)": synthesis("iid"),
+        "Adaptive-rounded (ours, delta 1e-9)": synthesis("rounded"),
+    }
 
 
 def _timed(
@@ -348,21 +404,34 @@ def _summary(rows: list[dict]) -> pd.DataFrame:
 
 
 def peer_ratios(rows: list[dict], ours: str = "Adaptive") -> pd.DataFrame:
-    """The issue's target figure: the mean 3-way TVD of the generator whose name starts with
-    ``ours`` over each peer's (whose name holds "(smartnoise" or "(private-pgm"), per data set
-    and epsilon where both ran (means over each one's own seeds)."""
+    """The issue's target figure: the mean 3-way TVD of each generator whose name starts with
+    ``ours`` (column ``ours``) over each peer's (whose name holds "(smartnoise" or
+    "(private-pgm"), per data set and epsilon where both ran. Where the rows carry their
+    ``seed``, both means are over the seeds both ran (column ``seeds``), so a peer fitted on
+    fewer seeds is compared on its own seeds; otherwise over each one's own rows."""
+    columns = ["data", "eps", "ours", "peer", "seeds", "ratio_tvd3"]
     frame = pd.DataFrame(rows)
     if frame.empty or "data" not in frame:
-        return pd.DataFrame(columns=["data", "eps", "peer", "ratio_tvd3"])
-    means = frame.groupby(["data", "eps", "method"], sort=False)["tvd3"].mean()
+        return pd.DataFrame(columns=columns)
+    if "seed" not in frame:
+        frame["seed"] = -1  # not recorded: each method's rows form one group
+    runs = dict(list(frame.groupby(["data", "eps", "method"], sort=False)))
     out = []
-    for (data, eps, method), value in means.items():
+    for (data, eps, method), theirs in runs.items():
         if "(smartnoise" not in method and "(private-pgm" not in method:
             continue
-        mine = [v for (d, e, m), v in means.items() if (d, e) == (data, eps) and m.startswith(ours)]
-        for v in mine:
-            out.append({"data": data, "eps": eps, "peer": method, "ratio_tvd3": v / value})
-    return pd.DataFrame(out, columns=["data", "eps", "peer", "ratio_tvd3"])
+        for (d, e, m), mine in runs.items():
+            if (d, e) != (data, eps) or not m.startswith(ours):
+                continue
+            common = sorted(set(theirs["seed"]) & set(mine["seed"]))
+            if not common:
+                continue
+            value = theirs[theirs["seed"].isin(common)]["tvd3"].mean()
+            own = mine[mine["seed"].isin(common)]["tvd3"].mean()
+            seeds = "all" if common == [-1] else " ".join(str(int(x)) for x in common)
+            ratio = {"ours": m, "peer": method, "seeds": seeds, "ratio_tvd3": own / value}
+            out.append({"data": data, "eps": eps, **ratio})
+    return pd.DataFrame(out, columns=columns)
 
 
 def run(
@@ -393,7 +462,7 @@ def run(
                         continue
                     row = _timed(label, eps, real, make, target)
                     if row is not None:
-                        rows.append(row)
+                        rows.append({**row, "seed": seed})
                         print(
                             f"  {label} eps {eps} seed {seed}: tvd3 {row['tvd3']:.4f}", flush=True
                         )
@@ -403,14 +472,17 @@ def run(
                         run_peer = functools.partial(peer, real, domains, eps, seed)
                         row = _timed(label, eps, real, run_peer, target)
                         if row is not None:
-                            rows.append(row)
+                            rows.append({**row, "seed": seed})
                             print(f"  {label} eps {eps} seed {seed}: tvd3 {row['tvd3']:.4f}")
             for r in rows[start_rows:]:
                 r.setdefault("data", name)
             print(_summary(rows[start_rows:]).to_string(index=False), flush=True)
     ratios = peer_ratios(rows)
     if not ratios.empty:
-        print("\n# mean 3-way TVD of Adaptive / the peer's (target: <= 1 on every data set)")
+        print(
+            "\n# mean 3-way TVD of Adaptive / the peer's, over the seeds both ran "
+            "(target: <= 1 on every data set)"
+        )
         print(ratios.round(3).to_string(index=False))
     return _summary(rows)
 
@@ -436,9 +508,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--aim-saved",
         type=Path,
+        nargs="+",
         default=None,
-        help="a folder of private-pgm AIM fits run before by peer_pgm.py "
-        "(aim_DATA_sSEED.csv / .json): scored as the peer 'AIM (private-pgm, saved)'",
+        help="folders of private-pgm AIM fits run before by peer_pgm.py "
+        "(aim_DATA_sSEED.csv / .json; the first folder holding a fit is read): scored as the "
+        "peer 'AIM (private-pgm, saved)', and their aim_DATA_sSEED.round.csv, where present, "
+        "as 'AIM round (private-pgm, saved)'",
     )
     parser.add_argument(
         "--write-peer-inputs",
@@ -469,7 +544,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.skip_mst:
         peers.pop("MST (smartnoise)", None)
     if args.aim_saved is not None:
-        peers["AIM (private-pgm, saved)"] = _saved_peer(args.aim_saved, "aim")
+        peers.update(_saved_peers(args.aim_saved))
     table = run(args.data, args.eps, args.seeds, peers, args.peer_eps, args.methods)
     print("\n# all results (mean ±SE over the seeds; peers and baselines as run)")
     print(table.to_string(index=False))

@@ -25,7 +25,8 @@ mechanisms and ledger:
    than the noise would explain (L1 change <= sqrt(2/pi) sigma n_r) the per-round budget is
    raised (sigma halved, eps_s doubled: AIM's annealing). When what remains would not pay for
    two more rounds, the last round spends exactly what remains.
-4. A final fit with more iterations; records are i.i.d. draws from the model, and their
+4. A final fit with more iterations; records are i.i.d. draws from the model (or, with
+   ``sample(method="rounded")``, its counts rounded along the junction tree), and their
    default number is the model's total (estimated from the noisy measurements), never the
    true count.
 
@@ -56,6 +57,7 @@ from synth.graphical import GraphicalModel, build_junction_tree, fit_model
 from synth.graphical.factor import cells
 from synth.graphical.inference import steiner_cliques
 from synth.graphical.junction_tree import triangulated_cliques
+from synth.graphical.sampling import check_sampling
 
 __all__ = ["Adaptive", "rho_for"]
 
@@ -423,9 +425,22 @@ class Adaptive:
         )
         return chosen
 
-    def sample(self, n: int | None = None) -> pd.DataFrame:
-        """``n`` i.i.d. synthetic records (default: the model's noisy total, rounded); a
-        given ``n`` is disclosed in the ledger, as by the other generators."""
+    def sample(self, n: int | None = None, *, method: str = "iid") -> pd.DataFrame:
+        """``n`` synthetic records (default: the model's noisy total, rounded); a given ``n``
+        is disclosed in the ledger, as by the other generators.
+
+        Args:
+            n: the number of records, or None for the model's noisy total.
+            method: ``"iid"`` (default: independent draws from the model) or ``"rounded"``:
+                along the junction tree, each clique's counts are rounded from their expected
+                values (floor or ceiling, unbiased), so the records carry less sampling noise
+                on the measured marginals but are not independent
+                (:mod:`synth.graphical.sampling`). Both are post-processing of the model.
+
+        Raises:
+            SynthError: not fitted, a bad ``n``, or ``method`` not one of them.
+        """
+        method = check_sampling(method)
         if self.model is None:
             raise SynthError("the generator is not fitted: call fit(data) first")
         if n is None:
@@ -433,7 +448,7 @@ class Adaptive:
         else:
             rows = check_rows(n, columns=len(self.columns))
             disclose_rows(self.ledger, rows)
-        codes = self.model.sample(rows, self._rng)
+        codes = self.model.sample(rows, self._rng, method)
         return decode(codes, self.domains, self.columns)
 
 

@@ -81,6 +81,12 @@ def add_synth_parser(subparsers: Any) -> argparse.ArgumentParser:
         help="adaptive: JSON file [[column, ...], ...] of the marginals to preserve "
         "(default: every 3-way marginal)",
     )
+    parser.add_argument(
+        "--sampling",
+        help="adaptive: how records are drawn from the model: iid (default: independent "
+        "draws) or rounded (each clique's counts rounded from their expected values, "
+        "unbiased, less sampling noise; records not independent)",
+    )
     parser.add_argument("--out", type=Path, help="output table (.csv or .parquet)")
     parser.add_argument("--overwrite", action="store_true", help="replace existing outputs")
     parser.add_argument(
@@ -175,7 +181,7 @@ METHOD_OPTIONS: dict[str, tuple[str, ...]] = {
     "privbayes": ("rows", "k"),
     "dp2pub": ("rows", "k"),
     "crosstab": ("columns",),
-    "adaptive": ("rows", "delta", "workload"),
+    "adaptive": ("rows", "delta", "workload", "sampling"),
 }
 
 
@@ -225,7 +231,8 @@ def _fit(method: str, args: argparse.Namespace, data: pd.DataFrame, domains: Any
             domains=domains,
             seed=args.seed,
         ).fit(data)
-        synthetic = adaptive.sample(args.rows)  # default: the model's noisy total, not len(data)
+        # default: the model's noisy total, not len(data)
+        synthetic = adaptive.sample(args.rows, method=args.sampling)
         return synthetic, adaptive.ledger, synthetic
     rows = args.rows  # None: the fitted model's noisy total, never len(data)
     if method == "classcond":
@@ -253,6 +260,7 @@ def run_synth(args: argparse.Namespace) -> int:
     """Run ``topdown synth`` (see the module docstring); returns 0, raises on errors."""
     from synth.class_conditional import check_rows
     from synth.crosstab import check_epsilon
+    from synth.graphical.sampling import check_sampling
 
     method = args.method
     args.epsilon = check_epsilon(args.epsilon, "--epsilon")
@@ -266,6 +274,8 @@ def run_synth(args: argparse.Namespace) -> int:
         check_rows(args.rows, "--rows", least=1)
     if method == "adaptive":
         args.delta = _read_delta(args.delta)
+        sampling = "iid" if args.sampling is None else args.sampling
+        args.sampling = check_sampling(sampling, "--sampling")
     args.workload = _read_workload(args.workload)
     with FileClaim(out):  # held until the outputs are in place: a second run is refused
         _check_out(out, args.overwrite)  # again, now that the output is ours

@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
 import pytest
 
 from benchmarks import bench_synth
+from synth import Adaptive
 
 
 def _small() -> tuple[pd.DataFrame, dict, None]:
@@ -101,3 +103,84 @@ def test_peer_inputs_are_the_data_and_its_domain_file(
     pd.testing.assert_frame_equal(written, frame)
     values = json.loads((tmp_path / "inputs" / "small.json").read_text())
     assert values == {"a": ["2", "1", "0"], "b": ["x", "y"], "c": ["0", "1"]}
+
+
+def test_saved_round_records_are_a_second_peer_when_present(tmp_path: Path) -> None:
+    frame, domains, _ = _small()
+    frame.attrs["name"] = "small"
+    first, second = tmp_path / "np", tmp_path / "jax"
+    first.mkdir()
+    second.mkdir()
+    stats = {"seconds": 5.0, "cpu_s": 4.0, "peak_mib": 100.0, "epsilon": 1.0}
+    iid, rounded = frame.iloc[:150], frame.iloc[50:]
+    iid.to_csv(first / "aim_small_s0.csv", index=False)
+    rounded.to_csv(first / "aim_small_s0.round.csv", index=False)
+    (first / "aim_small_s0.json").write_text(json.dumps(stats))
+    frame.to_csv(second / "aim_small_s1.csv", index=False)  # seed 1: the second folder only
+    (second / "aim_small_s1.json").write_text(json.dumps(stats))
+    assert list(bench_synth._saved_peers([second])) == ["AIM (private-pgm, saved)"]
+    peers = bench_synth._saved_peers([first, second])
+    assert list(peers) == ["AIM (private-pgm, saved)", "AIM round (private-pgm, saved)"]
+    out, read = peers["AIM round (private-pgm, saved)"](frame, domains, 1.0, 0)
+    assert read == stats and len(out) == len(rounded)
+    pd.testing.assert_frame_equal(out, rounded.reset_index(drop=True))
+    out, _ = peers["AIM (private-pgm, saved)"](frame, domains, 1.0, 1)
+    pd.testing.assert_frame_equal(out, frame)
+    with pytest.raises(FileNotFoundError, match=r"aim_small_s1\.round\.csv"):
+        peers["AIM round (private-pgm, saved)"](frame, domains, 1.0, 1)
+
+
+def test_adaptive_rows_share_one_fit_and_do_not_depend_on_order(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    fits: list[int] = []
+
+    class Counted(Adaptive):
+        def fit(self, data: pd.DataFrame) -> Adaptive:
+            fits.append(1)
+            return super().fit(data)
+
+    def small_adaptive(eps: float, **kwargs: Any) -> Adaptive:
+        return Counted(eps, iters=10, final_iters=20, **kwargs)
+
+    monkeypatch.setattr(bench_synth, "Adaptive", small_adaptive)
+    frame, domains, _ = _small()
+    runs = bench_synth._adaptive_runs(frame, domains, 2.0, 5)
+    assert list(runs) == ["Adaptive (ours, delta 1e-9)", "Adaptive-rounded (ours, delta 1e-9)"]
+    rounded, stats = runs["Adaptive-rounded (ours, delta 1e-9)"]()
+    iid, _ = runs["Adaptive (ours, delta 1e-9)"]()
+    assert fits == [1] and stats["cpu_s"] > 0
+    again = bench_synth._adaptive_runs(frame, domains, 2.0, 5)
+    iid_first, _ = again["Adaptive (ours, delta 1e-9)"]()
+    rounded_second, _ = again["Adaptive-rounded (ours, delta 1e-9)"]()
+    pd.testing.assert_frame_equal(iid, iid_first)
+    pd.testing.assert_frame_equal(rounded, rounded_second)
+    direct = Counted(2.0, iters=10, final_iters=20, delta=1e-9, domains=domains, seed=5)
+    pd.testing.assert_frame_equal(iid, direct.fit(frame).sample())  # what the row was before
+
+
+def test_peer_ratios_name_each_of_ours() -> None:
+    rows = [
+        {"data": "d", "eps": 1.0, "method": "Adaptive (ours)", "tvd3": 0.04},
+        {"data": "d", "eps": 1.0, "method": "Adaptive-rounded (ours)", "tvd3": 0.03},
+        {"data": "d", "eps": 1.0, "method": "AIM round (private-pgm, saved)", "tvd3": 0.05},
+    ]
+    table = bench_synth.peer_ratios(rows)
+    assert list(table["ours"]) == ["Adaptive (ours)", "Adaptive-rounded (ours)"]
+    assert table["ratio_tvd3"].tolist() == pytest.approx([0.8, 0.6])
+
+
+def test_peer_ratios_compare_on_the_seeds_both_ran() -> None:
+    rows = [
+        {"data": "d", "eps": 1.0, "method": "Adaptive (ours)", "tvd3": 0.02, "seed": 0},
+        {"data": "d", "eps": 1.0, "method": "Adaptive (ours)", "tvd3": 0.04, "seed": 1},
+        {"data": "d", "eps": 1.0, "method": "Adaptive (ours)", "tvd3": 0.09, "seed": 2},
+        {"data": "d", "eps": 1.0, "method": "AIM (private-pgm, saved)", "tvd3": 0.05, "seed": 0},
+        {"data": "d", "eps": 1.0, "method": "AIM (private-pgm, saved)", "tvd3": 0.07, "seed": 1},
+        {"data": "d", "eps": 1.0, "method": "bootstrap floor", "tvd3": 0.01},
+    ]
+    table = bench_synth.peer_ratios(rows)
+    assert table[["ours", "peer", "seeds"]].values.tolist() == [
+        ["Adaptive (ours)", "AIM (private-pgm, saved)", "0 1"]
+    ]
+    assert table["ratio_tvd3"].tolist() == pytest.approx([0.03 / 0.06])  # seed 2 left out

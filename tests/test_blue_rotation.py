@@ -149,7 +149,7 @@ def test_each_block_gathers_its_projection_of_the_weighted_answers(
                 values = terms.z * terms.precision[:, None]
             else:
                 assert isinstance(terms, NodeInfo)
-                per_copy = terms.precision
+                per_copy = np.asarray(terms.precision)  # per node, from its shared types
                 values = terms.info.reshape(nodes, -1)
             copies = b.shape[1] // block.k
             want_pi = np.stack([np.kron(np.eye(copies), p) for p in per_copy])

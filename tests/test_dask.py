@@ -75,6 +75,27 @@ def test_dask_stream_every_task_once(cluster):
         ex.close()
 
 
+def test_tasks_go_anywhere_when_the_scheduler_lists_no_worker_yet(cluster, monkeypatch):
+    """The window is laid out from the workers the scheduler lists; just after a cluster
+    starts it may list none, and Dask refuses ``allow_other_workers=`` without ``workers=``
+    (a streamed CI release failed so): every task still runs once."""
+    from distributed import Client
+
+    real = Client.scheduler_info
+
+    def no_workers(self, *args, **kwargs):
+        info = dict(real(self, *args, **kwargs))
+        info["workers"] = {}
+        return info
+
+    monkeypatch.setattr(Client, "scheduler_info", no_workers)
+    ex = DaskExecutor(cluster.scheduler_address)
+    try:
+        assert dict(ex.stream(abs, iter(range(-6, 0)), 6)) == {i: 6 - i for i in range(6)}
+    finally:
+        ex.close()
+
+
 def _pid_of(_: object) -> int:
     import os
 

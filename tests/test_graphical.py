@@ -82,27 +82,54 @@ def test_noise_free_marginals_of_a_known_model_are_reproduced():
         np.testing.assert_allclose(model.marginal(attrs), total * _marginal(joint, attrs), atol=0.5)
 
 
+def _chain(seed: int, sizes: tuple[int, int, int]) -> tuple[np.ndarray, ...]:
+    """Noisy tables AB (variance 4) and BC (variance 9) and the closed-form optimum of their
+    weighted least squares: the B marginal is the mean of the two tables' B margins with
+    weights 1 / (v |free cells|), and each table moves evenly along its free axis to meet it.
+    Returns y1, y2, x1, x2, b_star."""
+    rng = np.random.default_rng(seed)
+    a, b, c = sizes
+    y1 = rng.uniform(200, 400, (a, b))
+    y2 = rng.uniform(300, 500, (b, c))
+    w1, w2 = 1 / (4.0 * a), 1 / (9.0 * c)
+    b_star = (w1 * y1.sum(axis=0) + w2 * y2.sum(axis=1)) / (w1 + w2)
+    x1 = y1 + (b_star - y1.sum(axis=0))[None, :] / a
+    x2 = y2 + (b_star - y2.sum(axis=1))[:, None] / c
+    return y1, y2, x1, x2, b_star
+
+
 def test_a_chain_of_two_cliques_fits_the_closed_form():
     """AB (variance v1) and BC (variance v2): the B marginal is the weighted mean of the two
     tables' B margins with weights 1 / (v |free cells|), each table moves evenly along its
     free axis to meet it, and the joint is AB * BC / B."""
-    rng = np.random.default_rng(3)
-    a, b, c = 3, 4, 2
-    sizes = (a, b, c)
-    y1 = rng.uniform(200, 400, (a, b))
-    y2 = rng.uniform(300, 500, (b, c))
-    v1, v2 = 4.0, 9.0
-    w1, w2 = 1 / (v1 * a), 1 / (v2 * c)
-    b_star = (w1 * y1.sum(axis=0) + w2 * y2.sum(axis=1)) / (w1 + w2)
-    x1 = y1 + (b_star - y1.sum(axis=0))[None, :] / a
-    x2 = y2 + (b_star - y2.sum(axis=1))[:, None] / c
+    sizes = (3, 4, 2)
+    y1, y2, x1, x2, b_star = _chain(3, sizes)
     assert (x1 > 0).all() and (x2 > 0).all()  # interior: the closed form is the optimum
-    measurements = [Measurement((0, 1), y1, v1), Measurement((1, 2), y2, v2)]
+    measurements = [Measurement((0, 1), y1, 4.0), Measurement((1, 2), y2, 9.0)]
     model = fit_model(measurements, sizes, total=float(b_star.sum()), iters=2000)
     np.testing.assert_allclose(model.marginal((0, 1)), x1, atol=1e-3)
     np.testing.assert_allclose(model.marginal((1, 2)), x2, atol=1e-3)
     joint = x1[:, :, None] * x2[None, :, :] / b_star[None, :, None]
     np.testing.assert_allclose(model.marginal((0, 1, 2)), joint, atol=1e-3)
+
+
+def test_the_logged_loss_falls_at_every_step_to_the_closed_form_optimum(caplog):
+    """The debug log carries the objective after each kept step (what the convergence study
+    of issue 25 reads): backtracking keeps a step only when the loss falls, and on the chain
+    AB, BC of the test above the last value is the closed-form optimum's loss."""
+    sizes = (3, 4, 2)
+    y1, y2, x1, x2, b_star = _chain(4, sizes)
+    optimum = 0.5 * np.sum((x1 - y1) ** 2) / 4.0 + 0.5 * np.sum((x2 - y2) ** 2) / 9.0
+    measurements = [Measurement((0, 1), y1, 4.0), Measurement((1, 2), y2, 9.0)]
+    with caplog.at_level("DEBUG", logger="synth.graphical.estimation"):
+        fit_model(measurements, sizes, total=float(b_star.sum()), iters=2000)
+    losses = [
+        r.args[1] for r in caplog.records if r.getMessage().startswith("fit_model: iteration")
+    ]
+    assert len(losses) > 10
+    assert all(later <= earlier for earlier, later in zip(losses[:-1], losses[1:], strict=True))
+    assert losses[0] > optimum + 1.0  # it started away from the optimum
+    assert losses[-1] == pytest.approx(optimum, rel=1e-6, abs=1e-6)
 
 
 def test_agrees_with_the_stacked_weighted_least_squares_on_a_small_domain():

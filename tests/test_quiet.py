@@ -55,3 +55,23 @@ def test_a_release_prints_its_path_alone_at_every_verbosity(
     if verbosity == ["-v"]:
         # the banner is a diagnostic: with -v it is logged, on stderr
         assert "HiGHS" in out.stderr
+
+
+#: ``topdown -v``'s logging, then one function compiled by numba (as the batched passes' kernels
+#: are, on a first run or a new checkout)
+COMPILE_VERBOSE = """
+from topdown.product.cli import _setup_logging
+_setup_logging(quiet=False, verbose=True)
+import logging, numba
+logging.getLogger("topdown.test").debug("topdown debug line")
+assert numba.njit(lambda x: x * 2 + 1)(3) == 7
+"""
+
+
+def test_verbose_keeps_numba_compiler_debug_out() -> None:
+    """``-v`` is the engine's debug log, not numba's: its compiler logs every SSA rewrite at
+    DEBUG (a DHC run under ``-v`` wrote 74 MB of them in its first minute)."""
+    out = _run(["-c", COMPILE_VERBOSE])
+    assert out.returncode == 0, out.stderr
+    assert "topdown debug line" in out.stderr
+    assert "numba" not in out.stderr, out.stderr[:500]

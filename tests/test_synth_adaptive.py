@@ -183,3 +183,42 @@ def test_cli_refuses_adaptive_options_for_other_methods(tmp_path, capsys):
         "it is an option of adaptive" in capsys.readouterr().err
     )
     assert not out.exists()
+
+
+def test_sample_method_rounded_and_iid_default_unchanged():
+    gen = Adaptive(2, domains=DOMAINS, seed=4, **FAST).fit(_frame())
+    state = gen._rng.bit_generator.state
+    default = gen.sample()
+    gen._rng.bit_generator.state = state
+    pd.testing.assert_frame_equal(default, gen.sample(method="iid"))
+    gen._rng.bit_generator.state = state
+    rounded = gen.sample(method="rounded")
+    assert gen.model is not None and len(rounded) == round(gen.model.total)
+    # the root clique's counts are within one record of the model's (floor or ceiling)
+    root = gen.model.tree.cliques[gen.model.tree.order[0]]
+    names = [gen.columns[a] for a in root]
+    codes = np.stack([rounded[c].map({v: i for i, v in enumerate(gen.domains[c])}) for c in names])
+    shape = tuple(len(gen.domains[c]) for c in names)
+    counts = np.bincount(np.ravel_multi_index(tuple(codes), shape), minlength=int(np.prod(shape)))
+    expected = len(rounded) * gen.model.probability(root).reshape(-1)
+    assert np.all(np.abs(counts - expected) < 1 + 1e-6)
+    with pytest.raises(SynthError, match=r"method \('sample'\) must be one of 'iid', 'rounded'"):
+        gen.sample(10, method="sample")
+
+
+def test_cli_adaptive_sampling_option(tmp_path, capsys):
+    data = tmp_path / "data.csv"
+    _frame(600).to_csv(data, index=False)
+    domains = tmp_path / "domains.json"
+    domains.write_text(json.dumps(DOMAINS))
+    argv = ["adaptive", str(data), "--epsilon", "2", "--domains", str(domains), "--seed", "2"]
+    assert main([*argv, "--sampling", "rounded", "--out", str(tmp_path / "r.csv")]) == 0
+    assert len(pd.read_csv(tmp_path / "r.csv")) > 0
+    capsys.readouterr()
+    assert main([*argv, "--sampling", "sample", "--out", str(tmp_path / "x.csv")]) == 2
+    err = capsys.readouterr().err
+    assert "--sampling ('sample') must be one of 'iid', 'rounded'" in err
+    assert not (tmp_path / "x.csv").exists()
+    bad = ["privbayes", str(data), "--epsilon", "1", "--sampling", "rounded"]
+    assert main([*bad, "--out", str(tmp_path / "p.csv")]) == 2
+    assert "--sampling ('rounded') does not apply to method 'privbayes'" in capsys.readouterr().err

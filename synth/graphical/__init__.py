@@ -5,8 +5,8 @@ a noisy table, its noise variance), :func:`fit_model` fits a Markov random field
 measured cliques that minimises the inverse-variance weighted squared error to them over the
 set of consistent distributions (McKenna, Sheldon, Miklau, ICML 2019: mirror descent whose
 gradient comes from belief propagation on a junction tree). The fitted
-:class:`GraphicalModel` answers any marginal, its total, and draws i.i.d. records, without
-ever holding the joint table.
+:class:`GraphicalModel` answers any marginal, its total, and synthesises records (i.i.d.
+draws, or counts rounded clique by clique), without ever holding the joint table.
 
 One module per concept, so a reader finds each in one file:
 
@@ -15,7 +15,7 @@ One module per concept, so a reader finds each in one file:
 - :mod:`.inference`: belief propagation (calibration) and marginals outside the cliques.
 - :mod:`.estimation`: the fit (mirror descent with a line search), warm-started.
 - :mod:`.model`: the fitted model, its answers.
-- :mod:`.sampling`: forward sampling along the junction tree.
+- :mod:`.sampling`: forward synthesis along the junction tree (i.i.d. or rounded).
 """
 
 from synth.graphical.estimation import estimate_total, fit_model

@@ -179,6 +179,7 @@ def fit_model(
             break
         theta, loss, mus, grads = trial, t_loss, t_mus, t_grads
         alpha *= 1.5
+        logger.debug("fit_model: iteration %d, loss %.12g, step %.3g", step, loss, alpha)
     model = GraphicalModel(sizes, tree, theta, scale)
     logger.debug("fit_model: %d cliques, loss %.6g, total %.1f", len(keys), loss, total)
     return model

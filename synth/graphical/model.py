@@ -16,7 +16,7 @@ from synth._domains import SynthError
 from synth.graphical.factor import cells, expand, project
 from synth.graphical.inference import calibrate, conditionals, query_marginal
 from synth.graphical.junction_tree import JunctionTree
-from synth.graphical.sampling import sample_codes
+from synth.graphical.sampling import check_sampling, sample_codes
 
 __all__ = ["GraphicalModel"]
 
@@ -92,6 +92,19 @@ class GraphicalModel:
         """The model's counts over ``attrs``: total times :meth:`probability`."""
         return self.total * self.probability(attrs)
 
-    def sample(self, n: int, rng: np.random.Generator) -> np.ndarray:
-        """``n`` i.i.d. records drawn from the model, as codes (``n x len(sizes)``)."""
-        return sample_codes(self.tree, self.beliefs, self._conditionals(), self.sizes, n, rng)
+    def sample(self, n: int, rng: np.random.Generator, method: str = "iid") -> np.ndarray:
+        """``n`` records from the model, as codes (``n x len(sizes)``).
+
+        Args:
+            n: the number of records.
+            rng: the random source.
+            method: ``"iid"`` (independent draws from the model) or ``"rounded"`` (each
+                clique's counts rounded from their expected values, unbiased, lower
+                variance; records not independent): :mod:`synth.graphical.sampling`.
+
+        Raises:
+            SynthError: ``method`` is not one of them.
+        """
+        method = check_sampling(method)
+        conds = self._conditionals()
+        return sample_codes(self.tree, self.beliefs, conds, self.sizes, n, rng, method)

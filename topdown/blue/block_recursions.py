@@ -31,6 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
+from topdown.blue.shared_matrices import SharedMatrices, dense, type_index, type_rows
 from topdown.errors import StrategyError
 
 __all__ = ["MatrixUp", "matrix_upward", "matrix_downward", "NodeInfo"]
@@ -42,10 +43,11 @@ _PD_TOLERANCE = 1e-12
 
 @dataclass(frozen=True)
 class NodeInfo:
-    """One level's own measurements in a block: ``Pi`` (nodes, k, k), ``r`` (nodes, copies,
-    k), and the exact totals (``exact``: bool (nodes,), ``total``: float (nodes,)), if any."""
+    """One level's own measurements in a block: ``Pi`` (nodes, k, k, held per distinct
+    value), ``r`` (nodes, copies, k), and the exact totals (``exact``: bool (nodes,),
+    ``total``: float (nodes,)), if any."""
 
-    precision: np.ndarray
+    precision: SharedMatrices
     info: np.ndarray
     exact: np.ndarray | None = None
     total: np.ndarray | None = None
@@ -54,14 +56,14 @@ class NodeInfo:
 @dataclass
 class MatrixUp:
     """The upward recursion's results per level: subtree estimates (nodes, copies, k) and
-    covariances (nodes, k, k), the children's sums of both (parents' levels), and whether
-    each node's subtree estimate has an exact total (``exact``) or all its children's have
-    (``children_exact``)."""
+    covariances (nodes, k, k, per type), the children's sums of both (parents' levels), and
+    whether each node's subtree estimate has an exact total (``exact``) or all its children's
+    have (``children_exact``)."""
 
     est: list[np.ndarray]
-    var: list[np.ndarray]
+    var: list[SharedMatrices]
     child_sum: list[np.ndarray]
-    child_var: list[np.ndarray]
+    child_var: list[SharedMatrices]
     exact: list[np.ndarray]
     children_exact: list[np.ndarray]
 
@@ -70,19 +72,86 @@ def _sym(a: np.ndarray) -> np.ndarray:
     return 0.5 * (a + np.swapaxes(a, -1, -2))
 
 
-def _off_direction(a: np.ndarray, w: np.ndarray, rows: np.ndarray) -> None:
-    """Project ``w`` out of the covariances ``a[rows]`` in place (an exact direction)."""
-    if not rows.any():
-        return
+def _off_direction(a: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """Each of the matrices ``a`` (..., k, k) with ``w`` projected out (an exact direction)."""
     p = np.eye(len(w)) - np.outer(w, w) / (w @ w)
-    a[rows] = _sym(p @ a[rows] @ p)
+    return _sym(p @ a @ p)
 
 
-def _times(a: np.ndarray, x: np.ndarray) -> np.ndarray:
-    """Per node ``a`` (n, k, k) times each copy of ``x`` (n, copies, k): ``x a'`` as a batched
-    product (5 times faster than the equivalent ``einsum`` at 15,000 nodes of 62 copies,
-    k = 3, measured)."""
-    return np.matmul(x, np.swapaxes(a, 1, 2))
+#: Bytes of per-node ``k x k`` matrices gathered at once (``_apply``): below it a level's
+#: nodes are multiplied in one batched product (the PL94 preset: k <= 8, thousands of node
+#: types); above it, a product per type (the DHC preset: 10.8 MB a matrix, few types).
+GATHER_BYTES = 1 << 26
+
+
+def _apply(g: np.ndarray, types: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """Per node ``v``, ``g[types[v]]`` (k, k) times each copy of ``x[v]`` (nodes, copies, k):
+    ``x g'`` as a new array, by node type."""
+    if len(types) * g[0].nbytes <= GATHER_BYTES:
+        return np.matmul(x, np.swapaxes(g[types], 1, 2))
+    out = np.empty(x.shape)
+    for t in range(len(g)):
+        rows = type_rows(types, t)
+        out[rows] = np.matmul(x[rows], g[t].T)
+    return out
+
+
+def _summed(S: sp.csr_matrix, child: SharedMatrices) -> SharedMatrices:
+    """Each parent's sum of its children's matrices: a parent's type is how many children of
+    each type it has (``S``: the parents' sum matrix over the children)."""
+    n_types = len(child.values)
+    onehot = sp.csr_matrix(
+        (np.ones(len(child)), (np.arange(len(child)), child.index)),
+        shape=(len(child), n_types),
+    )
+    counts = np.asarray((S @ onehot).toarray())
+    types, first = type_index([counts])
+    k = child.k
+    values = (counts[first] @ child.values.reshape(n_types, k * k)).reshape(-1, k, k)
+    return SharedMatrices(values, types)
+
+
+def _childless(pi: np.ndarray, types: np.ndarray, kinds: np.ndarray, where: str) -> np.ndarray:
+    """The inverses of childless node types' precisions ``pi`` (those types ``kinds``, of
+    ``types`` per node), refused (naming how many nodes) where the measurements do not
+    identify a node's cells."""
+    eig = np.linalg.eigvalsh(pi)
+    bad = eig[:, 0] <= _PD_TOLERANCE * np.maximum(eig[:, -1], 1e-300)
+    if bad.any():
+        nodes = int(np.isin(types, kinds[bad]).sum())
+        raise StrategyError(
+            "the BLUE of recoded queries needs every node without children to "
+            "identify, by its own measurements, how its cells split between the "
+            "recodes' groups within every combination of the other attributes' values; "
+            f"{nodes} node(s) of {where} do not. Measure 'detailed' "
+            "there (as the Census strategies do), or use estimator 'topdown'"
+        )
+    return np.linalg.inv(pi)
+
+
+def _children(
+    level: int,
+    n_levels: int,
+    sums: list[sp.csr_matrix],
+    up: MatrixUp,
+    n: int,
+    k: int,
+    below: tuple[np.ndarray, np.ndarray | SharedMatrices] | None,
+) -> tuple[np.ndarray | None, SharedMatrices, np.ndarray, np.ndarray]:
+    """The children's summed subtree estimates (None: no node has children) and covariances
+    of ``level``'s nodes, which nodes have children and which have only exact ones."""
+    if level == n_levels - 1 and below is None:
+        none = np.zeros(n, dtype=bool)
+        return None, SharedMatrices.constant(np.zeros((k, k)), n), none, none
+    if level == n_levels - 1:
+        assert below is not None
+        return below[0], SharedMatrices.of(below[1]), np.ones(n, dtype=bool), np.zeros(n, bool)
+    S = sums[level]
+    c = up.est[level + 1]
+    m = (S @ c.reshape(c.shape[0], -1)).reshape((n,) + c.shape[1:])
+    has = S.getnnz(axis=1) > 0
+    n_exact = S @ up.exact[level + 1].astype(float)
+    return m, _summed(S, up.var[level + 1]), has, has & (n_exact == S.getnnz(axis=1))
 
 
 def matrix_upward(
@@ -91,78 +160,68 @@ def matrix_upward(
     sums: list[sp.csr_matrix],
     w: np.ndarray,
     where: Callable[[int], str],
-    below: tuple[np.ndarray, np.ndarray] | None = None,
+    below: tuple[np.ndarray, np.ndarray | SharedMatrices] | None = None,
 ) -> MatrixUp:
     """The upward recursion of one block (see the module docstring). ``w``: the block's node
     total direction (its exact totals' constraint); ``where(level)``: how to name a level in
     an error; ``below``: the last level's children's summed estimates and covariances when
-    its nodes are not leaves (a streamed release's subtrees, summarised)."""
-    empty = [np.empty(0)] * n_levels
+    its nodes are not leaves (a streamed release's subtrees, summarised).
+
+    Each ``k x k`` step runs once per node type (``topdown.blue.shared_matrices``: same
+    precision, same children's covariance, same exact total flags), batched over the types;
+    the estimates, per node, are products with their type's matrices (``_apply``)."""
+    empty: list = [np.empty(0)] * n_levels
     up = MatrixUp(*(list(empty) for _ in range(6)))
     for level in range(n_levels - 1, -1, -1):
         node = own(level)
         pi, r = node.precision, node.info
-        n, k = pi.shape[0], pi.shape[1]
-        if level == n_levels - 1 and below is None:
-            has = np.zeros(n, dtype=bool)
-            m, M = np.zeros_like(r), np.zeros_like(pi)
-            child_exact = np.zeros(n, dtype=bool)
-        elif level == n_levels - 1:
-            assert below is not None
-            m, M = below
-            has = np.ones(n, dtype=bool)
-            child_exact = np.zeros(n, dtype=bool)
-        else:
-            S = sums[level]
-            c = up.est[level + 1]
-            m = (S @ c.reshape(c.shape[0], -1)).reshape((n,) + c.shape[1:])
-            M = (S @ up.var[level + 1].reshape(-1, k * k)).reshape(n, k, k)
-            has = S.getnnz(axis=1) > 0
-            n_exact = S @ up.exact[level + 1].astype(float)
-            child_exact = has & (n_exact == S.getnnz(axis=1))
-        var = np.empty_like(pi)
-        est = np.empty(r.shape)
-        leaf = ~has
+        n, k = len(pi), pi.k
+        m, M, has, child_exact = _children(level, n_levels, sums, up, n, k, below)
+        given = node.exact if node.exact is not None and node.total is not None else None
+        fresh = np.zeros(n, dtype=bool) if given is None else given & ~child_exact
+        exact = child_exact if given is None else child_exact | given
+        types, first = type_index([pi.index, M.index, has, fresh, exact])
+        p = pi.values[pi.index[first]]
+        # per type: est = of_m m + of_r r (of_m = 0 without children), values = covariance
+        of_m, of_r = np.zeros_like(p), np.empty_like(p)
+        values = np.empty_like(p)
+        leaf = ~has[first]
         if leaf.any():
-            eig = np.linalg.eigvalsh(pi[leaf])
-            bad = eig[:, 0] <= _PD_TOLERANCE * np.maximum(eig[:, -1], 1e-300)
-            if bad.any():
-                raise StrategyError(
-                    "the BLUE of recoded queries needs every node without children to "
-                    "identify, by its own measurements, how its cells split between the "
-                    "recodes' groups within every combination of the other attributes' values; "
-                    f"{int(bad.sum())} node(s) of {where(level)} do not. Measure 'detailed' "
-                    "there (as the Census strategies do), or use estimator 'topdown'"
-                )
-            inv = np.linalg.inv(pi[leaf])
-            var[leaf] = _sym(inv)
-            est[leaf] = _times(inv, r[leaf])
-        if has.any():
-            a = np.eye(k) + M[has] @ pi[has]
-            var[has] = _sym(np.linalg.solve(a, M[has]))
-            rhs = m[has] + _times(M[has], r[has])
-            est[has] = np.swapaxes(np.linalg.solve(a, np.swapaxes(rhs, 1, 2)), 1, 2)
-        exact = child_exact.copy()
-        if node.exact is not None and node.total is not None and node.exact.any():
-            fresh = node.exact & ~child_exact  # already exact: the children's totals fix it
-            if fresh.any():
-                vw = var[fresh] @ w  # (nodes, k)
-                q = vw @ w
-                gap = node.total[fresh] - est[fresh, 0, :] @ w
-                est[fresh, 0, :] += vw * (gap / q)[:, None]
-                var[fresh] -= np.einsum("nk,nl->nkl", vw, vw) / q[:, None, None]
-            exact |= node.exact
-        _off_direction(var, w, exact)
-        up.est[level], up.var[level], up.exact[level] = est, var, exact
+            inv = _childless(p[leaf], types, np.flatnonzero(leaf), where(level))
+            of_r[leaf], values[leaf] = inv, _sym(inv)
+        if (~leaf).any():
+            cov = M.values[M.index[first[~leaf]]]
+            a_inv = np.linalg.inv(np.eye(k) + cov @ p[~leaf])
+            of_m[~leaf] = a_inv
+            of_r[~leaf] = a_inv @ cov
+            values[~leaf] = _sym(a_inv @ cov)
+        est = _apply(of_r, types, r)
+        if m is not None and (~leaf).any():
+            est += _apply(of_m, types, m)
+        changed = fresh[first]
+        if changed.any():
+            assert node.total is not None
+            vw = values[changed] @ w  # (types, k)
+            q = vw @ w
+            shift = np.zeros((first.size, k))  # per type: V w / w'Vw
+            shift[changed] = vw / q[:, None]
+            rows = fresh
+            gap = node.total[rows] - est[rows, 0, :] @ w
+            est[rows, 0, :] += shift[types[rows]] * gap[:, None]
+            values[changed] -= np.einsum("tk,tl->tkl", vw, vw) / q[:, None, None]
+        held = exact[first]
+        values[held] = _off_direction(values[held], w)
+        up.est[level], up.var[level], up.exact[level] = est, SharedMatrices(values, types), exact
         if level < n_levels - 1 or below is not None:
+            assert m is not None
             up.child_sum[level], up.child_var[level] = m, M
             up.children_exact[level] = child_exact
     return up
 
 
 def _pinv_sum(M: np.ndarray, exact: np.ndarray, w: np.ndarray) -> np.ndarray:
-    """``M^+`` per node: the inverse, or where every child is exact in ``w``, the inverse
-    off that direction (``P (P M P + w w'/|w|^2)^-1 P``)."""
+    """``M^+`` of summed covariances (types, k, k): the inverse, or where every child is
+    exact in ``w``, the inverse off that direction (``P (P M P + w w'/|w|^2)^-1 P``)."""
     out = np.empty_like(M)
     plain = ~exact
     if plain.any():
@@ -170,8 +229,7 @@ def _pinv_sum(M: np.ndarray, exact: np.ndarray, w: np.ndarray) -> np.ndarray:
     if exact.any():
         unit = w / np.sqrt(w @ w)
         p = np.eye(len(w)) - np.outer(unit, unit)
-        inner = p @ M[exact] @ p + np.outer(unit, unit)
-        out[exact] = p @ np.linalg.inv(inner) @ p
+        out[exact] = p @ np.linalg.inv(p @ M[exact] @ p + np.outer(unit, unit)) @ p
     return _sym(out)
 
 
@@ -187,24 +245,24 @@ def matrix_downward(
     parents: list[np.ndarray],
     sums: list[sp.csr_matrix],
     w: np.ndarray,
-    top: tuple[np.ndarray, np.ndarray] | None = None,
-) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    top: tuple[np.ndarray, np.ndarray | SharedMatrices] | None = None,
+) -> tuple[list[np.ndarray], list[SharedMatrices]]:
     """The downward recursion of one block: each level's final estimates (nodes, copies, k)
-    and covariances (nodes, k, k). ``top``: the first level's final estimates and
-    covariances when it is not the root (a streamed release's subtree)."""
+    and covariances (nodes, k, k, per type). ``top``: the first level's final estimates and
+    covariances when it is not the root (a streamed release's subtree).
+
+    Each ``k x k`` step runs once per child type (its subtree covariance, its parent's summed
+    children's and final covariances, its exact flag), batched over the types. The estimates
+    are corrected in place: ``up.est`` below the first level is the final estimate
+    afterwards."""
     n_levels = len(up.est)
     u = [up.est[0] if top is None else top[0]]
-    f = [up.var[0] if top is None else top[1]]
-    exact = [up.exact[0] if top is None else _exact_rows(top[1], w)]
+    f = [up.var[0] if top is None else SharedMatrices.of(top[1])]
+    exact = [up.exact[0] if top is None else _exact_rows(dense(top[1]), w)]
     for level in range(1, n_levels):
         par = parents[level]
         V = up.var[level]
-        Minv = _pinv_sum(up.child_var[level - 1], up.children_exact[level - 1], w)[par]
-        gain = V @ Minv
-        gap = (u[level - 1] - up.child_sum[level - 1])[par]
-        u.append(up.est[level] + _times(gain, gap))
-        fp = f[level - 1][par]
-        final = _sym(V - gain @ V + gain @ fp @ np.swapaxes(gain, 1, 2))
+        M, children_exact = up.child_var[level - 1], up.children_exact[level - 1]
         # exact in w: its own subtree's total is, or its parent's final total is and every
         # sibling's subtree total is (an only child of an exact parent, say)
         S = sums[level - 1]
@@ -212,6 +270,19 @@ def matrix_downward(
         n_children = S.getnnz(axis=1)[par]
         known = exact[level - 1][par] & (n_exact - up.exact[level] == n_children - 1)
         exact.append(up.exact[level] | known)
-        _off_direction(final, w, exact[level])
-        f.append(final)
+        fp = f[level - 1]
+        keys = [V.index, M.index[par], children_exact[par], fp.index[par], exact[level]]
+        types, first = type_index(keys)
+        v = V.values[V.index[first]]
+        parent = par[first]
+        gain = v @ _pinv_sum(M.values[M.index[parent]], children_exact[parent], w)
+        fp_t = fp.values[fp.index[parent]]
+        values = _sym(v - gain @ v + gain @ fp_t @ np.swapaxes(gain, 1, 2))
+        held = exact[level][first]
+        values[held] = _off_direction(values[held], w)
+        gap = u[level - 1] - up.child_sum[level - 1]  # per parent
+        est = up.est[level]
+        est += _apply(gain, types, gap[par])
+        u.append(est)
+        f.append(SharedMatrices(values, types))
     return u, f

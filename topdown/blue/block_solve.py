@@ -36,6 +36,7 @@ from topdown.blue.block_terms import (
 from topdown.blue.blocks import AxisSplit, Block
 from topdown.blue.recursions import _Upward, downward, sum_matrices, upward
 from topdown.blue.rotation import box, from_block, unrotate
+from topdown.blue.shared_matrices import Covariance, SharedMatrices, dense
 from topdown.measurement.estimator_inputs import EstimatorInputs
 from topdown.measurement.tree import Tree
 from topdown.support.row_blocks import row_blocks
@@ -46,12 +47,13 @@ __all__ = ["BlockSolution", "solve_blocks", "block_summary"]
 @dataclass(frozen=True)
 class BlockSolution:
     """Per block and level: the final estimates (nodes, block cells), their covariances
-    ((nodes,) for k = 1, else (nodes, k, k)), the subtree covariances, and, with a summary
-    below, the last level's final estimates, covariances and subtree covariances."""
+    ((nodes,) for k = 1, else (nodes, k, k) held once per distinct matrix:
+    ``topdown.blue.shared_matrices``), the subtree covariances, and, with a summary below,
+    the last level's final estimates, covariances and subtree covariances (per node)."""
 
     cells: list[np.ndarray]
-    scale: list[list[np.ndarray]]
-    subtree_scale: list[list[np.ndarray]]
+    scale: list[list[Covariance]]
+    subtree_scale: list[list[Covariance]]
     ends: list[tuple[np.ndarray, np.ndarray, np.ndarray]]
 
 
@@ -127,7 +129,7 @@ def block_summary(
     for b, block in enumerate(blocks):
         up = _upward(tree, inputs, block, _take(own, b), sums, None)
         est.append(np.asarray(up.est[0], dtype=float))
-        var.append(up.var[0])
+        var.append(dense(up.var[0]))
     return tuple(est), tuple(var)
 
 
@@ -156,8 +158,8 @@ def solve_blocks(
     splits = blocks[0].splits
     last = tree.n_levels - 1
     estimates: list[list[np.ndarray]] = []  # per block, per level
-    scale: list[list[np.ndarray]] = [[] for _ in tree.levels]
-    subtree: list[list[np.ndarray]] = [[] for _ in tree.levels]
+    scale: list[list[Covariance]] = [[] for _ in tree.levels]
+    subtree: list[list[Covariance]] = [[] for _ in tree.levels]
     ends = []
     parents = [lv.parent for lv in tree.levels]
     sums = sum_matrices(tree)
@@ -169,7 +171,9 @@ def solve_blocks(
 
     for u, f, var in _in_order(one, len(blocks), threads):
         if below is not None:
-            ends.append((np.array(u[last], dtype=float), f[last], np.array(var[last])))
+            ends.append(
+                (np.array(u[last], dtype=float), dense(f[last]), np.array(dense(var[last])))
+            )
         estimates.append(u)
         for level in range(last + 1):
             scale[level].append(f[level])
@@ -206,7 +210,7 @@ def _cells(
 
 
 #: One block's final estimates, covariances and subtree covariances, per level.
-_Solved = tuple[list[np.ndarray], list[np.ndarray], list[np.ndarray]]
+_Solved = tuple[list[np.ndarray], list[Covariance], list[Covariance]]
 
 
 def _solve_block(
@@ -225,13 +229,15 @@ def _solve_block(
     child = None if below is None else (below[0][b], below[1][b])
     given = None if top is None else (top[0][b], top[1][b])
     up = _upward(tree, inputs, block, terms, sums, child)
-    if top is not None:  # the top's whole-tree subtree variance
-        up.var[0] = top[2][b]
     if isinstance(up, MatrixUp):
+        if top is not None:  # the top's whole-tree subtree variance
+            up.var[0] = SharedMatrices.of(top[2][b])
         u, f = matrix_downward(up, parents, sums, block.total_direction(), given)
         return list(u), list(f), list(up.var)
-    u, f, _ = downward(up, parents, sums, False, given)
-    return list(u), list(f), list(up.var)
+    if top is not None:
+        up.var[0] = top[2][b]
+    est, final, _ = downward(up, parents, sums, False, given)
+    return list(est), list(final), list(up.var)
 
 
 def _in_order(work: Callable[[int], _Solved], n: int, threads: int) -> Iterator[_Solved]:

@@ -25,6 +25,7 @@ from constraints.domain import Domain
 from topdown.blue.block_recursions import NodeInfo
 from topdown.blue.blocks import Block
 from topdown.blue.rotation import box, box_shape, rotate_answers, to_block
+from topdown.blue.shared_matrices import SharedMatrices, type_index
 from topdown.errors import StrategyError
 from topdown.measurement.estimator_inputs import QueryEstimate, precision
 from topdown.query import Factor
@@ -85,10 +86,10 @@ def _scalar_weights(
 
 def _matrix_weights(
     block: Block, seen: list[_Term], nodes: int, where: str
-) -> tuple[np.ndarray, list[np.ndarray], np.ndarray, np.ndarray]:
-    """A ``k > 1`` block's precisions (nodes, k, k), each seen query's weight (its precision,
-    0 where exact), and the exact node totals (which nodes, their values)."""
-    pi = np.zeros((nodes, block.k, block.k))
+) -> tuple[SharedMatrices, list[np.ndarray], np.ndarray, np.ndarray]:
+    """A ``k > 1`` block's precisions (nodes, k, k, held once per distinct set of the seen
+    queries' precisions: ``topdown.blue.shared_matrices``), each seen query's weight (its
+    precision, 0 where exact), and the exact node totals (which nodes, their values)."""
     exact = np.zeros(nodes, dtype=bool)
     total = np.zeros(nodes)
     weights = []
@@ -102,10 +103,15 @@ def _matrix_weights(
                 )
             exact |= hard
             total[hard] = np.asarray(t.m.noisy, dtype=float)[hard, 0]
-        soft = np.where(hard, 0.0, t.precision)
-        pi += soft[:, None, None] * block.gram(t.factors)[None]
-        weights.append(soft)
-    return pi, weights, exact, total
+        weights.append(np.where(hard, 0.0, t.precision))
+    k = block.k
+    if not weights:
+        return SharedMatrices.constant(np.zeros((k, k)), nodes), weights, exact, total
+    types, first = type_index(weights)
+    pi = np.zeros((first.size, k, k))
+    for t, weight in zip(seen, weights, strict=True):
+        pi += weight[first][:, None, None] * block.gram(t.factors)[None]
+    return SharedMatrices(pi, types), weights, exact, total
 
 
 def on_threads(work: Callable[[slice], None], chunks: Sequence[slice], threads: int) -> None:
@@ -133,7 +139,7 @@ def level_terms(
     splits = blocks[0].splits
     # per query, the blocks that see it with its weight there; per block, the sum gathered
     readers: list[list[tuple[int, np.ndarray]]] = [[] for _ in terms]
-    heads: list[np.ndarray | tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+    heads: list[np.ndarray | tuple[SharedMatrices, np.ndarray, np.ndarray]] = []
     sums: list[np.ndarray] = []
     for b, block in enumerate(blocks):
         idx = [j for j, t in enumerate(terms) if block.sees(t.factors)]

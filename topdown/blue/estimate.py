@@ -53,6 +53,7 @@ from topdown.blue.recursions import (
     upward,
     z_of,
 )
+from topdown.blue.shared_matrices import Covariance, SharedMatrices
 from topdown.blue.variance_terms import mean_variance, plain_variance_terms, summed_variance_terms
 from topdown.measurement.estimator_inputs import EstimatorInputs, QueryEstimate, as_inputs
 from topdown.measurement.measure import Measurements
@@ -99,7 +100,8 @@ class Blue:
         blocks: with recoded queries, the blocks of ``topdown.blue.blocks`` (``groups``,
             ``scale`` and ``subtree_scale`` are then empty).
         block_scale: per level, per block, the final estimate's covariance in the block
-            ((nodes,) for k = 1, else (nodes, k, k)).
+            ((nodes,) for k = 1, else (nodes, k, k) held once per distinct matrix:
+            ``topdown.blue.shared_matrices``).
         block_subtree_scale: the same for the subtree estimates.
     """
 
@@ -110,8 +112,8 @@ class Blue:
     subtree_scale: tuple[np.ndarray, ...]
     leaf_shift: LeafShift | None = None
     blocks: tuple[Block, ...] = ()
-    block_scale: tuple[tuple[np.ndarray, ...], ...] = ()
-    block_subtree_scale: tuple[tuple[np.ndarray, ...], ...] = ()
+    block_scale: tuple[tuple[Covariance, ...], ...] = ()
+    block_subtree_scale: tuple[tuple[Covariance, ...], ...] = ()
 
     @property
     def n_levels(self) -> int:
@@ -189,7 +191,10 @@ class Blue:
         factors = q.factors(self.domain)
         if self.blocks:
             scales = (self.block_subtree_scale if subtree else self.block_scale)[level]
-            terms = [(block, scale[rows]) for block, scale in zip(self.blocks, scales, strict=True)]
+            terms = [
+                (block, scale.rows(rows) if isinstance(scale, SharedMatrices) else scale[rows])
+                for block, scale in zip(self.blocks, scales, strict=True)
+            ]
             out, size = summed_variance_terms(terms, factors)
         else:
             scale = (self.subtree_scale if subtree else self.scale)[level][:, rows]

@@ -36,20 +36,23 @@ The weights then solve, per block,
 
     sum_q w_q G_qb = Lambda_b,    w_q >= 0,
 
-stacked over the blocks, one equation per upper-triangle entry. Made relative the way the
-scalar rows are (each divided by its target): whitened by the subtree covariance ``V_b``, the
-equations are ``V_b^(1/2) (sum_q w_q G_qb) V_b^(1/2) = I`` (the off-diagonal entries counted
-twice, so each block's residual is a Frobenius norm and does not depend on the block's basis);
-at ``k = 1`` this is the scalar row, and each block counts once whatever its number of copies,
-as each scalar subset does. Unlike the plain split, the subtree precision of a parent is not
+stacked over the blocks. Made relative the way the scalar rows are (each divided by its
+target): whitened by the subtree covariance ``V_b``, the equations are ``V_b^(1/2) (sum_q w_q
+G_qb) V_b^(1/2) = I`` in the Frobenius norm (so each block's residual does not depend on the
+block's basis); at ``k = 1`` this is the scalar row, and each block counts once whatever its
+number of copies, as each scalar subset does. They are solved from their normal equations,
+``tr(G_q V G_p V)`` and ``tr(G_q V)`` summed over the blocks (queries x queries), with each
+``G_q V`` formed from ``G_q``'s Kronecker factors where ``G_q`` is large: no square root of
+``V``, no ``k x k`` eigendecomposition and no ``G_q`` (the DHC persons preset's blocks have
+``k = 1,160``). Unlike the plain split, the subtree precision of a parent is not
 always in the span of the ``G_q``: the children's summed covariances, inverted, leave it (on
 ``hhinst``'s span the grams are combinations of ``I``, ``diag(s)`` and ``vv'``, ``v =
 sqrt(s)``; the inverse of one is in general not one, ``1 / (a + b s)`` not being affine in the
 three group sizes ``s``), so the weights are then the closest (relative, least squares); at a
 leaf, and above
 children whose precisions are all equal, they are exact. An exact direction (an invariant:
-the covariance is 0 along the node total ``w``) is left out of its block's equations, as the
-scalar rows leave out an exact group: the passes hold it as a constraint.
+the covariance is 0 along the node total ``w``) adds nothing to its block's normal equations,
+as the scalar rows leave out an exact group: the passes hold it as a constraint.
 
 Before, a strategy with recoded queries kept each answer's own (mean) subtree variance, the
 over-counting above. Measured on the production PL94 strategy as written (``hhinst``
@@ -64,7 +67,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from functools import lru_cache
 
 import numpy as np
 from scipy.optimize import nnls
@@ -72,6 +74,8 @@ from scipy.optimize import nnls
 from constraints.domain import Domain
 from topdown.blue.blocks import Block
 from topdown.blue.plan import kept_axes, lift
+from topdown.blue.shared_matrices import SharedMatrices, type_index
+from topdown.query import Factor
 from topdown.strategy import Query
 
 __all__ = ["metric_weights", "block_metric_weights"]
@@ -81,10 +85,6 @@ log = logging.getLogger(__name__)
 #: A relative residual above this means the fed queries cannot express the subtree precision
 #: (a level feeds fewer queries than the tree measures): the weights are then the closest.
 RESIDUAL = 1e-6
-
-#: A covariance eigenvalue below this share of the block's largest is an exact direction (an
-#: invariant's total, projected out of the covariance exactly: what is left is rounding).
-EXACT_SHARE = 1e-12
 
 #: A subtree precision above this comes from exact answers (the inverse of
 #: ``topdown.blue.estimate.EXACT_VARIANCE``, up to round-off).
@@ -117,7 +117,8 @@ def metric_weights(
     of_group = np.array([g for g, _ in subsets], dtype=np.int64)
     with np.errstate(divide="ignore"):
         precision = 1.0 / np.asarray(subtree_scale, dtype=float)  # (groups, nodes)
-    rows, inverse = _distinct_rows(precision.T)
+    inverse, first = type_index([precision.T])
+    rows = precision.T[first]
     solved = np.zeros((rows.shape[0], len(queries)))
     worst = 0.0
     for r, row in enumerate(rows):
@@ -135,67 +136,97 @@ def metric_weights(
         worst = max(worst, residual / np.sqrt(ok.sum()))
     if worst > RESIDUAL:
         log.debug("the fed queries express the subtree precision to %.2g (relative)", worst)
-    return solved[np.asarray(inverse).reshape(-1)]
+    return solved[inverse]
 
 
-def _distinct_rows(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The distinct rows of a float (nodes, m) array and each node's row among them, compared
-    as bytes: one sort of the nodes, where ``np.unique(axis=0)`` compares column by column
-    (the leaf level of the 3-million-person state: 60,000 rows of 80 floats, nearly all
-    equal). Two rows that differ only in the sign of a zero count twice, which only repeats
-    a solve."""
-    a = np.ascontiguousarray(a, dtype=float)
-    if a.shape[0] == 0:
-        return a, np.zeros(0, dtype=np.int64)
-    keys = a.view(np.dtype((np.void, a.dtype.itemsize * a.shape[1]))).reshape(-1)
-    _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
-    return a[first], np.asarray(inverse).reshape(-1)
+def _kron_times(parts: Sequence[np.ndarray], v: np.ndarray) -> np.ndarray:
+    """``G V`` for ``G`` the Kronecker product of ``parts`` (each (g_a, g_a)) and ``V`` (k, k),
+    one axis at a time: O(k^2 sum g_a), not the O(k^3) of ``G`` itself."""
+    x = v.reshape([p.shape[0] for p in parts] + [v.shape[1]])
+    for a, part in enumerate(parts):
+        x = np.moveaxis(np.tensordot(part, x, axes=([1], [a])), 0, a)
+    return x.reshape(v.shape)
 
 
-@lru_cache(maxsize=64)
-def _upper(r: int) -> tuple[tuple[np.ndarray, np.ndarray], np.ndarray, np.ndarray]:
-    """The upper triangle of an ``r x r`` matrix, the off-diagonal entries' factor sqrt(2),
-    and the identity's entries there (the equations' target)."""
-    upper = np.triu_indices(r)
-    factor = np.where(upper[0] == upper[1], 1.0, np.sqrt(2.0))
-    return upper, factor, np.eye(r)[upper] * factor
+#: One block's share of the normal equations: ``H`` (queries, queries), ``c`` (queries,)
+#: and the squared norm of its target.
+_Normal = tuple[np.ndarray, np.ndarray, float]
 
 
-def _block_equations(
-    variance: np.ndarray, grams: np.ndarray
-) -> tuple[np.ndarray, np.ndarray] | None:
-    """One block's relative equations for one node: ``A`` (equations, queries) and the target,
-    from its subtree covariance (a scalar, or ``k x k``) and the fed queries' ``G_q`` (stacked,
-    (queries, k, k)); None when every direction of the block is exact.
+#: Bytes of a block's stacked ``G_q`` (queries, k, k) formed densely; above it, each ``G_q V``
+#: from ``G_q``'s Kronecker factors (a dense product per query is cheaper for small ``k``).
+DENSE_GRAM_BYTES = 1 << 24
 
-    Whitened by the covariance: with ``V = E diag(lam) E'`` over its non-exact directions and
-    ``S = E diag(sqrt(lam))``, the equation is ``sum_q w_q S' G_q S = I`` (upper triangle, the
-    off-diagonal entries times sqrt(2)). A scalar block with no information (infinite
-    variance, precision 0) asks the weights of the queries that see it to be 0, unscaled, as
-    the scalar rows do.
+
+def _stacked_grams(block: Block, factors: Sequence[Sequence[Factor]]) -> np.ndarray | None:
+    """The fed queries' ``G_q`` on ``block`` (queries, k, k; zero where unseen), or None when
+    ``k > 1`` and they are larger than ``DENSE_GRAM_BYTES``."""
+    k = block.k
+    if k > 1 and len(factors) * k * k * 8 > DENSE_GRAM_BYTES:
+        return None
+    return np.stack([block.gram(f) if block.sees(f) else np.zeros((k, k)) for f in factors])
+
+
+def _block_normal(
+    variance: np.ndarray,
+    block: Block,
+    factors: Sequence[Sequence[Factor]],
+    grams: np.ndarray | None,
+) -> _Normal:
+    """One block's relative equations for one node, as their normal equations, from its
+    subtree covariance (a scalar, or ``k x k``) and the fed queries' factors.
+
+    Whitened by the covariance ``V`` (``S S' = V``), the equation is ``sum_q w_q S' G_q S =
+    I`` in the Frobenius norm (every entry of the symmetric matrix, so it does not depend on
+    the block's basis); its normal equations are ``H_qp = tr(G_q V G_p V)``, ``c_q = tr(G_q
+    V)``, target ``k``, with no square root of ``V``. An exact direction (an invariant's total,
+    projected out of ``V``) adds nothing to ``H`` or ``c``: left out, as the scalar rows leave
+    out an exact group (its unmatched 1 only adds to the residual). A scalar block is one row,
+    ``v g_q = 1``; with no information (infinite variance, precision 0) the row ``g_q = 0``
+    asks the weights of the queries that see it to be 0, unscaled, as the scalar rows do.
     """
+    n = len(factors)
     v = np.asarray(variance, dtype=float)
     if v.ndim == 0:
+        assert grams is not None  # k = 1
         g = grams[:, 0, 0]
         if not np.isfinite(v):
-            return g[None, :], np.zeros(1)
+            return np.outer(g, g), np.zeros(n), 0.0
         if v <= 0.0 or 1.0 / v >= EXACT_PRECISION:  # exact (an invariant)
-            return None
-        return v * g[None, :], np.ones(1)
-    lam, vectors = np.linalg.eigh(v)
-    keep = lam > EXACT_SHARE * max(float(lam[-1]), 0.0)
+            return np.zeros((n, n)), np.zeros(n), 0.0
+        return np.outer(v * g, v * g), v * g, 1.0
+    k = v.shape[0]
+    if grams is not None:
+        products = (grams @ v).reshape(n, -1)  # G_q V, flattened
+    else:
+        products = np.zeros((n, k * k))
+        for q, f in enumerate(factors):
+            if block.sees(f):
+                products[q] = _kron_times(block.gram_factors(f), v).reshape(-1)
+    # tr(G_q V G_p V) = sum_ij (G_q V)_ij (G_p V)_ji
+    transposed = products.reshape(n, k, k).transpose(0, 2, 1).reshape(n, -1)
+    h = products @ transposed.T
+    return 0.5 * (h + h.T), products[:, :: k + 1].sum(axis=1), float(k)
+
+
+def _normal_nnls(h: np.ndarray, c: np.ndarray, target: float) -> tuple[np.ndarray, float]:
+    """``min |A w - b|`` over ``w >= 0`` given its normal equations ``A'A = h``, ``A'b = c``,
+    ``|b|^2 = target``: the same minimiser from ``A = sqrt(e) U'``, ``b = U'c / sqrt(e)`` over
+    ``h``'s non-zero eigenvalues ``e`` (``c`` is in ``h``'s range). Returns the weights and
+    the residual ``|A w - b|``."""
+    e, u = np.linalg.eigh(h)
+    keep = e > 1e-14 * max(float(e[-1]), 0.0)
     if not keep.any():
-        return None
-    s = vectors[:, keep] * np.sqrt(lam[keep])
-    upper, factor, target = _upper(s.shape[1])
-    whitened = s.T @ grams @ s  # (queries, r, r), every query at once
-    return (whitened[:, upper[0], upper[1]] * factor).T, target
+        return np.zeros(len(c)), float(np.sqrt(max(target, 0.0)))
+    root = np.sqrt(e[keep])
+    w, _ = nnls(root[:, None] * u[:, keep].T, (u[:, keep].T @ c) / root)
+    return w, float(np.sqrt(max(w @ h @ w - 2.0 * c @ w + target, 0.0)))
 
 
 def block_metric_weights(
     domain: Domain,
     blocks: Sequence[Block],
-    subtree_scale: Sequence[np.ndarray],
+    subtree_scale: Sequence[np.ndarray | SharedMatrices],
     queries: Sequence[Query],
 ) -> np.ndarray:
     """Per node and fed query, the weight ``w_q`` (nodes, queries) for a BLUE of blocks
@@ -207,40 +238,33 @@ def block_metric_weights(
         domain: the query domain.
         blocks: the BLUE's blocks (``Blue.blocks``).
         subtree_scale: per block, the covariance of each node's subtree estimate in the block:
-            (nodes,) for ``k = 1`` (inf: no information; 0: exact), else (nodes, k, k).
+            (nodes,) for ``k = 1`` (inf: no information; 0: exact), else (nodes, k, k) (an
+            array or shared matrices: solved once per distinct combination of types).
         queries: the fed queries, in the order of the result's columns.
     """
     factors = [q.factors(domain) for q in queries]
-    ks = [b.k for b in blocks]
-    grams = [
-        np.stack([b.gram(f) if b.sees(f) else np.zeros((k, k)) for f in factors])
-        for b, k in zip(blocks, ks, strict=True)
+    scales = [
+        SharedMatrices.of(s) if b.k > 1 else np.asarray(s)
+        for s, b in zip(subtree_scale, blocks, strict=True)
     ]
-    nodes = np.asarray(subtree_scale[0]).shape[0]
-    flat = np.concatenate(
-        [np.asarray(s, dtype=float).reshape(nodes, -1) for s in subtree_scale], axis=1
-    )
-    rows, inverse = _distinct_rows(flat)
-    sizes = [k * k if k > 1 else 1 for k in ks]
-    starts = np.concatenate([[0], np.cumsum(sizes)])
-    solved = np.zeros((rows.shape[0], len(queries)))
+    # a node's covariances are its types' (shared matrices) and its k = 1 blocks' scalars
+    keys = [s.index if isinstance(s, SharedMatrices) else s for s in scales]
+    inverse, first = type_index(keys)
+    grams = [_stacked_grams(block, factors) for block in blocks]
+    solved = np.zeros((first.size, len(queries)))
     worst = 0.0
-    for r, row in enumerate(rows):
-        parts = []
-        for b, k in enumerate(ks):
-            v = row[starts[b] : starts[b + 1]]
-            v = v.reshape(k, k) if k > 1 else v[0]
-            part = _block_equations(v, grams[b])
-            if part is not None:
-                parts.append(part)
-        if not parts:
+    for r, node in enumerate(first):
+        h, c, target = np.zeros((len(queries),) * 2), np.zeros(len(queries)), 0.0
+        for block, s, g in zip(blocks, scales, grams, strict=True):
+            v = s.values[s.index[node]] if isinstance(s, SharedMatrices) else s[node]
+            part = _block_normal(v, block, factors, g)
+            h, c, target = h + part[0], c + part[1], target + part[2]
+        if not target:
             continue
-        A = np.vstack([a for a, _ in parts])
-        target = np.concatenate([t for _, t in parts])
-        w, residual = nnls(A, target)
+        w, residual = _normal_nnls(h, c, target)
         # NNLS leaves round-off where a weight is 0: a query that adds nothing
-        solved[r] = np.where(w * np.abs(A).max(axis=0) > 1e-12, w, 0.0)
-        worst = max(worst, residual / np.sqrt(max(1.0, float(np.sum(target**2)))))
+        solved[r] = np.where(w * np.sqrt(np.maximum(np.diag(h), 0.0)) > 1e-12, w, 0.0)
+        worst = max(worst, residual / np.sqrt(max(1.0, target)))
     if worst > RESIDUAL:
         log.debug("the fed queries express the subtree precision to %.2g (relative)", worst)
-    return solved[np.asarray(inverse).reshape(-1)]
+    return solved[inverse]

@@ -5,10 +5,12 @@ of Kronecker products: per axis a projector (a contrast part, or the span part w
 block's ``k x k`` covariance over the span axes jointly). The variance of a query's answers is
 the diagonal of ``Q C Q'``, and the diagonal of a Kronecker product is the Kronecker product of
 the diagonals, so each block gives ``diag(F P F')`` per contrast axis times ``diag(B Phi B')``
-over the span axes (``B`` the Kronecker product of their ``F U``): O(answers) per node, no
-matrix over the cells. The plain groups (``topdown.blue.plan``) are the case of one group per
-axis with scalar covariances; their formula is used for a recoded query asked of a BLUE whose
-strategy had none (its answers' variances differ with the groups' sizes).
+over the span axes (``B`` the Kronecker product of their ``F U``, contracted with ``Phi`` one
+axis at a time, never formed: it has ``k`` columns), once per distinct ``Phi``
+(``topdown.blue.shared_matrices``): O(answers) per node, no matrix over the cells. The plain
+groups (``topdown.blue.plan``) are the case of one group per axis with scalar covariances;
+their formula is used for a recoded query asked of a BLUE whose strategy had none (its
+answers' variances differ with the groups' sizes).
 
 Each term comes with its absolute size, so an answer whose variance is rounding left over
 from an exact direction (an invariant's total) can be reported as 0.
@@ -21,6 +23,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from topdown.blue.blocks import Block, axis_diag
+from topdown.blue.shared_matrices import Covariance, SharedMatrices
 from topdown.query import Factor
 
 __all__ = ["summed_variance_terms", "plain_variance_terms", "mean_variance"]
@@ -36,15 +39,52 @@ def _times(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.where(np.isnan(product), 0.0, product)
 
 
-def _span_variance(b: np.ndarray, phi: np.ndarray) -> np.ndarray:
-    """``diag(B Phi B')`` per node (nodes, span answers); a scalar ``Phi`` may be infinite."""
+def _kron_diag(maps: Sequence[np.ndarray], phi: np.ndarray) -> np.ndarray:
+    """``diag(B Phi B')`` for each matrix of ``phi`` (t, k, k), ``B`` the Kronecker product of
+    ``maps`` (each (n_a, g_a), ``k`` the product of the ``g_a``): (t, product of the n_a).
+
+    Contracted one axis at a time on both sides of ``Phi`` (as a tensor with a left and a
+    right index per axis), never forming ``B``."""
+    t, m = phi.shape[0], len(maps)
+    x = phi.reshape([t] + [mp.shape[1] for mp in maps] * 2)
+    labels = list(range(1 + 2 * m))  # the matrix, then per axis its left and right index
+    for a, mp in enumerate(maps):
+        answer = 1 + 2 * m + a
+        out = [answer if label == 1 + a else label for label in labels if label != 1 + m + a]
+        x = np.einsum(x, labels, mp, [answer, 1 + a], mp, [answer, 1 + m + a], out, optimize=True)
+        labels = out
+    return x.reshape(t, -1)
+
+
+def _span_variance(maps: Sequence[np.ndarray], phi: Covariance) -> np.ndarray:
+    """``diag(B Phi B')`` per node (nodes, span answers), ``B`` the Kronecker product of
+    ``maps``; a scalar ``Phi`` may be infinite. Shared matrices: once per distinct matrix,
+    then per node."""
+    if isinstance(phi, SharedMatrices):
+        return _span_variance(maps, phi.values)[phi.index]
     if phi.ndim == 1:
-        return _times((b[:, 0] ** 2)[None, :], phi[:, None])
-    return (np.matmul(phi, b.T) * b.T[None]).sum(axis=1)
+        squares = np.ones(1)
+        for mp in maps:
+            squares = np.kron(squares, mp[:, 0] ** 2)
+        return _times(squares[None, :], phi[:, None])
+    return _kron_diag(maps, phi)
+
+
+def _abs(phi: Covariance) -> Covariance:
+    if isinstance(phi, SharedMatrices):
+        return SharedMatrices(np.abs(phi.values), phi.index)
+    return np.abs(phi)
+
+
+def _trace(gram: np.ndarray, phi: np.ndarray | SharedMatrices) -> np.ndarray:
+    """``trace(gram Phi)`` per node of matrices ``Phi`` (once per distinct one if shared)."""
+    if isinstance(phi, SharedMatrices):
+        return np.einsum("kl,nlk->n", gram, phi.values)[phi.index]
+    return np.einsum("kl,nlk->n", gram, phi)
 
 
 def mean_variance(
-    terms: Sequence[tuple[Block, np.ndarray]], factors: Sequence[Factor]
+    terms: Sequence[tuple[Block, Covariance]], factors: Sequence[Factor]
 ) -> tuple[np.ndarray, np.ndarray]:
     """The mean over a query's answers of ``summed_variance_terms`` (and of its sizes),
     without the answers: an answer is a pair (contrast answer, span answer), so a block's
@@ -54,11 +94,10 @@ def mean_variance(
     for block, phi in terms:
         parts = block.mean_terms(factors)
         gram, gram_abs = parts.gram, parts.gram_abs
-        if phi.ndim == 1:
+        if isinstance(phi, np.ndarray) and phi.ndim == 1:
             span, span_abs = _times(gram[0, 0], phi), _times(gram_abs[0, 0], np.abs(phi))
         else:
-            span = np.einsum("kl,nlk->n", gram, phi)
-            span_abs = np.einsum("kl,nlk->n", gram_abs, np.abs(phi))
+            span, span_abs = _trace(gram, phi), _trace(gram_abs, _abs(phi))
         term = _times(np.asarray(parts.d_mean), span)
         mag = _times(np.asarray(parts.d_abs_mean), span_abs)
         out = term if out is None else out + term
@@ -88,18 +127,19 @@ def _placed(
 
 
 def summed_variance_terms(
-    terms: Sequence[tuple[Block, np.ndarray]], factors: Sequence[Factor]
+    terms: Sequence[tuple[Block, Covariance]], factors: Sequence[Factor]
 ) -> tuple[np.ndarray, np.ndarray]:
     """Each answer's variance summed over the blocks, and the sum of the terms' absolute
     sizes: both (nodes, *answers per axis). ``terms``: each block with its covariance per
-    node, (nodes,) for k = 1 or (nodes, k, k)."""
+    node, (nodes,) for k = 1 or (nodes, k, k) (an array or shared matrices)."""
     out = size = None
     for block, phi in terms:
-        b, d = block.answer_terms(factors)
+        maps, d = block.answer_maps(factors)
         contrast = sorted(block.contrast)
-        term = _placed(contrast, block.span, d, _span_variance(b, phi), factors)
+        term = _placed(contrast, block.span, d, _span_variance(maps, phi), factors)
+        magnitudes = [np.abs(mp) for mp in maps]
         mag = _placed(
-            contrast, block.span, np.abs(d), _span_variance(np.abs(b), np.abs(phi)), factors
+            contrast, block.span, np.abs(d), _span_variance(magnitudes, _abs(phi)), factors
         )
         out = term if out is None else out + term
         size = mag if size is None else size + mag

@@ -37,8 +37,11 @@ from solvers import InfeasibleError, Problem, SolverError, SolveStatus
 from solvers.builders import children_l2_problem, is_identity, rounding_problem, rounding_solution
 from topdown.estimation import capture
 from topdown.estimation.family_newton import newton_l2
+from topdown.estimation.first_pass_limit import check_family_first_pass
 from topdown.estimation.multipass_newton import HELD_EXACTLY
+from topdown.estimation.nested_rounding import refinement_chain
 from topdown.estimation.passes import EstimateOptions, SolveStats, controlled_window
+from topdown.estimation.root import root_round
 
 __all__ = ["FamilyTask", "FamilyResult", "solve_family"]
 
@@ -192,6 +195,15 @@ def _l2(task: FamilyTask, parent: np.ndarray | None) -> tuple[np.ndarray, SolveS
     stats = SolveStats()
     if task.first_pass:
         first = [task.measurements[i] for i in task.first_pass]
+        check_family_first_pass(
+            task.where,
+            len(first),
+            len(task.measurements),
+            task.k,
+            task.n,
+            sum(Q.shape[0] for Q, _, _ in first if not is_identity(Q)),  # lifted answers
+            l2_solver=task.options.solver.l2,
+        )
         problem = children_l2_problem(
             parent,
             first,
@@ -250,6 +262,10 @@ def _round(
 ) -> tuple[np.ndarray, SolveStats]:
     """The rounding pass: a one-unit window around the L2 answer, two if one cannot hold."""
     start = time.perf_counter()
+    nested = _nested_root(task, x_tilde, parent)
+    if nested is not None:
+        took = SolveStats(round_time=time.perf_counter() - start)
+        return nested, SolveStats.one_solve("rounding", "closed_form") + took
     if task.ub is not None:
         x_tilde = np.minimum(x_tilde, task.ub.reshape(task.k, task.n))
     rows = task.rows
@@ -285,6 +301,42 @@ def _round(
             problem=f"{task.where} / rounding pass",
         )
     raise last
+
+
+def _nested_root(
+    task: FamilyTask, x_tilde: np.ndarray, parent: np.ndarray | None
+) -> np.ndarray | None:
+    """The root's counts rounded along its nested marginals, as the batched root rounds them
+    (``topdown.estimation.root.root_round`` with a chain), when the root is in the batched
+    root's form: nothing attached but bounds on the total (no other rows, no structural zeros),
+    one pass, the option on, and at least one measured marginal (a partition of the cells,
+    weighted) besides the cells and the total. None otherwise: the general rounding."""
+    if (
+        parent is not None
+        or task.ub is not None
+        or task.first_pass
+        or not task.options.nested_root_rounding
+    ):
+        return None
+    lo, hi = -np.inf, np.inf
+    if task.rows is not None:  # only bounds on the total (rows of ones over every cell)
+        a = task.rows.A
+        if not (np.all(a.getnnz(axis=1) == task.n) and np.all(a.data == 1.0)):
+            return None
+        lo, hi = float(task.rows.lb.max()), float(task.rows.ub.min())
+    partitions = []
+    for q, _, w in task.measurements:
+        cols = sp.csc_matrix(q)
+        one_each = np.array_equal(np.diff(cols.indptr), np.ones(task.n, dtype=np.int64))
+        if one_each and np.all(cols.data == 1.0) and 1 < q.shape[0] < task.n and np.all(w > 0):
+            partitions.append(cols.indices.astype(np.int64))
+    chain = [partitions[i] for i in refinement_chain(partitions)]
+    if not chain:
+        return None
+    counts = root_round(
+        x_tilde.reshape(-1), lo, hi, controlled=task.options.controlled_rounding, chain=chain
+    )
+    return None if counts is None else counts.reshape(1, -1)
 
 
 def _solve_integral(problem: Problem, task: FamilyTask) -> tuple[np.ndarray, SolveStats]:

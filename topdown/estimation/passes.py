@@ -112,6 +112,12 @@ class EstimateOptions:
         failsafe: relax consistency (reported) instead of raising on an infeasible family.
         multipass_tolerance: how far multipass may move the first-pass answers.
         controlled_rounding: also keep each child's total within one unit of its L2 total.
+        nested_root_rounding: round the root (when it is fitted with marginals and nothing
+            but total bounds is attached) along the longest chain of its nested marginals, each
+            of their answers within one unit of its L2 answer
+            (``topdown.estimation.nested_rounding``: why, and why it is off by default: on a
+            PL94 root it made some coarse marginals off the chain worse); False (the default)
+            rounds each cell on its own (``topdown.estimation.root.root_round``).
         capture: a folder to write every problem solved into
             (``topdown.estimation.capture``), or None.
     """
@@ -121,6 +127,7 @@ class EstimateOptions:
     failsafe: bool = True
     multipass_tolerance: float = 1e-6
     controlled_rounding: bool = True
+    nested_root_rounding: bool = False
     capture: str | Path | None = None
 
 

@@ -19,17 +19,27 @@ The rounding pass of the root (``topdown.estimation.family``'s problem with no p
 ``floor(x) + z`` minimising ``sum (1 - 2 frac) z`` with the total within the controlled window
 ``[floor(T), ceil(T)]`` of the L2 total ``T`` and the bounds. Cells are tied only through the
 total, so the optimum takes the ``m`` cheapest cells, ``m`` the number of negative costs
-clamped to the window.
+clamped to the window. When the root is fitted with marginals (the Newton iteration of
+``topdown.estimation.root_marginals``), the batched root can round instead along the longest
+chain of its nested marginals (``topdown.estimation.nested_rounding``, off by default:
+``EstimateOptions.nested_root_rounding``): every cell still within a unit of ``x`` and the
+total in the same window, and each answer of those marginals within a unit of its L2 answer;
+its cells' L1 distance is then not the least.
 
-Both equal the general solvers' answers (tests/test_root.py); the general path stays for
-anything else (rows over part of the cells, structural zeros, other queries, a capture).
+The L2 answer and the cell rounding equal the general solvers' answers (tests/test_root.py);
+the general path stays for anything else (rows over part of the cells, structural zeros, other
+queries, a capture), and rounds along the same chain where the root has the batched root's form
+(``topdown.estimation.family``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 from solvers.backends.closed_form import project_groups
+from topdown.estimation.nested_rounding import nested_round
 from topdown.estimation.passes import controlled_window
 
 __all__ = ["root_l2", "root_round"]
@@ -78,25 +88,42 @@ def root_l2(
 
 
 def root_round(
-    x: np.ndarray, lo: float = -np.inf, hi: float = np.inf, *, controlled: bool = True
+    x: np.ndarray,
+    lo: float = -np.inf,
+    hi: float = np.inf,
+    *,
+    controlled: bool = True,
+    chain: Sequence[np.ndarray] = (),
 ) -> np.ndarray | None:
     """The root's rounding (see the module docstring): int64 counts, or None when no count
     within a unit of ``x`` per cell meets the total's window (the general path widens).
+
+    With a ``chain`` of nested marginals (``topdown.estimation.nested_rounding``), the counts
+    also keep each of their answers within a unit of its L2 answer, the total at the integer
+    nearest the L2 total within the window (and the bounds): ``nested_round``. Without one, or
+    when that integer is not within a unit of the L2 total (bounds far from it), each cell is
+    rounded on its own, as above.
 
     Args:
         x: the L2 answer (cells,), >= 0.
         lo: the lower bound on the total (an invariant's).
         hi: the upper bound on the total; ``controlled`` adds the window
             ``[floor(T), ceil(T)]`` around the L2 total ``T``.
+        chain: partitions of the cells (each cell's answer), coarse first, each refining the
+            one before (``nested_rounding.refinement_chain``).
     """
     x = np.maximum(np.asarray(x, dtype=float), 0.0)
     floor = np.floor(x)
     cost = 1.0 - 2.0 * (x - floor)
     low, high = np.ceil(lo - 1e-9), np.floor(hi + 1e-9)
+    total = float(x.sum())
     if controlled:
-        total = float(x.sum())
         below, above = controlled_window(total)
         low, high = max(low, below), min(high, above)
+    if chain and low <= high:
+        target = min(max(float(np.rint(total)), low), high)
+        if np.floor(total + 1e-9) <= target <= np.ceil(total - 1e-9):
+            return nested_round(x, chain, int(target))
     base = float(floor.sum())
     m = min(max(int(np.count_nonzero(cost < 0)), low - base), high - base)
     if not 0 <= m <= x.size or low > high:

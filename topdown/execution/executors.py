@@ -350,6 +350,8 @@ class DaskExecutor(Executor):
 
         def submit(task: Any, freed: Any) -> Any:
             worker = owner.pop(freed.key) if freed is not None else next(slots)
+            # no worker known yet (the scheduler listed none when the window was laid out):
+            # Dask refuses allow_other_workers= without workers=, so the task goes anywhere
             to = [worker] if worker is not None else None
             remote = _remote_fields(task)
             if remote:
@@ -364,13 +366,15 @@ class DaskExecutor(Executor):
                     public,
                     arrays,
                     workers=to,
-                    allow_other_workers=True,
+                    allow_other_workers=to is not None,
                     pure=False,
                 )
             else:
                 # scattered while the workers run the tasks already in flight
                 [data] = client.scatter([task], hash=False, direct=direct, workers=to)
-                future = client.submit(fn, data, workers=to, allow_other_workers=True, pure=False)
+                future = client.submit(
+                    fn, data, workers=to, allow_other_workers=to is not None, pure=False
+                )
             owner[future.key] = worker
             done.add(future)
             return future

@@ -18,6 +18,7 @@ import pandas as pd
 from topdown.errors import ReleaseError
 from topdown.execution.process_memory import hugepage_advice_off
 from topdown.measurement.tree import Tree
+from topdown.outputs.csv_writer import write_frame_csv
 from topdown.schema import Schema
 from topdown.support.optional import require
 from topdown.support.writing import naming
@@ -115,10 +116,10 @@ def write_csv_parts(frames: Iterable[pd.DataFrame], path: str | Path) -> Path:
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     os.close(fd)
     try:
-        with naming(path), open(tmp, "w", newline="", encoding="utf-8") as out:
+        with naming(path), open(tmp, "wb") as out:
             header = True
             for frame in frames:
-                frame.to_csv(out, index=False, header=header)
+                write_frame_csv(frame, out, header=header)  # pandas' bytes, by Arrow's writer
                 header = False
         os.replace(tmp, path)
     except BaseException:

@@ -288,6 +288,14 @@ def census2020_dhcp(
         geolevels: the source level each hierarchy column stands for, top down (a
             subsequence of ``DHCP_GEOLEVELS[1:]``).
         multipass: fit the nine marginals first and ``detailed`` after, as production did.
+            Only the general solvers take that first pass, and at this size they cannot (the
+            run grew to 7.9 GB in Clarabel, which stopped at its time limit): under the
+            ``auto`` L2 solver ``release`` refuses it before measuring
+            (``topdown.estimation.first_pass_limit``). ``multipass=False`` (a config's
+            ``[strategy] multipass = false``) fits the ten queries in one pass by the
+            matrix-free route, from the same measurements: the route measured in
+            ``docs/benchmarks.md``. The default stays production's, so a release that departs
+            from it says so in its own config (``first_pass`` empty in ``config.json``).
 
     Returns:
         (schema, strategy): ``RELGQ`` (0..41) x ``SEX`` (1, 2) x ``AGE`` (0..115) x

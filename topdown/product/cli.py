@@ -291,7 +291,7 @@ def _setup_logging(quiet: bool, verbose: bool) -> None:
     handler.addFilter(TeardownFilter(verbose))  # a Dask cluster's INFO lines, its teardown's
     root.addHandler(handler)
     root.setLevel(logging.DEBUG if verbose else logging.WARNING if quiet else logging.INFO)
-    for noisy in ("matplotlib", "PIL", "numexpr", "distributed", "asyncio"):
+    for noisy in ("matplotlib", "PIL", "numexpr", "numba", "distributed", "asyncio"):
         logging.getLogger(noisy).setLevel(max(logging.WARNING, root.level))
 
 

@@ -41,6 +41,7 @@ from topdown.estimation.multipass_newton import (
     ROOT_TWO_PASS,
     root_two_passes,
 )
+from topdown.estimation.nested_rounding import refinement_chain
 from topdown.estimation.node_constraints import NodeConstraints
 from topdown.estimation.passes import EstimateOptions, SolveStats
 from topdown.estimation.root import root_l2, root_round
@@ -243,15 +244,17 @@ def _root(inputs: LevelInputs) -> Batch:
         return Batch()  # a root's first pass of the total alone: the per-family path
     start = time.perf_counter()
     y, w = np.asarray(fit.noisy[0], dtype=float), float(fit.weights[0])
+    chain: list[np.ndarray] = []  # the nested marginals the rounding holds (none: cell by cell)
     if fit.first_marginals:
         solver = ROOT_TWO_PASS
+        marginals = [
+            RootMarginal(m.groups, np.asarray(m.answers[0], dtype=float), float(m.weights[0]))
+            for m in fit.marginals
+        ]
         x = root_two_passes(
             y,
             w,
-            [
-                RootMarginal(m.groups, np.asarray(m.answers[0], dtype=float), float(m.weights[0]))
-                for m in fit.marginals
-            ],
+            marginals,
             fit.first_marginals,
             *bounds,
             tolerance=inputs.options.multipass_tolerance,
@@ -273,9 +276,14 @@ def _root(inputs: LevelInputs) -> Batch:
             0.0 if fit.total_weights is None else float(fit.total_weights[0]),
             *bounds,
         )
+    if fit.marginals and inputs.options.nested_root_rounding:
+        groups = [np.asarray(m.groups).reshape(-1) for m in marginals if m.weight > 0]
+        chain = [groups[i] for i in refinement_chain(groups)]
     middle = time.perf_counter()
     counts = (
-        None if x is None else root_round(x, *bounds, controlled=inputs.options.controlled_rounding)
+        None
+        if x is None
+        else root_round(x, *bounds, controlled=inputs.options.controlled_rounding, chain=chain)
     )
     if counts is None:
         return Batch()
