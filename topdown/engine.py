@@ -28,7 +28,11 @@ from mechanisms.rng import new_release_key
 from topdown.errors import DataError, DomainError, StrategyError
 from topdown.estimation.estimate import EstimateOptions, SolverChoice, estimate
 from topdown.estimation.estimators import DEFAULT_ESTIMATOR, check_estimator, prepare_inputs
-from topdown.estimation.first_pass_limit import check_root_first_pass, first_pass_answers
+from topdown.estimation.first_pass_limit import (
+    check_root_first_pass,
+    first_pass_answers,
+    newton_takes_root_first_pass,
+)
 from topdown.estimation.passes import check_solver_options
 from topdown.estimation.root_total import decide, with_root_total
 from topdown.execution.executors import make_executor
@@ -117,15 +121,18 @@ def release(
     solver_options = check_solver_options(solver_options)  # before any data is read
     for name in choice.named():  # an unknown name is an error now, not after measurement
         solvers.get(name, problem="release(solver=...)")
-    # the root's first pass is a general QP over every cell: too large is an error now, not
-    # after the measurement and the BLUE (topdown.estimation.first_pass_limit)
+    constraints = check_constraint_set(constraints, schema.n_levels)
+    # a root first pass the Newton passes do not take is a general QP over every cell: too
+    # large is an error now, not after the measurement and the BLUE (first_pass_limit)
     check_root_first_pass(
         strategy.levels[0].first_pass,
         schema.domain.size,
         first_pass_answers(strategy.levels[0], schema.domain),
         l2_solver=choice.l2,
+        newton=newton_takes_root_first_pass(
+            strategy.levels[0], schema.domain, constraints, l2_solver=choice.l2, capture=capture
+        ),
     )
-    constraints = check_constraint_set(constraints, schema.n_levels)
     noise = NoiseSource.from_seed(seed)  # checks the seed; a seeded source records a disclosure
     ledger = Ledger(noise)
     if domain_inferred:
