@@ -204,8 +204,9 @@ def _in_process(name: str, persons: int, seed: int, *args: object) -> dict | Non
 
 
 def _compare_estimators(persons: int, seeds: range) -> int:
-    """The preset in one pass under ``"blue"`` and ``"topdown"`` for each seed, back to back; prints each
-    run, then per query the mean tract MAE of each and their paired difference."""
+    """The preset in one pass (``preset 1-pass``, as on main) under ``"blue"`` and
+    ``"topdown"`` for each seed, back to back; prints each run, then per query the mean tract
+    MAE of each and their paired difference."""
     rows: dict[str, list[dict]] = {"blue": [], "topdown": []}
     print(
         f"{'seed':>4} {'estimator':<9}{'wall s':>8}{'cpu s':>8}{'blue s':>8}{'peak MiB':>10}"
