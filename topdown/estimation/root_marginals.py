@@ -177,9 +177,12 @@ def root_marginal_dual(
         if start is None
         else [np.asarray(m, dtype=float).copy() for m in start]
     )
-    for _ in range(MAX_NEWTON):
+    for steps in range(MAX_NEWTON):
         residual = max((float(np.abs(g).max(initial=0.0)) for g in st.grad), default=0.0)
         if residual <= tolerance * scale:
+            log.debug(
+                "root Newton: %d step(s) from %s", steps, "zero" if start is None else "a start"
+            )
             return st.x, st.mu
         if _dense(sum(sizes), y.size):
             d = _dense_step(groups, sizes, weights, w, st)
@@ -200,8 +203,10 @@ def root_marginal_dual(
                 break
             step /= 2
         else:
+            log.debug("root Newton: the line search failed after %d step(s)", steps)
             return None
         st = trial
+    log.debug("root Newton: %d steps did not settle (|g| %.3g)", MAX_NEWTON, residual)
     return None
 
 

@@ -42,6 +42,7 @@ gradients and Newton stop per family, converged families frozen.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 import numpy as np
@@ -61,6 +62,8 @@ __all__ = [
     "marginal_newton_chunk",
     "marginal_newton_dual",
 ]
+
+log = logging.getLogger(__name__)
 
 #: the solver's name in the statistics
 MARGINAL_NEWTON = "marginal_newton"
@@ -432,7 +435,8 @@ def marginal_newton_dual(
     g0 = np.sqrt(_dot(g, g))
     ok = np.zeros(Q, dtype=bool)
     stalled = np.zeros(Q, dtype=bool)
-    for _ in range(max_iter):
+    steps = 0
+    for steps in range(max_iter):  # noqa: B007 (the count is logged)
         ok = _settled(dual, g, mu, size, tolerance)
         todo = np.flatnonzero(~ok & ~stalled)
         if todo.size == 0:
@@ -453,5 +457,16 @@ def marginal_newton_dual(
             # steps then shrink to nothing for the rest of ``max_iter``
             stalled[todo] = step < STALLED
     else:
+        steps = max_iter
         ok = _settled(dual, g, mu, size, tolerance)
+    log.debug(
+        "marginal Newton: %d step(s) from %s, %d of %d famil(ies) settled, %d stalled, "
+        "largest |g| %.3g",
+        steps,
+        "zero" if start is None else "a start",
+        int(np.count_nonzero(ok & ~stalled)),
+        Q,
+        int(np.count_nonzero(stalled)),
+        float(np.abs(g).max(initial=0.0)),
+    )
     return x, ok & ~stalled, mu
