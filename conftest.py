@@ -11,9 +11,20 @@ and its install command, so ``pip install ".[test]"`` alone gives a green run.
 
 from __future__ import annotations
 
-import pytest
+import os
 
-from topdown.support.optional import DISTRIBUTION, EXTRAS, is_installed
+# ``-n auto`` (pyproject.toml) runs one pytest-xdist worker per core; a worker whose BLAS also
+# starts a thread per core oversubscribes them, and OpenBLAS's threads then spin waiting for a
+# core (a 4,110 x 1,440 least squares took 5 to 29 s of CPU with two threads on a busy
+# two-core machine, 1.8 s with one). So each worker, and every process it starts, uses one BLAS
+# thread. BLAS reads these when it loads: they are set here, before anything imports numpy.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    for _threads in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(_threads, "1")
+
+import pytest  # noqa: E402
+
+from topdown.support.optional import DISTRIBUTION, EXTRAS, is_installed  # noqa: E402
 
 _PENDING_EXAMPLES = {
     "topdown/engine.py::topdown.engine.TopDown": (

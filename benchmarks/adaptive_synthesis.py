@@ -2,10 +2,10 @@
 
 One fit per data set and seed at (epsilon, 1e-9); then the model's exact mean 3-way TVD to the
 data (its own marginals: no synthesis), and the mean 3-way TVD of its records drawn i.i.d.
-(``sample()``) and by rounded counts (``sample(method="rounded")``), each from a copy of the
-generator as the fit left it (so the i.i.d. records are ``bench_synth``'s), as many as the
-model's noisy total. The gap between a synthesis's figure and the exact one is what the
-synthesis costs; CPU seconds of each synthesis are this process's, side by side.
+(``sample(method="iid")``) and by rounded counts (``sample(method="rounded")``), each from a
+copy of the generator as the fit left it (so the i.i.d. records are ``bench_synth``'s), as
+many as the model's noisy total. The gap between a synthesis's figure and the exact one is
+what the synthesis costs; CPU seconds of each synthesis are this process's, side by side.
 
 Run from the repository root (``--data`` as in ``bench_synth``):
 

@@ -331,8 +331,8 @@ def _adaptive_runs(
     """``Adaptive`` at (eps, 1e-9) sampled i.i.d. and by rounded counts, one fit shared by
     both (made by the first that runs). Each synthesis starts from a copy of the generator as
     the fit left it, so its records do not depend on which ran first (the i.i.d. ones are
-    those of ``Adaptive(...).fit(real).sample()``). Each row's ``seconds`` and ``cpu_s`` are
-    the fit's plus its own synthesis's."""
+    those of ``Adaptive(...).fit(real).sample(method="iid")``). Each row's ``seconds`` and
+    ``cpu_s`` are the fit's plus its own synthesis's."""
     fitted: list[tuple[Adaptive, float, float]] = []
 
     def synthesis(method: str) -> Callable[[], tuple[pd.DataFrame, dict]]:

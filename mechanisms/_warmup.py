@@ -34,3 +34,8 @@ def warm_up() -> None:
     for scale in (Fraction(7, 3), Fraction(2**20)):
         sample_discrete_laplace(scale, 4, rng)
         sample_discrete_gaussian(scale * scale, 4, rng)
+    # the CKS20 Gaussian kernel itself: at the variance 2**40 above 2 a b t^2 passes 2**62 and
+    # the draw takes the Python-integer path, and small variances take the tables, so without
+    # this draw (sigma 3000: past the tables, within int64) the kernel compiled inside the
+    # first test or timed section that drew at such a scale
+    sample_discrete_gaussian(Fraction(3000**2), 4, rng)

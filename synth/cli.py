@@ -83,9 +83,9 @@ def add_synth_parser(subparsers: Any) -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--sampling",
-        help="adaptive: how records are drawn from the model: iid (default: independent "
-        "draws) or rounded (each clique's counts rounded from their expected values, "
-        "unbiased, less sampling noise; records not independent)",
+        help="adaptive: how records are drawn from the model: rounded (default: each "
+        "clique's counts rounded from their expected values, unbiased, less sampling noise; "
+        "records not independent) or iid (independent draws)",
     )
     parser.add_argument("--out", type=Path, help="output table (.csv or .parquet)")
     parser.add_argument("--overwrite", action="store_true", help="replace existing outputs")
@@ -274,7 +274,7 @@ def run_synth(args: argparse.Namespace) -> int:
         check_rows(args.rows, "--rows", least=1)
     if method == "adaptive":
         args.delta = _read_delta(args.delta)
-        sampling = "iid" if args.sampling is None else args.sampling
+        sampling = "rounded" if args.sampling is None else args.sampling
         args.sampling = check_sampling(sampling, "--sampling")
     args.workload = _read_workload(args.workload)
     with FileClaim(out):  # held until the outputs are in place: a second run is refused

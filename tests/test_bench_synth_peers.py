@@ -156,7 +156,8 @@ def test_adaptive_rows_share_one_fit_and_do_not_depend_on_order(
     pd.testing.assert_frame_equal(iid, iid_first)
     pd.testing.assert_frame_equal(rounded, rounded_second)
     direct = Counted(2.0, iters=10, final_iters=20, delta=1e-9, domains=domains, seed=5)
-    pd.testing.assert_frame_equal(iid, direct.fit(frame).sample())  # what the row was before
+    # what the row was before: the generator's i.i.d. records
+    pd.testing.assert_frame_equal(iid, direct.fit(frame).sample(method="iid"))
 
 
 def test_peer_ratios_name_each_of_ours() -> None:

@@ -64,6 +64,18 @@ def _domain(monkeypatch) -> None:
     monkeypatch.setattr(tb, "DOMAIN", DOMAIN)
 
 
+def leaf_marginals_every_other_node(inputs: EstimatorInputs) -> EstimatorInputs:
+    """``inputs`` with the leaf level's marginals unmeasured (variance inf) at every other
+    node: nodes the BLUE must estimate from ``detailed`` and their relatives alone."""
+    masked = []
+    for m in inputs.at(2):
+        var = np.broadcast_to(m.variance, (m.noisy.shape[0],)).astype(float)
+        if m.query.name != "detailed":
+            var[::2] = np.inf
+        masked.append(QueryEstimate(m.level, m.query, m.noisy, var))
+    return EstimatorInputs((inputs.at(0), inputs.at(1), tuple(masked)))
+
+
 def _matrix_scales(est, level: int, subtree: bool = False) -> list[SharedMatrices]:
     scales = (est.block_subtree_scale if subtree else est.block_scale)[level]
     return [s for s in scales if isinstance(s, SharedMatrices)]
@@ -99,15 +111,9 @@ def test_dhc_like_blue_with_an_exact_total_equals_dense_gls() -> None:
     (the limit: cells agree to about 1e-9 of their scale)."""
     rng = np.random.default_rng(5)
     tree = tb.random_tree(rng, (3, 2), only_child=True)
-    inputs = tb.random_inputs(rng, tree, [QUERIES] * 3, per_node=False)
-    levels = [inputs.at(0), inputs.at(1)]
-    masked = []
-    for m in inputs.at(2):
-        var = np.broadcast_to(m.variance, (m.noisy.shape[0],)).astype(float)
-        if m.query.name != "detailed":
-            var[::2] = np.inf
-        masked.append(QueryEstimate(m.level, m.query, m.noisy, var))
-    inputs = EstimatorInputs((*levels, tuple(masked)))
+    inputs = leaf_marginals_every_other_node(
+        tb.random_inputs(rng, tree, [QUERIES] * 3, per_node=False)
+    )
     est = blue(tree, DOMAIN, inputs, exact_totals={0: {0: 500.0}})
     assert est.cells[0][0].sum() == pytest.approx(500.0, abs=1e-8)
     near = EstimatorInputs(

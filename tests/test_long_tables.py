@@ -23,7 +23,7 @@ from topdown.errors import ReleaseError
 from topdown.measurement import measure
 from topdown.measurement.tree import build_tree
 from topdown.outputs.microdata import write_csv_parts, write_table
-from topdown.product import release_folder
+from topdown.product import measurement_file
 from topdown.product.cli import main
 from topdown.product.release_folder import _differing_nodes, load_release
 from topdown.release import Release
@@ -56,7 +56,8 @@ def test_folder_past_the_thresholds_is_long_and_the_same(tmp_path: Path, monkeyp
         m.setattr(release_module, "WIDE_TABLE_MAX_VALUES", 0)
         m.setattr(Release, "wide_table", refuse)
         m.setattr(measure, "FRAME_ROWS", 7)
-        m.setattr(release_folder, "MEASUREMENT_ROWS", 5)
+        m.setattr(measurement_file, "MEASUREMENT_ROWS", 5)
+        m.setattr(measurement_file, "MEASUREMENT_BYTES", 64)
         long = _run(tmp_path, "long")
         for name in ("measurements.csv", "tables/level_2_PUMA.csv", "microdata.csv"):
             assert filecmp.cmp(default / name, long / name, shallow=False), name

@@ -185,14 +185,16 @@ def test_cli_refuses_adaptive_options_for_other_methods(tmp_path, capsys):
     assert not out.exists()
 
 
-def test_sample_method_rounded_and_iid_default_unchanged():
+def test_sample_method_rounded_by_default_and_iid():
     gen = Adaptive(2, domains=DOMAINS, seed=4, **FAST).fit(_frame())
     state = gen._rng.bit_generator.state
     default = gen.sample()
     gen._rng.bit_generator.state = state
-    pd.testing.assert_frame_equal(default, gen.sample(method="iid"))
+    iid = gen.sample(method="iid")
     gen._rng.bit_generator.state = state
     rounded = gen.sample(method="rounded")
+    pd.testing.assert_frame_equal(default, rounded)
+    assert not default.equals(iid)
     assert gen.model is not None and len(rounded) == round(gen.model.total)
     # the root clique's counts are within one record of the model's (floor or ceiling)
     root = gen.model.tree.cliques[gen.model.tree.order[0]]
@@ -213,7 +215,13 @@ def test_cli_adaptive_sampling_option(tmp_path, capsys):
     domains.write_text(json.dumps(DOMAINS))
     argv = ["adaptive", str(data), "--epsilon", "2", "--domains", str(domains), "--seed", "2"]
     assert main([*argv, "--sampling", "rounded", "--out", str(tmp_path / "r.csv")]) == 0
-    assert len(pd.read_csv(tmp_path / "r.csv")) > 0
+    rounded = pd.read_csv(tmp_path / "r.csv")
+    assert len(rounded) > 0
+    # the default is the rounded synthesis: the same records for the same seed, not iid's
+    assert main([*argv, "--out", str(tmp_path / "d.csv")]) == 0
+    assert main([*argv, "--sampling", "iid", "--out", str(tmp_path / "i.csv")]) == 0
+    pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "d.csv"), rounded)
+    assert not pd.read_csv(tmp_path / "i.csv").equals(rounded)
     capsys.readouterr()
     assert main([*argv, "--sampling", "sample", "--out", str(tmp_path / "x.csv")]) == 2
     err = capsys.readouterr().err

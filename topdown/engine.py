@@ -25,9 +25,15 @@ from constraints.constraint import Constraint
 from constraints.contextual_constraints import ContextualConstraint
 from mechanisms.ledger import Ledger, NoiseSource
 from mechanisms.rng import new_release_key
+from topdown.blue.estimate import Blue
 from topdown.errors import DataError, DomainError, StrategyError
 from topdown.estimation.estimate import EstimateOptions, SolverChoice, estimate
-from topdown.estimation.estimators import DEFAULT_ESTIMATOR, check_estimator, prepare_inputs
+from topdown.estimation.estimators import (
+    DEFAULT_ESTIMATOR,
+    check_estimator,
+    prepare_blue_by_families,
+    prepare_inputs,
+)
 from topdown.estimation.first_pass_limit import (
     check_root_first_pass,
     first_pass_answers,
@@ -183,9 +189,21 @@ def release(
             # the workers wait while this process runs the BLUE: its blocks use as many threads
             # (no more than this machine's cores: a remote cluster's workers are elsewhere)
             threads = min(ex.workers, os.cpu_count() or 1)
-            inputs, blue_estimate, blue_seconds = prepare_inputs(
-                estimator, tree, schema.domain, measurements, invariants, threads=threads
+            # a leaf level too large to hold as floats: the BLUE and the passes take its
+            # families a chunk at a time (topdown.blue.leaf_families)
+            by_families = (
+                prepare_blue_by_families(tree, schema.domain, measurements, invariants)
+                if estimator == "blue" and capture is None
+                else None
             )
+            leaves = None
+            blue_estimate: Blue | None
+            if by_families is not None:
+                inputs, blue_estimate, leaves, blue_seconds = by_families
+            else:
+                inputs, blue_estimate, blue_seconds = prepare_inputs(
+                    estimator, tree, schema.domain, measurements, invariants, threads=threads
+                )
             # post-processing: the root's total held at the rounded BLUE total where that is safe
             # (topdown.estimation.root_total); a bound of the passes, not an invariant of the data
             root_total = decide(
@@ -202,6 +220,7 @@ def release(
                 options=options,
                 executor=ex,
                 progress=progress,
+                leaves=leaves,
             )
     return Release(
         schema=schema,

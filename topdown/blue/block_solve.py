@@ -49,12 +49,13 @@ class BlockSolution:
     """Per block and level: the final estimates (nodes, block cells), their covariances
     ((nodes,) for k = 1, else (nodes, k, k) held once per distinct matrix:
     ``topdown.blue.shared_matrices``), the subtree covariances, and, with a summary below,
-    the last level's final estimates, covariances and subtree covariances (per node)."""
+    the last level's final estimates, covariances and subtree covariances (per node; the
+    covariances as the level holds them, shared matrices for k > 1)."""
 
     cells: list[np.ndarray]
     scale: list[list[Covariance]]
     subtree_scale: list[list[Covariance]]
-    ends: list[tuple[np.ndarray, np.ndarray, np.ndarray]]
+    ends: list[tuple[np.ndarray, Covariance, Covariance]]
 
 
 def _where(tree: Tree, level: int, inputs: EstimatorInputs | None = None) -> str:
@@ -102,12 +103,13 @@ def _upward(
     block: Block,
     terms: list[BlockTerms],
     sums: list[sp.csr_matrix],
-    below: tuple[np.ndarray, np.ndarray] | None,
+    below: tuple[np.ndarray, Covariance] | None,
 ) -> _Upward | MatrixUp:
     """A block's upward recursion: the plain scalar one (``k = 1``) or its matrix form."""
     if block.k == 1:
         scalar = [t for t in terms if isinstance(t, ScalarTerms)]
-        return upward(lambda level: scalar[level].z, [t.precision for t in scalar], sums, below)
+        child = None if below is None else (below[0], dense(below[1]))
+        return upward(lambda level: scalar[level].z, [t.precision for t in scalar], sums, child)
     info = [t for t in terms if isinstance(t, NodeInfo)]
     return matrix_upward(
         lambda level: info[level],
@@ -139,8 +141,9 @@ def solve_blocks(
     inputs: EstimatorInputs,
     blocks: Sequence[Block],
     *,
-    below: tuple[tuple[np.ndarray, ...], tuple[np.ndarray, ...]] | None = None,
-    top: tuple[tuple[np.ndarray, ...], ...] | None = None,
+    below: tuple[tuple[np.ndarray, ...], tuple[Covariance, ...]] | None = None,
+    top: tuple[tuple[np.ndarray, ...], tuple[Covariance, ...], tuple[Covariance, ...]]
+    | None = None,
     threads: int = 1,
 ) -> BlockSolution:
     """Every block's recursions over ``tree``, the estimates put together on the cells.
@@ -171,9 +174,8 @@ def solve_blocks(
 
     for u, f, var in _in_order(one, len(blocks), threads):
         if below is not None:
-            ends.append(
-                (np.array(u[last], dtype=float), dense(f[last]), np.array(dense(var[last])))
-            )
+            # the covariances as held (per type): the level's own, not a dense copy per node
+            ends.append((np.array(u[last], dtype=float), f[last], var[last]))
         estimates.append(u)
         for level in range(last + 1):
             scale[level].append(f[level])
@@ -220,8 +222,8 @@ def _solve_block(
     b: int,
     terms: list[BlockTerms],
     structure: tuple[list[np.ndarray], list[sp.csr_matrix]],
-    below: tuple[tuple[np.ndarray, ...], tuple[np.ndarray, ...]] | None,
-    top: tuple[tuple[np.ndarray, ...], ...] | None,
+    below: tuple[tuple[np.ndarray, ...], tuple[Covariance, ...]] | None,
+    top: tuple[tuple[np.ndarray, ...], tuple[Covariance, ...], tuple[Covariance, ...]] | None,
 ) -> _Solved:
     """Block ``b``'s upward and downward recursions (see ``solve_blocks``) from its own
     ``terms`` per level; ``structure``: the levels' parent indices and ``sum_matrices``."""
@@ -235,8 +237,9 @@ def _solve_block(
         u, f = matrix_downward(up, parents, sums, block.total_direction(), given)
         return list(u), list(f), list(up.var)
     if top is not None:
-        up.var[0] = top[2][b]
-    est, final, _ = downward(up, parents, sums, False, given)
+        up.var[0] = dense(top[2][b])
+    scalar = None if given is None else (given[0], dense(given[1]))
+    est, final, _ = downward(up, parents, sums, False, scalar)
     return list(est), list(final), list(up.var)
 
 

@@ -172,12 +172,35 @@ class Block:
 @dataclass(frozen=True)
 class MeanTerms:
     """``Block.mean_terms``: ``gram`` = ``B'B / rows(B)``, ``gram_abs`` = ``|B|'|B| / rows(B)``
-    (k, k), ``d_mean`` = mean of ``d`` and ``d_abs_mean`` = mean of ``|d|``."""
+    (k, k), held as their Kronecker factors (one (g, g) per span axis: ``gram_parts``,
+    ``gram_abs_parts``), ``d_mean`` = mean of ``d`` and ``d_abs_mean`` = mean of ``|d|``.
 
-    gram: np.ndarray
-    gram_abs: np.ndarray
+    The factors, not the (k, k) products, are what the cache of ``mean_terms`` keeps: at the
+    DHC persons preset's ``k = 1,160`` a product is 10.8 MB, and two per block and query
+    (eight such blocks, ten queries) held 1.8 GB for the life of the process (tracemalloc
+    at the 20,000-person preset's peak, docs/benchmarks.md)."""
+
+    gram_parts: tuple[np.ndarray, ...]
+    gram_abs_parts: tuple[np.ndarray, ...]
     d_mean: float
     d_abs_mean: float
+
+    @property
+    def gram(self) -> np.ndarray:
+        """``B'B / rows(B)`` (k, k), built on each call (for tests and small blocks)."""
+        return _kron(self.gram_parts)
+
+    @property
+    def gram_abs(self) -> np.ndarray:
+        """``|B|'|B| / rows(B)`` (k, k), built on each call."""
+        return _kron(self.gram_abs_parts)
+
+
+def _kron(parts: Sequence[np.ndarray]) -> np.ndarray:
+    out = np.ones((1, 1))
+    for part in parts:
+        out = np.kron(out, part)
+    return out
 
 
 def _frozen(a: np.ndarray) -> np.ndarray:
@@ -205,16 +228,16 @@ def _gram_factors(block: Block, factors: tuple[Factor, ...]) -> tuple[np.ndarray
 
 @lru_cache(maxsize=4096)
 def _mean_terms(block: Block, factors: tuple[Factor, ...]) -> MeanTerms:
-    gram, gram_abs = np.ones((1, 1)), np.ones((1, 1))
+    gram, gram_abs = [], []
     for i in block.span:
         fu = factors[i].matrix().toarray() @ block.splits[i].basis()
-        gram = np.kron(gram, fu.T @ fu / fu.shape[0])
-        gram_abs = np.kron(gram_abs, np.abs(fu).T @ np.abs(fu) / fu.shape[0])
+        gram.append(_frozen(fu.T @ fu / fu.shape[0]))
+        gram_abs.append(_frozen(np.abs(fu).T @ np.abs(fu) / fu.shape[0]))
     d_mean = d_abs_mean = 1.0
     for i in sorted(block.contrast):
         d = axis_diag(factors[i], block.splits[i].contrast())
         d_mean, d_abs_mean = d_mean * float(d.mean()), d_abs_mean * float(np.abs(d).mean())
-    return MeanTerms(_frozen(gram), _frozen(gram_abs), d_mean, d_abs_mean)
+    return MeanTerms(tuple(gram), tuple(gram_abs), d_mean, d_abs_mean)
 
 
 @lru_cache(maxsize=4096)

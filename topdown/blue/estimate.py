@@ -33,6 +33,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 
@@ -53,7 +54,7 @@ from topdown.blue.recursions import (
     upward,
     z_of,
 )
-from topdown.blue.shared_matrices import Covariance, SharedMatrices
+from topdown.blue.shared_matrices import Covariance, SharedMatrices, dense
 from topdown.blue.variance_terms import mean_variance, plain_variance_terms, summed_variance_terms
 from topdown.measurement.estimator_inputs import EstimatorInputs, QueryEstimate, as_inputs
 from topdown.measurement.measure import Measurements
@@ -75,6 +76,24 @@ log = logging.getLogger(__name__)
 #: ``precision`` computes as a tiny one): reported as 0. Noise variances are never near it (a
 #: variance of 1e-100 would take a budget of about rho = 1e100).
 EXACT_VARIANCE = 1e-100
+
+
+class LeafSource(Protocol):
+    """The leaf level of a ``Blue`` computed on demand, a chunk of families at a time
+    (``topdown.blue.leaf_families.LeafFamilies``)."""
+
+    def cells(self, rows: slice) -> np.ndarray:
+        """The final BLUE of the leaf rows ``rows`` (nodes, cells)."""
+        ...
+
+    def totals(self) -> np.ndarray:
+        """The final BLUE of every leaf total (leaves,)."""
+        ...
+
+    def scale(self, subtree: bool) -> list[Covariance]:
+        """The leaves' final (or subtree) covariances: per block, or the plain groups'
+        (groups, leaves) as one entry."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -103,6 +122,9 @@ class Blue:
             ((nodes,) for k = 1, else (nodes, k, k) held once per distinct matrix:
             ``topdown.blue.shared_matrices``).
         block_subtree_scale: the same for the subtree estimates.
+        leaves: set when the leaf level is computed on demand (``fitted[-1]`` is then an
+            empty placeholder and the leaf level's covariances are read from it:
+            ``topdown.blue.leaf_families``).
     """
 
     domain: Domain
@@ -114,6 +136,7 @@ class Blue:
     blocks: tuple[Block, ...] = ()
     block_scale: tuple[tuple[Covariance, ...], ...] = ()
     block_subtree_scale: tuple[tuple[Covariance, ...], ...] = ()
+    leaves: LeafSource | None = None
 
     @property
     def n_levels(self) -> int:
@@ -127,6 +150,9 @@ class Blue:
         """The final BLUE of the cells of ``level``'s nodes (all, or the slice ``nodes``):
         float (nodes, cells), a new array when the level is computed on demand."""
         rows = slice(None) if nodes is None else nodes
+        if self._on_demand(level):
+            assert self.leaves is not None
+            return self.leaves.cells(rows)
         base = self.fitted[level][rows]
         shift = self.leaf_shift
         if shift is None or not self.holds_subtree(level):
@@ -135,11 +161,31 @@ class Blue:
 
     def totals_at(self, level: int) -> np.ndarray:
         """The final BLUE of every node total of ``level`` (nodes,), without its cells."""
+        if self._on_demand(level):
+            assert self.leaves is not None
+            return self.leaves.totals()
         total = self.fitted[level].sum(axis=1, dtype=float)
         shift = self.leaf_shift
         if shift is None or not self.holds_subtree(level):
             return total
         return total + shift.ratio * shift.gap.sum(axis=1)[shift.parent]
+
+    def _on_demand(self, level: int) -> bool:
+        return self.leaves is not None and level == self.n_levels - 1
+
+    def block_scales(self, level: int, *, subtree: bool = False) -> tuple[Covariance, ...]:
+        """Per block, the covariances of ``level``'s final (or subtree) estimates."""
+        if self._on_demand(level):
+            assert self.leaves is not None
+            return tuple(self.leaves.scale(subtree))
+        return (self.block_subtree_scale if subtree else self.block_scale)[level]
+
+    def group_scale(self, level: int, *, subtree: bool = False) -> np.ndarray:
+        """Without blocks: per group, each node's final (or subtree) variance (groups, nodes)."""
+        if self._on_demand(level):
+            assert self.leaves is not None
+            return np.asarray(self.leaves.scale(subtree)[0])
+        return (self.subtree_scale if subtree else self.scale)[level]
 
     @property
     def cells(self) -> tuple[np.ndarray, ...]:
@@ -157,7 +203,7 @@ class Blue:
         node and query); ``answer_variance`` gives each answer's."""
         q = Query.parse(query)
         if self.blocks:
-            scales = (self.block_subtree_scale if subtree else self.block_scale)[level]
+            scales = self.block_scales(level, subtree=subtree)
             mean, size = mean_variance(
                 list(zip(self.blocks, scales, strict=True)), q.factors(self.domain)
             )
@@ -165,7 +211,7 @@ class Blue:
         if q.recoded(self.domain):
             return self.answer_variance(level, q, subtree=subtree).mean(axis=1)
         kept = kept_axes(q, self.domain)
-        scale = (self.subtree_scale if subtree else self.scale)[level]
+        scale = self.group_scale(level, subtree=subtree)
         out = np.zeros(scale.shape[1])
         for g, subsets in enumerate(self.groups):
             c = sum(coefficient(s, kept, self.domain.shape) for s in subsets)
@@ -190,14 +236,14 @@ class Blue:
             return np.repeat(per_node[:, None], q.n_answers(self.domain), axis=1)
         factors = q.factors(self.domain)
         if self.blocks:
-            scales = (self.block_subtree_scale if subtree else self.block_scale)[level]
+            scales = self.block_scales(level, subtree=subtree)
             terms = [
                 (block, scale.rows(rows) if isinstance(scale, SharedMatrices) else scale[rows])
                 for block, scale in zip(self.blocks, scales, strict=True)
             ]
             out, size = summed_variance_terms(terms, factors)
         else:
-            scale = (self.subtree_scale if subtree else self.scale)[level][:, rows]
+            scale = self.group_scale(level, subtree=subtree)[:, rows]
             out, size = plain_variance_terms(self.groups, scale, factors)
         out = out.reshape(out.shape[0], -1)
         size = size.reshape(out.shape)
@@ -270,13 +316,15 @@ class NodeSummary:
 
     Attributes:
         est: per group, float (nodes, cells of the group).
-        var: per group, float (nodes,).
-        subtree: per group, float (nodes,), or empty when not needed.
+        var: per group, float (nodes,); per block of a recoded plan, its covariances
+            ((nodes,) for k = 1, else (nodes, k, k): an array, or shared matrices as the level
+            holds them, ``topdown.blue.shared_matrices``).
+        subtree: the same for the whole-tree subtree covariances, or empty when not needed.
     """
 
     est: tuple[np.ndarray, ...]
-    var: tuple[np.ndarray, ...]
-    subtree: tuple[np.ndarray, ...] = ()
+    var: tuple[Covariance, ...]
+    subtree: tuple[Covariance, ...] = ()
 
     @classmethod
     def stack(cls, parts: Sequence[NodeSummary]) -> NodeSummary:
@@ -284,7 +332,7 @@ class NodeSummary:
         n = len(parts[0].est)
         return cls(
             tuple(np.concatenate([p.est[g] for p in parts]) for g in range(n)),
-            tuple(np.concatenate([p.var[g] for p in parts]) for g in range(n)),
+            tuple(np.concatenate([dense(p.var[g]) for p in parts]) for g in range(n)),
         )
 
     def row(self, node: int) -> NodeSummary:
@@ -343,14 +391,14 @@ def solve(
     for g in range(len(plan)):
         reduced = plan.reduced(g)
         pis = pis_of(tree, domain, inputs, plan, g)
-        child = None if below is None else (below.est[g], below.var[g])
+        child = None if below is None else (below.est[g], dense(below.var[g]))
         up = upward(z_of(domain, inputs, plan, g, pis, means), pis, sums, child)
         if top is not None:  # the top's whole-tree subtree variance, not its children's only
-            up.var[0] = top.subtree[g]
+            up.var[0] = dense(top.subtree[g])
         lean = (
             below is None and len(plan) == 1 and bool(np.isfinite(up.var[last]).all()) and last > 0
         )
-        given = None if top is None else (top.est[g], top.var[g])
+        given = None if top is None else (top.est[g], dense(top.var[g]))
         u, f, shift = downward(up, parents, sums, lean, given)
         if shift is not None:
             leaf_shift = shift
@@ -499,11 +547,14 @@ def blue_inputs(
         queries = [Query.parse(name) for name in names]
         weights = (
             block_metric_weights(
-                estimate.domain, estimate.blocks, estimate.block_subtree_scale[level], queries
+                estimate.domain,
+                estimate.blocks,
+                estimate.block_scales(level, subtree=True),
+                queries,
             )
             if estimate.blocks
             else metric_weights(
-                estimate.domain, estimate.groups, estimate.subtree_scale[level], queries
+                estimate.domain, estimate.groups, estimate.group_scale(level, subtree=True), queries
             )
         )
         answers = shared_answers(cells, queries, estimate.domain)

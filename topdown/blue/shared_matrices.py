@@ -83,6 +83,14 @@ class SharedMatrices:
         """The nodes ``nodes`` (a slice or an index array), sharing ``values``."""
         return SharedMatrices(self.values, self.index[nodes])
 
+    def __getitem__(self, nodes: slice | np.ndarray) -> SharedMatrices:
+        """``rows``: selecting nodes as an array's rows would (``NodeSummary.row``)."""
+        return self.rows(nodes)
+
+    def copy(self) -> SharedMatrices:
+        """The same nodes' matrices with their own arrays (the distinct ones only)."""
+        return SharedMatrices(self.values.copy(), self.index.copy()).compact()
+
     def compact(self) -> SharedMatrices:
         """The same matrices with the types no node uses dropped."""
         used, index = np.unique(self.index, return_inverse=True)

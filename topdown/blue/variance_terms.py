@@ -76,11 +76,20 @@ def _abs(phi: Covariance) -> Covariance:
     return np.abs(phi)
 
 
-def _trace(gram: np.ndarray, phi: np.ndarray | SharedMatrices) -> np.ndarray:
-    """``trace(gram Phi)`` per node of matrices ``Phi`` (once per distinct one if shared)."""
+def _trace(parts: Sequence[np.ndarray], phi: np.ndarray | SharedMatrices) -> np.ndarray:
+    """``trace(G Phi)`` per node of matrices ``Phi`` (once per distinct one if shared), ``G``
+    the Kronecker product of ``parts`` (each (g, g)), never built: with ``Phi`` as a tensor
+    (nodes, g_1..g_n, g_1..g_n), ``sum_ij G1_ij Phi[j.., i..]`` contracts one axis pair at a
+    time, O(k^2) each."""
     if isinstance(phi, SharedMatrices):
-        return np.einsum("kl,nlk->n", gram, phi.values)[phi.index]
-    return np.einsum("kl,nlk->n", gram, phi)
+        return _trace(parts, phi.values)[phi.index]
+    dims = [p.shape[0] for p in parts]
+    x = np.asarray(phi).reshape([phi.shape[0]] + dims + dims)
+    for part in parts:
+        n = (x.ndim - 1) // 2
+        # part[i, j] * x[:, j, ..., i, ...]: the row index i meets Phi's column index
+        x = np.tensordot(x, part, axes=([1 + n, 1], [0, 1]))
+    return x.reshape(-1)
 
 
 def mean_variance(
@@ -93,9 +102,12 @@ def mean_variance(
     out = size = None
     for block, phi in terms:
         parts = block.mean_terms(factors)
-        gram, gram_abs = parts.gram, parts.gram_abs
-        if isinstance(phi, np.ndarray) and phi.ndim == 1:
-            span, span_abs = _times(gram[0, 0], phi), _times(gram_abs[0, 0], np.abs(phi))
+        gram, gram_abs = parts.gram_parts, parts.gram_abs_parts
+        if isinstance(phi, np.ndarray) and phi.ndim == 1:  # k = 1: every part is 1 x 1
+            scalar = float(np.prod([g[0, 0] for g in gram]))
+            scalar_abs = float(np.prod([g[0, 0] for g in gram_abs]))
+            span = _times(np.asarray(scalar), phi)
+            span_abs = _times(np.asarray(scalar_abs), np.abs(phi))
         else:
             span, span_abs = _trace(gram, phi), _trace(gram_abs, _abs(phi))
         term = _times(np.asarray(parts.d_mean), span)

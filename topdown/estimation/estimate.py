@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 import scipy.sparse as sp
@@ -31,14 +32,28 @@ from topdown.estimation.family import FamilyTask, Measurement, solve_family
 from topdown.estimation.node_constraints import NodeConstraints
 from topdown.estimation.passes import EstimateOptions, LevelStats, SolverChoice, SolveStats
 from topdown.execution.executors import Executor
-from topdown.measurement.estimator_inputs import EstimatorInputs, as_inputs
+from topdown.measurement.estimator_inputs import EstimatorInputs, QueryEstimate, as_inputs
 from topdown.measurement.measure import Measurements
-from topdown.measurement.tree import Tree
+from topdown.measurement.tree import Tree, children_of
 from topdown.support.int_types import child_count_type, holding
 
-__all__ = ["EstimateOptions", "LevelStats", "SolveStats", "SolverChoice", "estimate"]
+__all__ = ["EstimateOptions", "LeafChunks", "LevelStats", "SolveStats", "SolverChoice", "estimate"]
 
 log = logging.getLogger(__name__)
+
+
+class LeafChunks(Protocol):
+    """The leaf level's inputs a chunk of families at a time
+    (``topdown.blue.leaf_families.LeafFamilies``)."""
+
+    @property
+    def chunks(self) -> Sequence[np.ndarray]:
+        """The parents (indices in the level above the leaves) of each chunk."""
+        ...
+
+    def fed(self, i: int) -> tuple[np.ndarray, tuple[QueryEstimate, ...]]:
+        """Chunk ``i``'s leaves (ascending indices) and the passes' inputs for them."""
+        ...
 
 
 def estimate(
@@ -53,12 +68,17 @@ def estimate(
     executor: Executor | None = None,
     progress: Callable | None = None,
     fixed: Sequence[np.ndarray] = (),
+    leaves: LeafChunks | None = None,
 ) -> tuple[list[np.ndarray], list[LevelStats]]:
     """Integer, non-negative, consistent counts for every node of every level.
 
     ``fixed`` gives the published counts of the first ``len(fixed)`` levels (nodes x cells
     each), which are then taken as they are, not estimated: ``topdown.streaming.run`` estimates a
     subtree from its top's released counts this way. Statistics cover the estimated levels.
+
+    ``leaves`` gives the leaf level's inputs a chunk of families at a time (the BLUE's leaf
+    level, ``topdown.blue.leaf_families``; ``measurements`` then has none there): the level's
+    float inputs are never whole.
 
     Returns:
         counts per level (nodes x cells; the root's int64, the other levels' in the
@@ -83,37 +103,20 @@ def estimate(
             counts.append(np.asarray(fixed[level]))
             continue
         lv = tree.levels[level]
-        inputs = LevelInputs.of(level, tree, fitted, first_pass, book, options)
-        if level == 0:
-            families: Sequence[np.ndarray] = [np.array([0])]
-        else:
-            families = lv.children_of(tree.levels[level - 1].size)
-        batch = batch_level(
-            inputs, lv.parent, counts[-1] if level else None, families, executor, progress
-        )
-        total = batch.stats
-        level_counts = (
-            batch.counts
-            if batch.counts is not None
-            else np.zeros(
-                (lv.size, domain.size),
-                dtype=child_count_type(counts[-1]) if level else np.int64,
+        if leaves is not None and level == tree.n_levels - 1:
+            level_counts, total = _leaves_by_chunks(
+                leaves, tree, counts[-1], first_pass, book, options, executor, progress
             )
-        )
-        # families the batched passes solved get no task; the rest go to the executor
-        todo = range(len(families)) if batch.left is None else batch.left.tolist()
-        tasks = [
-            _family_task(inputs, families[p], _parent(tree, counts, level, p), batch.l2.get(p))
-            for p in todo
-        ]
-        results = (
-            executor.map(solve_family, tasks, progress, f"estimate level {level}") if tasks else []
-        )
-        for task, p, res in zip(tasks, todo, results, strict=True):
-            level_counts = holding(level_counts, res.counts)
-            level_counts[np.ix_(families[p], task.support)] = res.counts
-            total += res.stats
-        del batch, tasks, results
+        else:
+            inputs = LevelInputs.of(level, tree, fitted, first_pass, book, options)
+            level_counts, total = _solve_level(
+                inputs,
+                lv.parent,
+                counts[-1] if level else None,
+                tree.levels[level - 1].labels if level else None,
+                executor,
+                progress,
+            )
         counts.append(level_counts)
         stats.append(LevelStats.of(level, total))
         # timings are diagnostics: on stderr only with -v (DEBUG), never in a default log
@@ -133,19 +136,102 @@ def estimate(
     return counts, stats
 
 
+def _solve_level(
+    inputs: LevelInputs,
+    parent_of: np.ndarray,
+    parent_counts: np.ndarray | None,
+    parent_labels: np.ndarray | None,
+    executor: Executor,
+    progress: Callable | None,
+) -> tuple[np.ndarray, SolveStats]:
+    """One level's counts (the nodes of ``inputs``, children of parents with
+    ``parent_counts``, the root's when None): the level-batched passes, then a task per
+    family they left."""
+    if parent_counts is None:
+        families: Sequence[np.ndarray] = [np.array([0])]
+    else:
+        families = children_of(parent_of, parent_counts.shape[0])
+    batch = batch_level(inputs, parent_of, parent_counts, families, executor, progress)
+    total = batch.stats
+    cells = inputs.book.domain.size
+    level_counts = (
+        batch.counts
+        if batch.counts is not None
+        else np.zeros(
+            (parent_of.size, cells),
+            dtype=np.int64 if parent_counts is None else child_count_type(parent_counts),
+        )
+    )
+    # families the batched passes solved get no task; the rest go to the executor
+    todo = range(len(families)) if batch.left is None else batch.left.tolist()
+    tasks = [
+        _family_task(
+            inputs,
+            families[p],
+            None
+            if parent_counts is None or parent_labels is None
+            else _Parent(str(parent_labels[p]), parent_counts[p]),
+            batch.l2.get(p),
+        )
+        for p in todo
+    ]
+    results = (
+        executor.map(solve_family, tasks, progress, f"estimate level {inputs.level}")
+        if tasks
+        else []
+    )
+    for task, p, res in zip(tasks, todo, results, strict=True):
+        level_counts = holding(level_counts, res.counts)
+        level_counts[np.ix_(families[p], task.support)] = res.counts
+        total += res.stats
+    return level_counts, total
+
+
+def _leaves_by_chunks(
+    leaves: LeafChunks,
+    tree: Tree,
+    parent_counts: np.ndarray,
+    first_pass: dict[int, tuple[str, ...]],
+    book: NodeConstraints,
+    options: EstimateOptions,
+    executor: Executor,
+    progress: Callable | None,
+) -> tuple[np.ndarray, SolveStats]:
+    """The leaf level's counts a chunk of families at a time: each chunk's inputs are made
+    (``leaves.fed``), its families solved as the whole level's would be (each family's
+    answer does not depend on the others: ``topdown.estimation.batched.families``), and
+    dropped before the next chunk's are made."""
+    level = tree.n_levels - 1
+    lv, above = tree.levels[level], tree.levels[level - 1]
+    counts = np.zeros((lv.size, book.domain.size), dtype=child_count_type(parent_counts))
+    total = SolveStats()
+    at = np.full(above.size, -1, dtype=np.int64)
+    for i, parents in enumerate(leaves.chunks):
+        children, fed = leaves.fed(i)
+        at[parents] = np.arange(parents.size)
+        inputs = LevelInputs.of_queries(level, lv.labels[children], fed, first_pass, book, options)
+        chunk_counts, stats = _solve_level(
+            inputs,
+            at[lv.parent[children]],
+            parent_counts[parents],
+            above.labels[parents],
+            executor,
+            progress,
+        )
+        del inputs, fed
+        counts = holding(counts, chunk_counts)
+        counts[children] = chunk_counts
+        total += stats
+        at[parents] = -1
+    return counts, total
+
+
 @dataclass(frozen=True)
 class _Parent:
     """A parent's label and its published counts (every cell)."""
 
     label: str
     counts: np.ndarray
-
-
-def _parent(tree: Tree, counts: list[np.ndarray], level: int, p: int) -> _Parent | None:
-    """Parent ``p`` of a level's families (None for the root's task)."""
-    if level == 0:
-        return None
-    return _Parent(str(tree.levels[level - 1].labels[p]), counts[-1][p])
 
 
 def _family_task(

@@ -28,6 +28,12 @@ import numpy as np
 from constraints.aggregate_constraints import AggregateConstraint
 from constraints.domain import Domain
 from topdown.blue.estimate import Blue, blue, blue_inputs
+from topdown.blue.leaf_families import (
+    LEAF_CHUNK_BYTES,
+    LeafFamilies,
+    blue_by_families,
+    leaf_level_bytes,
+)
 from topdown.errors import StrategyError
 from topdown.measurement.estimator_inputs import (
     EstimatorInputs,
@@ -43,6 +49,7 @@ __all__ = [
     "DEFAULT_ESTIMATOR",
     "check_estimator",
     "prepare_inputs",
+    "prepare_blue_by_families",
     "fold_only_children",
     "family_weights",
     "exact_totals",
@@ -94,6 +101,38 @@ def prepare_inputs(
     seconds = time.perf_counter() - start
     log.debug("BLUE pass: %.3f s", seconds)
     return inputs, estimate, seconds
+
+
+def prepare_blue_by_families(
+    tree: Tree,
+    domain: Domain,
+    measurements: Measurements | EstimatorInputs,
+    invariants: Mapping[int, Mapping[int, tuple]] | None = None,
+    max_bytes: int | None = None,
+) -> tuple[EstimatorInputs, Blue, LeafFamilies, float] | None:
+    """``prepare_inputs`` under ``"blue"`` with the leaf level a chunk of families at a time
+    (``topdown.blue.leaf_families``): the passes' inputs of the levels above the leaves (none
+    at the leaves), the BLUE (its leaf level on demand), the leaves' chunks for
+    ``estimate(..., leaves=)`` and the seconds. None, for the whole-tree path, when one float
+    array over the leaf level fits in ``max_bytes`` (default ``LEAF_CHUNK_BYTES``), when the
+    tree has one
+    level, or when an invariant binds a leaf (the passes look leaves' invariants up by their
+    index in the whole level)."""
+    max_bytes = LEAF_CHUNK_BYTES if max_bytes is None else max_bytes
+    last = tree.n_levels - 1
+    if last < 1 or (invariants or {}).get(last) or leaf_level_bytes(tree, domain.size) <= max_bytes:
+        return None
+    start = time.perf_counter()
+    exact = exact_totals(invariants, domain)
+    solved = blue_by_families(tree, domain, measurements, exact_totals=exact, max_bytes=max_bytes)
+    if solved is None:
+        return None
+    estimate, leaves = solved
+    above = EstimatorInputs(as_inputs(measurements).levels[:last])
+    inputs = EstimatorInputs(blue_inputs(above, estimate, exact).levels + ((),))
+    seconds = time.perf_counter() - start
+    log.debug("BLUE pass (leaves in %d chunk(s)): %.3f s", len(leaves.chunks), seconds)
+    return inputs, estimate, leaves, seconds
 
 
 def exact_totals(

@@ -22,6 +22,7 @@ from topdown.support.int_types import int_type_for
 __all__ = [
     "Level",
     "Tree",
+    "children_of",
     "ConfidentialHistograms",
     "build_tree",
     "geography_tree",
@@ -57,9 +58,15 @@ class Level:
 
     def children_of(self, n_parents: int) -> list[np.ndarray]:
         """For each of the ``n_parents`` nodes of the previous level, its children's indices."""
-        order = np.argsort(self.parent, kind="stable")
-        bounds = np.searchsorted(self.parent[order], np.arange(n_parents + 1))
-        return [order[bounds[i] : bounds[i + 1]] for i in range(n_parents)]
+        return children_of(self.parent, n_parents)
+
+
+def children_of(parent: np.ndarray, n_parents: int) -> list[np.ndarray]:
+    """For each of ``n_parents`` parents, the indices of the nodes whose ``parent`` it is
+    (ascending)."""
+    order = np.argsort(parent, kind="stable")
+    bounds = np.searchsorted(parent[order], np.arange(n_parents + 1))
+    return [order[bounds[i] : bounds[i + 1]] for i in range(n_parents)]
 
 
 @dataclass(frozen=True)

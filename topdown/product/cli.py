@@ -693,7 +693,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
             "rebuild its report: " + "; ".join(tampered[:5])
         )
     if with_truth:
-        rel, cfg = load_release(folder)
+        rel, cfg = load_release(folder, whole_blue=False)  # the ledger's note only
         truth = load_data(cfg, args.truth)
         write_metrics(folder, rel.metrics(truth, headline=headline_figures(rel.schema)))
         record_metrics_disclosure(rel)  # once, however often the report is rebuilt

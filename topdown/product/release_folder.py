@@ -5,8 +5,10 @@ Contents (``manifest.json`` lists them with sizes and SHA-256)::
     microdata.csv | microdata.parquet     synthetic records of the leaf level
     tables/level_<k>_<column>.csv         per level, long format: node, attributes, count
     hierarchy.csv                         level, column, node, parent: the public tree
-    measurements.csv                      the noisy measurements (level, node, query, answer,
-                                          noisy, variance)
+    measurements.csv | measurements.parquet  the noisy measurements: the CSV one row per
+                                          answer (level, node, query, answer, noisy,
+                                          variance), the Parquet one row per node and query
+                                          (``topdown.product.measurement_file``)
     ledger.json                           privacy ledger, total, (epsilon, delta) equivalent
     invariants.json                       values published exactly (bound invariants) per node
     config.json                           the resolved configuration (schema, strategy, constraints)
@@ -53,6 +55,7 @@ from constraints.contextual_constraints import InvariantConstraint
 from mechanisms.ledger import SEEDED_DISCLOSURE, Ledger
 from topdown.blue.error_estimates import error_summary, node_error_table
 from topdown.blue.estimate import blue
+from topdown.blue.root_total import root_total_blue
 from topdown.errors import ReleaseError, TopDownError
 from topdown.estimation.estimate import LevelStats
 from topdown.estimation.estimators import exact_totals
@@ -69,12 +72,18 @@ from topdown.outputs.ledger import (
     ledger_summary,
     not_publishable,
 )
-from topdown.outputs.microdata import write_csv_parts, write_table
+from topdown.outputs.microdata import write_table
 from topdown.product.config import RunConfig, load_config, parse_config
+from topdown.product.measurement_file import (
+    measurement_answers,
+    measurement_file_in,
+    numbers,
+    write_measurement_file,
+)
 from topdown.product.output_claim import OutputClaim, OutputExistsError, check_output, claim_output
 from topdown.release import Release
 from topdown.strategy import Query
-from topdown.support.int_types import int_type_for, narrowed
+from topdown.support.int_types import int_type_for
 from topdown.support.writing import naming
 
 __all__ = [
@@ -90,7 +99,8 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-FORMAT = "topdown-release/2"  # 2: the ledger records its noise source
+#: 2: the ledger records its noise source; 3: measurements.parquet under output format parquet
+FORMAT = "topdown-release/3"
 
 
 def table_name(level: int, column: str | None) -> str:
@@ -259,7 +269,7 @@ def _write_contents(rel: Release, cfg: RunConfig, folder: Path, metrics: Any) ->
     for lv in rel.tree.levels:
         write_table(rel.long_table(lv.number), folder / table_name(lv.number, lv.column))
     write_table(hierarchy_frame(rel.tree), folder / "hierarchy.csv")
-    write_csv_parts(rel.measurements.frames(rel.tree), folder / "measurements.csv")
+    write_measurement_file(rel.measurements, rel.tree, folder, fmt)
     write_table(rel.solver_stats(), folder / "solver_stats.csv")
     if rel.blue is not None:
         write_table(
@@ -394,10 +404,25 @@ def manifest_failures(
 
 
 def load_release(
-    folder: Path, *, config: Any = None, ledger: Any = None
+    folder: Path, *, config: Any = None, ledger: Any = None, whole_blue: bool = True
 ) -> tuple[Release, RunConfig]:
     """Rebuild a ``Release`` (counts, tree, measurements, ledger, constraints) from a folder.
-    ``config`` and ``ledger``: config.json and ledger.json already read (else read here)."""
+
+    Under the estimator ``"blue"`` the root-total decision (the ledger's estimation note,
+    ``topdown.estimation.root_total``) is recomputed from the published measurements, and
+    with ``whole_blue`` the whole-tree BLUE too (``Release.blue``, from which the error
+    estimates were written). Without it, ``Release.blue`` is None and the decision reads the
+    BLUE's root total from its own block alone (``topdown.blue.root_total``: the same total
+    and standard error, to round-off): all that ``topdown check`` and ``topdown report`` read
+    of the BLUE. At the DHC persons preset the whole BLUE costs what the release's did: about
+    75 CPU s at a 20,000-person state, the root total's block about 8 (``docs/benchmarks.md``).
+
+    Args:
+        folder: the release folder.
+        config: config.json already read (else read here).
+        ledger: ledger.json already read (else read here).
+        whole_blue: recompute the whole-tree BLUE (``Release.blue``).
+    """
     folder = Path(folder)
     _check_is_folder(folder)
     cfg = folder_config(folder, config)
@@ -431,16 +456,18 @@ def load_release(
                 f"{sorted(set(table['node'][node.isna()]))[:5]} are not in hierarchy.csv"
             )
         cell = schema.published_cells(table, table_name(lv.number, lv.column))
-        raw = _numbers(table, "count", table_name(lv.number, lv.column))
+        raw = numbers(table, "count", table_name(lv.number, lv.column))
         counts.append(_level_counts(node.to_numpy(dtype=np.int64), cell, raw, lv.size, domain.size))
     ledger = Ledger.from_dict(read_json(folder, "ledger.json") if ledger is None else ledger)
     measurements = _measurements(folder, tree, cfg, ledger)
     invariants = read_invariants(folder, tree, cfg)
-    estimate = (
-        blue(tree, domain, measurements, exact_totals=exact_totals(invariants, domain))
-        if cfg.effective_estimator == "blue"
-        else None
-    )
+    estimate = decided = None
+    if cfg.effective_estimator == "blue":
+        exact = exact_totals(invariants, domain)
+        if whole_blue:
+            estimate = decided = blue(tree, domain, measurements, exact_totals=exact)
+        else:
+            decided = root_total_blue(tree, domain, measurements, exact_totals=exact)
     rel = Release(
         schema=schema,
         tree=tree,
@@ -455,7 +482,7 @@ def load_release(
         # post-processing of the published measurements: recomputed, not stored
         blue=estimate,
         root_total=decide(
-            cfg.effective_estimator, tree, domain, estimate, cfg.constraints, invariants
+            cfg.effective_estimator, tree, domain, decided, cfg.constraints, invariants
         ),
     )
     return rel, cfg
@@ -496,34 +523,6 @@ def _check_is_folder(folder: Path) -> None:
         raise ReleaseError(f"release folder {str(folder)!r} does not exist")
 
 
-def _numbers(frame: pd.DataFrame, column: str, where: str) -> np.ndarray:
-    """A column of a release file as finite floats; a cell that is not one is an error naming
-    the file, the line and the value (never a NaN that turns into 9.2e18 later)."""
-    if column not in frame.columns:
-        raise ReleaseError(f"{where}: has no column {column!r}")
-    values = pd.to_numeric(frame[column], errors="coerce").to_numpy(dtype=float)
-    bad = np.flatnonzero(~np.isfinite(values))
-    if bad.size:
-        i = int(bad[0])
-        raise ReleaseError(
-            f"{where}: column {column!r} at line {int(frame.index[i]) + 2} holds "
-            f"{frame[column].iloc[i]!r}, not a number ({bad.size} such value(s))"
-        )
-    return values
-
-
-def _integers(frame: pd.DataFrame, column: str, where: str) -> np.ndarray:
-    values = _numbers(frame, column, where)
-    bad = np.flatnonzero((values != np.round(values)) | (np.abs(values) >= 2.0**63))
-    if bad.size:
-        i = int(bad[0])
-        raise ReleaseError(
-            f"{where}: column {column!r} at line {int(frame.index[i]) + 2} holds "
-            f"{frame[column].iloc[i]!r}, not a 64-bit integer"
-        )
-    return pd.to_numeric(frame[column]).astype(np.int64).to_numpy()
-
-
 def _read_csv(folder: Path, name: str) -> pd.DataFrame:
     path = folder / name
     if not path.is_file():
@@ -531,35 +530,9 @@ def _read_csv(folder: Path, name: str) -> pd.DataFrame:
     return pd.read_csv(path, dtype=str, keep_default_na=False)
 
 
-#: Rows of measurements.csv read at once (``_measurements``): a DHC tract level's detailed
-#: answers are 491 million rows, far too many to hold as one frame of strings
-MEASUREMENT_ROWS = 1 << 22
-
-
-def _measurement_answers(folder: Path) -> tuple[dict, dict]:
-    """measurements.csv read ``MEASUREMENT_ROWS`` rows at a time: per (level, query) as
-    written, the noisy answers in file order (each part in the narrowest integer type) and
-    the first row's variance."""
-    path = folder / "measurements.csv"
-    if not path.is_file():
-        raise ReleaseError(f"release folder {str(folder)!r} lacks measurements.csv")
-    parts: dict[tuple[str, str], list[np.ndarray]] = {}
-    variances: dict[tuple[str, str], float] = {}
-    with pd.read_csv(path, dtype=str, keep_default_na=False, chunksize=MEASUREMENT_ROWS) as chunks:
-        for chunk in chunks:
-            missing = sorted({"level", "query"} - set(chunk.columns))
-            if missing:
-                raise ReleaseError(f"measurements.csv: has no column {missing[0]!r}")
-            for key, rows in chunk.groupby(["level", "query"], sort=False):
-                where = "measurements.csv"
-                parts.setdefault(key, []).append(narrowed(_integers(rows, "noisy", where)))
-                variances.setdefault(key, float(_numbers(rows, "variance", where)[0]))
-    answers = {key: np.concatenate(values) for key, values in parts.items()}
-    return answers, variances
-
-
 def _measurements(folder: Path, tree: Tree, cfg: RunConfig, ledger: Ledger) -> Measurements:
-    answers, variances = _measurement_answers(folder)
+    answers, variances = measurement_answers(folder)
+    name = measurement_file_in(folder)
     budgets = {(e.level, e.query): e.budget for e in ledger.entries}
     per_level = []
     for number, ls in enumerate(cfg.strategy.levels):
@@ -570,13 +543,12 @@ def _measurements(folder: Path, tree: Tree, cfg: RunConfig, ledger: Ledger) -> M
             noisy = answers.get(key, np.zeros(0, dtype=np.int64))
             if n_nodes == 0 or noisy.size == 0 or noisy.size % n_nodes:
                 raise ReleaseError(
-                    f"measurements.csv: level {number} query {q.name!r} has {noisy.size} answers "
+                    f"{name}: level {number} query {q.name!r} has {noisy.size} answers "
                     f"for {n_nodes} nodes"
                 )
             if (number, q.name) not in budgets:
                 raise ReleaseError(
-                    f"ledger.json: no entry for level {number} query {q.name!r}, which "
-                    "measurements.csv holds"
+                    f"ledger.json: no entry for level {number} query {q.name!r}, which {name} holds"
                 )
             variance = variances[key]
             ms.append(
@@ -715,12 +687,20 @@ def verify_release_folder(folder: Path) -> Verdict:
 
     What it proves: the files are those the manifest lists (no file changed, missing, added or
     outside the folder) and they form a consistent, non-negative, integer release whose ledger
-    adds up. What it does not: the manifest is self-signed, so a forger who rewrites files and
-    manifest together passes; and a seeded release passes but is reported as not private.
+    adds up; under the estimator ``"blue"``, that the ledger's note on the root total (the
+    BLUE's root total, its standard error, whether and at which integer the passes held it)
+    is the one the published measurements give: recomputed from the root total's block of the
+    BLUE (``topdown.blue.root_total``), which gives the whole BLUE's total and standard error,
+    not from the whole BLUE. What it does not: the manifest is self-signed, so a forger who
+    rewrites files and manifest together passes; a seeded release passes but is reported as
+    not private; error_estimates.csv and error_summary.csv (the whole BLUE's figures) are
+    checked against the manifest only, not recomputed (``load_release`` does that).
     """
 
     def load(folder: Path, docs: dict[str, Any]) -> Loaded:
-        rel, cfg = load_release(folder, config=docs["config.json"], ledger=docs["ledger.json"])
+        rel, cfg = load_release(
+            folder, config=docs["config.json"], ledger=docs["ledger.json"], whole_blue=False
+        )
         microdata = ("microdata matches the leaf table", _microdata_failures(folder, rel, cfg))
         return Loaded(rel, rel, lambda: [microdata])
 

@@ -26,11 +26,13 @@ them, without any confidential data.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
+from numpy.typing import DTypeLike
 
 from constraints.domain import Domain
 from topdown.errors import ReleaseError
@@ -46,6 +48,8 @@ __all__ = [
     "level_folder",
     "part_path",
     "write_measurements",
+    "write_row_groups",
+    "answer_rows",
     "read_measurements",
     "read_part",
     "measurement_failures",
@@ -85,46 +89,63 @@ def write_measurements(
     ``tree`` is the tree the measurements were taken on (a subtree's, or the levels down to the
     stream level): node ``i`` of its level is the measurements' row ``i``.
     """
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
     for level in levels:
-        labels = pa.array(tree.levels[level].labels.astype(str).tolist(), type=pa.string())
         path = part_path(folder, "measurements", tree, level, part)
         path.parent.mkdir(parents=True, exist_ok=True)
         queries = measurements.at(level)
-        names = pa.array([m.query.name for m in queries], type=pa.string())
         # one integer type per file: each query's answers are stored in the smallest type that
         # holds them (topdown.measurement.measure), which may differ between the level's queries
         dtype = np.result_type(*(m.noisy.dtype for m in queries)) if queries else np.int64
-        with naming(path):  # a full disk names the part being written
-            writer: pq.ParquetWriter | None = None
-            try:
-                for j, m in enumerate(queries):
-                    nodes, answers = m.noisy.shape
-                    step = max(1, ROW_GROUP // max(answers, 1))
-                    for first in range(0, nodes, step):
-                        rows = np.ascontiguousarray(m.noisy[first : first + step], dtype=dtype)
-                        n = rows.shape[0]
-                        offsets = pa.array(np.arange(n + 1, dtype=np.int32) * answers)
-                        batch = pa.table(
-                            {
-                                "node": pa.DictionaryArray.from_arrays(
-                                    np.arange(first, first + n, dtype=np.int32), labels
-                                ),
-                                "query": pa.DictionaryArray.from_arrays(
-                                    np.full(n, j, dtype=np.int16), names
-                                ),
-                                "variance": np.full(n, m.variance),
-                                "noisy": pa.ListArray.from_arrays(offsets, pa.array(rows.ravel())),
-                            }
-                        )
-                        if writer is None:
-                            writer = pq.ParquetWriter(path, batch.schema, compression="zstd")
-                        writer.write_table(batch, row_group_size=max(n, 1))
-            finally:
-                if writer is not None:
-                    writer.close()
+        write_row_groups(path, answer_rows(measurements, tree, level, dtype))
+
+
+def write_row_groups(path: Path, tables: Iterable[Any]) -> bool:
+    """Write the Arrow ``tables`` (one schema) to ``path`` as one Parquet file, zstd, one row
+    group each, so that no more than one table is held at a time. Returns whether any was
+    written: with none, no file is created. A failure names the file (``naming``)."""
+    import pyarrow.parquet as pq
+
+    with naming(path):  # a full disk names the file being written
+        writer: pq.ParquetWriter | None = None
+        try:
+            for table in tables:
+                if writer is None:
+                    writer = pq.ParquetWriter(path, table.schema, compression="zstd")
+                writer.write_table(table, row_group_size=max(table.num_rows, 1))
+        finally:
+            if writer is not None:
+                writer.close()
+    return writer is not None
+
+
+def answer_rows(
+    measurements: Measurements, tree: Tree, level: int, dtype: DTypeLike
+) -> Iterator[Any]:
+    """Level ``level``'s measurements as Arrow tables of at most ``ROW_GROUP`` answers (at
+    least one node's), one row per node and query: node and query dictionary-encoded, the
+    variance, the noisy answers as a list of ``dtype`` integers in the query's answer order."""
+    import pyarrow as pa
+
+    labels = pa.array(tree.levels[level].labels.astype(str).tolist(), type=pa.string())
+    queries = measurements.at(level)
+    names = pa.array([m.query.name for m in queries], type=pa.string())
+    for j, m in enumerate(queries):
+        nodes, answers = m.noisy.shape
+        step = max(1, ROW_GROUP // max(answers, 1))
+        for first in range(0, nodes, step):
+            rows = np.ascontiguousarray(m.noisy[first : first + step], dtype=dtype)
+            n = rows.shape[0]
+            offsets = pa.array(np.arange(n + 1, dtype=np.int32) * answers)
+            yield pa.table(
+                {
+                    "node": pa.DictionaryArray.from_arrays(
+                        np.arange(first, first + n, dtype=np.int32), labels
+                    ),
+                    "query": pa.DictionaryArray.from_arrays(np.full(n, j, dtype=np.int16), names),
+                    "variance": np.full(n, m.variance),
+                    "noisy": pa.ListArray.from_arrays(offsets, pa.array(rows.ravel())),
+                }
+            )
 
 
 def read_measurements(path: Path) -> pd.DataFrame:

@@ -78,10 +78,24 @@ class LevelInputs:
         book: NodeConstraints,
         options: EstimateOptions,
     ) -> LevelInputs:
-        qms = measurements.at(level)
+        return cls.of_queries(
+            level, tree.levels[level].labels, measurements.at(level), first_pass, book, options
+        )
+
+    @classmethod
+    def of_queries(
+        cls,
+        level: int,
+        labels: np.ndarray,
+        qms: tuple[QueryEstimate, ...],
+        first_pass: dict[int, tuple[str, ...]],
+        book: NodeConstraints,
+        options: EstimateOptions,
+    ) -> LevelInputs:
+        """The inputs of some nodes of ``level`` (``labels``), from their queries' inputs."""
         return cls(
             level=level,
-            labels=tree.levels[level].labels,
+            labels=labels,
             measurements=qms,
             # the detailed query is the identity on each family's support (see _measurements)
             matrices=tuple(

@@ -1,0 +1,202 @@
+"""The BLUE's leaf level a chunk of families at a time (``topdown.blue.leaf_families``) gives
+the whole-tree BLUE and, through the passes, the same counts.
+
+On the DHC-persons-like domain of ``test_blue_dhc_like`` (recoded queries: the block solve) and
+on a plain one (no recodes: the subspace groups), over a tree whose families have one to four
+children (only children, unequal families, parents cut into chunks of one and of several
+families), with the leaf marginals unmeasured at every other leaf: the chunked BLUE's cells,
+totals and variances at every level equal the whole-tree solve's to 1e-9, and the released
+counts are identical. A chunk that lost a family, a leaf placed in another's row, a parent
+given another's final estimate or a covariance merged into the wrong type would break them.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from test_blue_dhc_like import DOMAIN, QUERIES
+
+from constraints.domain import Domain
+from topdown.blue.error_estimates import error_summary, node_error_table
+from topdown.blue.estimate import blue
+from topdown.blue.leaf_families import blue_by_families, family_chunks, family_tree
+from topdown.estimation.estimate import estimate
+from topdown.estimation.estimators import prepare_blue_by_families, prepare_inputs
+from topdown.measurement.estimator_inputs import EstimatorInputs, QueryEstimate
+from topdown.measurement.tree import Level, Tree
+from topdown.strategy import Query
+
+PLAIN = Domain({"A": [0, 1, 2], "B": [0, 1], "C": [0, 1, 2, 3]})
+PLAIN_QUERIES = ["detailed", "total", "A x B", "C"]
+
+#: children per county (12 counties under 3 states): only children and unequal families
+CHILDREN = [1, 3, 2, 4, 1, 2, 3, 3, 2, 1, 4, 2]
+
+
+def _tree() -> Tree:
+    root = Level(0, None, np.array(["r"], dtype=object), np.array([-1]))
+    states = Level(1, "S", np.array(["s0", "s1", "s2"], dtype=object), np.zeros(3, dtype=np.int64))
+    county_parent = np.repeat(np.arange(3), 4)
+    counties = Level(
+        2, "C", np.array([f"c{i:02d}" for i in range(12)], dtype=object), county_parent
+    )
+    leaf_parent = np.repeat(np.arange(12), CHILDREN)
+    # leaves labelled so their sorted order is not their parents' (family_tree must not
+    # assume contiguous families)
+    order = np.random.default_rng(5).permutation(leaf_parent.size)
+    labels = np.array([f"t{i:03d}" for i in range(leaf_parent.size)], dtype=object)
+    leaves = Level(3, "T", labels, leaf_parent[order])
+    return Tree((root, states, counties, leaves))
+
+
+def _inputs(rng: np.random.Generator, tree: Tree, domain: Domain, queries: list[str]):
+    """Integer noisy answers of a sparse truth (many clipped below 0), one variance per
+    query and level."""
+    levels = []
+    truth = np.where(rng.random((tree.levels[-1].size, domain.size)) < 0.3, 1, 0)
+    per_level = [truth]
+    for lv in tree.levels[:0:-1]:
+        parent = np.zeros((tree.levels[lv.number - 1].size, domain.size), dtype=np.int64)
+        np.add.at(parent, lv.parent, per_level[0])
+        per_level.insert(0, parent)
+    for level, counts in enumerate(per_level):
+        row = []
+        for name in queries:
+            q = Query.parse(name)
+            variance = rng.uniform(0.5, 4.0)
+            answers = q.answer(counts, domain)
+            noisy = np.rint(answers + rng.normal(0.0, np.sqrt(variance), answers.shape))
+            row.append(QueryEstimate(level, q, noisy.astype(np.int64), variance))
+        levels.append(tuple(row))
+    return EstimatorInputs(tuple(levels))
+
+
+def _masked(inputs: EstimatorInputs) -> EstimatorInputs:
+    """``leaf_marginals_every_other_node`` on this tree's leaf level (level 3)."""
+    masked = []
+    for m in inputs.at(3):
+        var = np.broadcast_to(m.variance, (m.noisy.shape[0],)).astype(float)
+        if m.query.name != "detailed":
+            var[::2] = np.inf
+        masked.append(QueryEstimate(m.level, m.query, m.noisy, var))
+    return EstimatorInputs(inputs.levels[:3] + (tuple(masked),))
+
+
+@pytest.mark.parametrize("recoded", [True, False], ids=["recoded", "plain"])
+@pytest.mark.parametrize("families_per_chunk", [1, 3])
+def test_chunked_leaf_blue_is_the_whole_tree_blue(recoded: bool, families_per_chunk: int) -> None:
+    domain, queries = (DOMAIN, QUERIES) if recoded else (PLAIN, PLAIN_QUERIES)
+    tree = _tree()
+    inputs = _masked(_inputs(np.random.default_rng(3), tree, domain, queries))
+    whole = blue(tree, domain, inputs)
+    max_bytes = families_per_chunk * 2 * domain.size * 8
+    solved = blue_by_families(tree, domain, inputs, max_bytes=max_bytes)
+    assert solved is not None
+    chunked, leaves = solved
+    assert len(leaves.chunks) > 1
+    for level in range(tree.n_levels):
+        a, b = whole.cells_at(level), chunked.cells_at(level)
+        scale = max(1.0, float(np.abs(a).max()))
+        np.testing.assert_allclose(b, a, rtol=0, atol=1e-9 * scale)
+        np.testing.assert_allclose(
+            chunked.totals_at(level), whole.totals_at(level), atol=1e-9 * scale
+        )
+        for name in queries:
+            for subtree in (False, True):
+                np.testing.assert_allclose(
+                    chunked.answer_variance(level, name, subtree=subtree),
+                    whole.answer_variance(level, name, subtree=subtree),
+                    rtol=1e-9,
+                    atol=1e-12,
+                )
+    # a block of rows across chunks
+    rows = slice(2, 17)
+    np.testing.assert_allclose(
+        chunked.cells_at(3, rows), whole.cells_at(3, rows), atol=1e-9 * scale
+    )
+
+
+def test_family_chunks_keep_families_whole_and_in_order() -> None:
+    tree = _tree()
+    chunks = family_chunks(tree, 10, 3 * 10 * 8)
+    assert np.array_equal(np.concatenate(chunks), np.arange(12))
+    per_parent = np.bincount(tree.levels[3].parent, minlength=12)
+    for parents in chunks:
+        # at most 3 children a chunk, unless one family alone has more
+        assert per_parent[parents].sum() <= 3 or parents.size == 1
+    sub, children = family_tree(tree, chunks[1])
+    assert np.array_equal(
+        np.sort(children), np.flatnonzero(np.isin(tree.levels[3].parent, chunks[1]))
+    )
+    assert np.array_equal(chunks[1][sub.levels[1].parent], tree.levels[3].parent[children])
+
+
+@pytest.mark.parametrize("recoded", [True, False], ids=["recoded", "plain"])
+def test_chunked_passes_release_the_same_counts(recoded: bool) -> None:
+    domain, queries = (DOMAIN, QUERIES) if recoded else (PLAIN, PLAIN_QUERIES)
+    tree = _tree()
+    measured = _masked(_inputs(np.random.default_rng(7), tree, domain, queries))
+    fed, _, _ = prepare_inputs("blue", tree, domain, measured)
+    whole, _ = estimate(tree, domain, fed, first_pass={})
+    prepared = prepare_blue_by_families(tree, domain, measured, max_bytes=2 * domain.size * 8)
+    assert prepared is not None
+    above, _, leaves, _ = prepared
+    assert len(leaves.chunks) > 1
+    chunked, stats = estimate(tree, domain, above, first_pass={}, leaves=leaves)
+    for a, b in zip(whole, chunked, strict=True):
+        assert np.array_equal(a, b)
+    assert stats[-1].families > 0
+
+
+def test_release_takes_the_chunked_path_with_the_same_counts(monkeypatch) -> None:
+    """``release()`` under ``"blue"``: with ``LEAF_CHUNK_BYTES`` below one family's leaves
+    every county's tracts are a chunk of their own; the counts equal the whole-tree path's,
+    and so do ``Release.blue``'s leaf cells, totals and standard errors (read on demand)."""
+    import pandas as pd
+
+    import topdown.estimation.estimators as estimators
+    from topdown import Attribute, Schema, release
+    from topdown.strategy import Strategy
+
+    rng = np.random.default_rng(4)
+    n = 3000
+    county = rng.integers(0, 4, n)
+    data = pd.DataFrame(
+        {
+            "COUNTY": county,
+            "TRACT": county * 10 + rng.integers(0, 1 + county, n),  # 1 to 4 tracts a county
+            "HHGQ": rng.choice(8, n, p=[0.86] + [0.02] * 7),
+            "VA": rng.integers(0, 2, n),
+            "SEX": rng.integers(1, 3, n),
+        }
+    )
+    schema = Schema(
+        (
+            Attribute(
+                "HHGQ",
+                values=tuple(range(8)),
+                recodes={"hhinst": {"non": [0, 5, 6, 7], "inst": [1, 2, 3, 4]}},
+            ),
+            Attribute("VA", values=(0, 1)),
+            Attribute("SEX", values=(1, 2)),
+        ),
+        ("COUNTY", "TRACT"),
+    )
+    strategy = Strategy.from_budgets(
+        [1, 1, 1], queries=[("detailed", "1/2"), ("hhinst", "1/4"), ("HHGQ:hhinst x VA", "1/4")]
+    )
+    whole = release(data, schema, strategy, estimator="blue", seed=3)
+    monkeypatch.setattr(estimators, "LEAF_CHUNK_BYTES", 8)
+    chunked = release(data, schema, strategy, estimator="blue", seed=3)
+    assert whole.blue is not None and chunked.blue is not None
+    assert whole.blue.leaves is None and chunked.blue.leaves is not None
+    for a, b in zip(whole.counts, chunked.counts, strict=True):
+        assert np.array_equal(a, b)
+    np.testing.assert_allclose(chunked.blue.cells_at(2), whole.blue.cells_at(2), atol=1e-9)
+    np.testing.assert_allclose(chunked.blue.totals_at(2), whole.blue.totals_at(2), atol=1e-9)
+    np.testing.assert_allclose(chunked.blue.stderr(2), whole.blue.stderr(2), rtol=1e-9)
+    assert chunked.check_correctness().ok
+    for frame in (node_error_table, error_summary):
+        a = frame(whole.tree, whole.counts, whole.blue)
+        b = frame(chunked.tree, chunked.counts, chunked.blue)
+        pd.testing.assert_frame_equal(b, a, rtol=1e-9)
