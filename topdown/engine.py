@@ -39,7 +39,7 @@ from topdown.estimation.first_pass_limit import (
     first_pass_answers,
     newton_takes_root_first_pass,
 )
-from topdown.estimation.passes import check_solver_options
+from topdown.estimation.passes import MULTIPASS_TOLERANCE, check_solver_options
 from topdown.estimation.root_total import decide, with_root_total
 from topdown.execution.executors import make_executor
 from topdown.execution.process_memory import hugepage_advice_off
@@ -157,6 +157,8 @@ def release(
         solver_options=dict(solver_options),
         failsafe=failsafe,
         capture=capture,
+        # a strategy's own hold (a production preset's slack) over the estimation's default
+        multipass_tolerance=strategy.multipass_tolerance or MULTIPASS_TOLERANCE,
     )
     first_pass = {i: ls.first_pass for i, ls in enumerate(strategy.levels)}
     with make_executor(executor, workers=workers, address=address, preload=TASK_MODULES) as ex:

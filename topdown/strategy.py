@@ -72,14 +72,36 @@ class LevelStrategy:
 
 @dataclass(frozen=True)
 class Strategy:
-    """Per-level strategies (root first), the mechanism and the neighbouring relation."""
+    """Per-level strategies (root first), the mechanism and the neighbouring relation.
+
+    Attributes:
+        multipass_tolerance: how far a multipass second pass may move each first-pass answer
+            (absolute, in counts), for every level with a ``first_pass``; None: the
+            estimation's default (``EstimateOptions.multipass_tolerance``, 1e-6: held). A
+            production preset sets the Census Bureau's slack (``opt_tol_slack``): post-
+            processing, so any value is private; it decides how closely the released
+            marginals follow the first pass's fit.
+    """
 
     levels: tuple[LevelStrategy, ...]
     mechanism: str = "discrete_gaussian"
     neighbouring: str = "add_remove"
     meta: Mapping[str, Any] = field(default_factory=dict, compare=False)
+    multipass_tolerance: float | None = None
 
     def __post_init__(self) -> None:
+        tol = self.multipass_tolerance
+        if tol is not None:
+            if isinstance(tol, bool) or not isinstance(tol, (int, float, Fraction)):
+                raise StrategyError(
+                    f"multipass_tolerance ({tol!r}) must be a number (counts) or None"
+                )
+            if not (np.isfinite(float(tol)) and float(tol) > 0):
+                raise StrategyError(
+                    f"multipass_tolerance ({tol!r}) must be finite and > 0: how far the second "
+                    "pass may move each first-pass answer"
+                )
+            object.__setattr__(self, "multipass_tolerance", float(tol))
         if self.mechanism not in MECHANISMS:
             raise StrategyError(
                 f"mechanism ({self.mechanism!r}) is unknown; known mechanisms are "
@@ -135,7 +157,12 @@ class Strategy:
         return sum((ls.budget for ls in self.levels), Fraction(0))
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        extra = (
+            {}
+            if self.multipass_tolerance is None
+            else {"multipass_tolerance": self.multipass_tolerance}
+        )
+        return extra | {
             "mechanism": self.mechanism,
             "neighbouring": self.neighbouring,
             "budget": self.budget_name,
@@ -167,6 +194,7 @@ class Strategy:
             tuple(levels),
             spec.get("mechanism", "discrete_gaussian"),
             spec.get("neighbouring", "add_remove"),
+            multipass_tolerance=spec.get("multipass_tolerance"),
         )
 
 

@@ -38,7 +38,6 @@ from solvers.builders import children_l2_problem, is_identity, rounding_problem,
 from topdown.estimation import capture
 from topdown.estimation.family_newton import newton_l2
 from topdown.estimation.first_pass_limit import check_family_first_pass
-from topdown.estimation.multipass_newton import HELD_EXACTLY
 from topdown.estimation.nested_rounding import refinement_chain
 from topdown.estimation.passes import EstimateOptions, SolveStats, controlled_window
 from topdown.estimation.root import root_round
@@ -217,14 +216,18 @@ def _l2(task: FamilyTask, parent: np.ndarray | None) -> tuple[np.ndarray, SolveS
         x1, stats = _solve(problem, task, "l2")
         x1 = x1[: task.k * task.n].reshape(task.k, task.n)
         rows = _with(rows, _keep_rows(first, x1, task.options.multipass_tolerance))
+    # pass 2 fits the rest: the first pass's queries enter as its held answers only, as in
+    # the DAS's multipass (``topdown.estimation.multipass_newton``'s sources)
+    rest = [m for i, m in enumerate(task.measurements) if i not in task.first_pass]
+    fitted = rest or list(task.measurements)
     problem = children_l2_problem(
         parent,
-        list(task.measurements),
+        fitted,
         k=task.k,
         n=task.n,
         ub=task.ub,
         name=f"{task.where} / L2 pass{' 2' if task.first_pass else ''}",
-        lifted=_coupled(task.measurements),
+        lifted=_coupled(fitted),
         **_extra(rows),
     )
     x, last = _solve(problem, task, "l2")
@@ -245,8 +248,6 @@ def _newton(task: FamilyTask, parent: np.ndarray | None) -> tuple[np.ndarray, st
         return None
     if task.ub is not None and not np.all(np.isinf(task.ub)):
         return None
-    if task.first_pass and options.multipass_tolerance > HELD_EXACTLY:
-        return None  # a looser hold is another problem: the general solvers take it
     return newton_l2(
         parent,
         task.measurements,

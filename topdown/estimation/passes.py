@@ -19,6 +19,7 @@ import numpy as np
 from topdown.errors import OptionsError
 
 __all__ = [
+    "MULTIPASS_TOLERANCE",
     "PASSES",
     "EstimateOptions",
     "LevelStats",
@@ -102,6 +103,11 @@ class SolverChoice:
         return {"l2": self.l2, "rounding": self.rounding}
 
 
+#: how far multipass may move the first-pass answers unless the strategy says (held: the
+#: solvers' precision; ``Strategy.multipass_tolerance``)
+MULTIPASS_TOLERANCE = 1e-6
+
+
 @dataclass(frozen=True)
 class EstimateOptions:
     """Options of the estimation passes (parsed at the edge, read by every family task).
@@ -125,7 +131,7 @@ class EstimateOptions:
     solver: SolverChoice = SolverChoice()
     solver_options: Mapping[str, Any] = field(default_factory=dict)
     failsafe: bool = True
-    multipass_tolerance: float = 1e-6
+    multipass_tolerance: float = MULTIPASS_TOLERANCE
     controlled_rounding: bool = True
     nested_root_rounding: bool = False
     capture: str | Path | None = None

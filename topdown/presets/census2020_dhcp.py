@@ -24,6 +24,15 @@ under ``das_decennial/``:
 - Ten queries at each of the eight geolevels US, State, County, Prim, Tract_Subset_Group,
   Tract_Subset, Block_Group, Block (the class's ``levels``); the query ordering fits the nine
   marginals in a first outer pass and ``detailed`` in the second (``multipass=``).
+- How closely the second pass holds the first pass's answers: ``person_US.ini`` lines 141-161
+  (``[gurobi]``) set ``l2_optimization_approach = DataIndUserSpecifiedQueriesNPassDecomp``,
+  ``dataindnpass_tolerancetype = opt_tol``, ``opt_tol_slack = 0.1`` and ``outer_pass =
+  True``. That optimizer (``programs/optimization/l2_dataIndep_npass_optimizer_decomp.py``,
+  ``findOptimalTolAndAddConstrs``) holds each first-pass answer as ``|Q x - Q x1| <= tol``,
+  ``x1`` the first pass's solution and ``tol`` the smallest tolerance those constraints allow
+  (an LP; about 0, since ``x1`` is feasible) plus the solver's constraint residual plus the
+  slack. So the second pass may move each held answer by about 0.1: ``hold_slack`` below,
+  the strategy's ``multipass_tolerance``.
 - The schema ``DHCP_SCHEMA`` (``programs/schema/schemas/schemamaker.py``): relgq (42) x sex (2)
   x age (116) x hispanic (2) x cenrace (63) = 1,227,744 cells. The recodes the queries use
   are copied from ``programs/schema/attributes/age.py`` (``recodeAge18_64_116``,
@@ -262,6 +271,8 @@ DHCP = ProductionStrategy(
     queries={g: _queries(g) for g in DHCP_GEOLEVELS},
     first_pass={g: tuple(_query(q) for q in _DAS_QUERIES[:-1]) for g in DHCP_GEOLEVELS},
     default_geolevels=("State", "County", "Tract_Subset", "Block_Group", "Block"),
+    # person_US.ini line 160, opt_tol_slack = 0.1, with line 141's opt_tol tolerance type
+    hold_slack=0.1,
 )
 
 
@@ -287,15 +298,17 @@ def census2020_dhcp(
             geolevel and query shares stay.
         geolevels: the source level each hierarchy column stands for, top down (a
             subsequence of ``DHCP_GEOLEVELS[1:]``).
-        multipass: fit the nine marginals first and ``detailed`` after, as production did.
-            Only the general solvers take that first pass, and at this size they cannot (the
-            run grew to 7.9 GB in Clarabel, which stopped at its time limit): under the
-            ``auto`` L2 solver ``release`` refuses it before measuring
+        multipass: fit the nine marginals first and ``detailed`` after, as production did,
+            the second pass holding each first-pass answer within production's 0.1
+            (``Strategy.multipass_tolerance``; the module's sources). Under the ``auto`` L2
+            solver both passes run on the matrix-free Newton iterations
+            (``topdown.estimation.multipass_newton``); where those do not apply (a named L2
+            solver, constraint rows, a capture) the first pass is a general QP, which
+            ``release`` refuses over 1,000,000 variables before measuring
             (``topdown.estimation.first_pass_limit``). ``multipass=False`` (a config's
-            ``[strategy] multipass = false``) fits the ten queries in one pass by the
-            matrix-free route, from the same measurements: the route measured in
-            ``docs/benchmarks.md``. The default stays production's, so a release that departs
-            from it says so in its own config (``first_pass`` empty in ``config.json``).
+            ``[strategy] multipass = false``) fits the ten queries in one pass, from the same
+            measurements; the release says so in its own config (``first_pass`` empty in
+            ``config.json``).
 
     Returns:
         (schema, strategy): ``RELGQ`` (0..41) x ``SEX`` (1, 2) x ``AGE`` (0..115) x
@@ -312,6 +325,8 @@ def census2020_dhcp(
         1227744
         >>> " > ".join(strategy.meta["geolevels"])
         'US > State > County > Tract_Subset'
+        >>> strategy.multipass_tolerance
+        0.1
     """
     cols = data_columns(DHCP.name, DHCP_COLUMNS, columns)
     return schema_and_strategy(

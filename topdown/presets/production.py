@@ -47,6 +47,10 @@ class ProductionStrategy:
             (its query ordering); absent means a single pass.
         default_geolevels: the levels a hierarchy's columns stand for when the caller does not
             say (a shorter hierarchy takes a prefix of these).
+        hold_slack: how far the source's later estimation pass may move each earlier pass's
+            answer (its ``opt_tol_slack``: the DAS holds ``|Q x - cached| <= tol``, ``tol``
+            the smallest the constraints allow plus this slack); with multipass it becomes
+            ``Strategy.multipass_tolerance``. None: the engine's default hold.
     """
 
     name: str
@@ -56,6 +60,7 @@ class ProductionStrategy:
     queries: Mapping[str, tuple[tuple[Query, Fraction], ...]]
     first_pass: Mapping[str, tuple[str, ...]]
     default_geolevels: tuple[str, ...]
+    hold_slack: float | None = None
 
     @property
     def total(self) -> Fraction:
@@ -122,7 +127,14 @@ def build_strategy(
         "production_total": str(source.total * scale),
         "unspent": str(unspent),
     }
-    return Strategy(tuple(levels), "discrete_gaussian", "replace_one", meta)
+    two_passes = any(ls.first_pass for ls in levels)
+    return Strategy(
+        tuple(levels),
+        "discrete_gaussian",
+        "replace_one",
+        meta,
+        multipass_tolerance=source.hold_slack if two_passes else None,
+    )
 
 
 def schema_and_strategy(

@@ -93,7 +93,7 @@ from topdown.estimation.first_pass_limit import (
     first_pass_answers,
     newton_takes_root_first_pass,
 )
-from topdown.estimation.passes import check_solver_options
+from topdown.estimation.passes import MULTIPASS_TOLERANCE, check_solver_options
 from topdown.estimation.root_total import RootTotal
 from topdown.execution.executors import Executor, make_executor
 from topdown.execution.process_memory import hugepage_advice_off
@@ -246,7 +246,12 @@ def release_streamed(
         by_label = partitions_by_node(parts, tree.levels[stream_level].labels, stream_by)
         truth = top_histograms(top_tree, parts, by_label, schema)
     release_key = new_release_key(seed)
-    options = EstimateOptions(solver=choice, solver_options=dict(solver_options), failsafe=failsafe)
+    options = EstimateOptions(
+        solver=choice,
+        solver_options=dict(solver_options),
+        failsafe=failsafe,
+        multipass_tolerance=strategy.multipass_tolerance or MULTIPASS_TOLERANCE,
+    )
     first_pass = {i: ls.first_pass for i, ls in enumerate(strategy.levels)}
     # the working folder is named after this process: a run killed with SIGKILL cannot
     # remove it, and the next run of the same ``out`` removes it once its process is gone

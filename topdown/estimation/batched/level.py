@@ -412,14 +412,17 @@ def _first_pass_names(inputs: LevelInputs) -> tuple[str, ...] | None | bool:
     """The names of the level's multipass first-pass queries when they are marginals (the
     node total alone: ``topdown.estimation.batched.multipass``'s closed form; others:
     ``topdown.estimation.multipass_newton``); None without a first pass; False when the
-    detailed query is in it or the tolerance is looser than the batched passes hold (the
-    per-family path)."""
+    detailed query is in it or it is the total alone under a tolerance looser than
+    ``batched.multipass``'s exact hold (the per-family path)."""
     if not inputs.first_pass:
         return None
-    if inputs.options.multipass_tolerance > HELD_EXACTLY:
-        return False  # a looser tolerance is another problem: the per-family path solves it
     queries = [inputs.measurements[i].query for i in inputs.first_pass]
     if any(q.attributes is None for q in queries):
+        return False
+    total_alone = len(queries) == 1 and queries[0].attributes == ()
+    if total_alone and inputs.options.multipass_tolerance > HELD_EXACTLY:
+        # batched.multipass holds the total exactly; a looser hold is another problem, which
+        # the per-family path solves (its Newton passes or the general solvers)
         return False
     return tuple(q.name for q in queries)
 
