@@ -151,3 +151,26 @@ def test_the_preset_tolerance_reaches_the_solver(monkeypatch):
     seen.clear()
     release(df, schema, Strategy(levels, "discrete_gaussian"), seed=1, estimator="topdown")
     assert seen and set(seen) == {1e-6}
+
+
+def test_the_strategy_checks_and_records_its_tolerance():
+    """A tolerance is a positive finite number, named in the error; it survives the strategy's
+    dict (``config.json``); the DHC preset states 0.1 only with its two passes."""
+    from fractions import Fraction
+
+    from topdown.errors import StrategyError
+    from topdown.presets import census2020_dhcp
+    from topdown.strategy import LevelStrategy, Strategy
+
+    levels = (LevelStrategy(Fraction(1)),)
+    for bad in (0, -0.1, float("nan"), float("inf"), True, "0.1"):
+        with pytest.raises(StrategyError, match="multipass_tolerance"):
+            Strategy(levels, multipass_tolerance=bad)
+    strategy = Strategy(levels, multipass_tolerance=Fraction(1, 10))
+    assert strategy.multipass_tolerance == SLACK
+    assert Strategy.from_dict(strategy.to_dict()) == strategy
+    assert "multipass_tolerance" not in Strategy(levels).to_dict()
+    assert Strategy.from_dict(Strategy(levels).to_dict()).multipass_tolerance is None
+    _, two = census2020_dhcp(("STATE",))
+    _, one = census2020_dhcp(("STATE",), multipass=False)
+    assert two.multipass_tolerance == SLACK and one.multipass_tolerance is None

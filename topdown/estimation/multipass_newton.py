@@ -54,15 +54,42 @@ Lagrangian's multiplier step is a proximal step on the dual, Rockafellar 1976, w
 "Adaptive restart for accelerated gradient schemes", 2015): on the DHC tract family the held
 answers went 0.041 then 0.0137 at the largest ``V`` with it, 0.041, 0.020, 0.011 without, and
 the root's stayed at 0.00993 for three rounds without it.
+
+Production's hold (``Strategy.multipass_tolerance``; the DHC preset's 0.1). The Census
+Bureau's DAS held each first-pass answer as ``|Q x - Q x1| <= tol``, ``x1`` the first pass's
+solution and ``tol`` the smallest tolerance those constraints allow (about 0: ``x1`` is
+feasible) plus the solver's residual plus ``opt_tol_slack`` (``DAS_2020_DHC_Production_Code``,
+``das_decennial/programs/optimization/l2_dataIndep_npass_optimizer_decomp.py``,
+``findOptimalTolAndAddConstrs``; ``configs/production/dhc/person_US.ini`` lines 141-161:
+``opt_tol``, slack 0.1). Its second pass's objective holds only the queries ordered in that
+pass (``buildObjFxnAddQueries_decomp``): the first pass's queries enter as their held
+answers. A tolerance above ``HELD_EXACTLY`` is such a box around ``u*``, the answer pass 1
+returned (feasible, so the box is never empty), and pass 2 is ADMM (Boyd et al.,
+"Distributed optimization and statistical learning via the alternating direction method of
+multipliers", 2011, section 5) on ``A_m x = z_m`` with ``z_m`` in the box: the same
+strongly convex solve with targets ``z_m - lam_m / V``, then ``z_m`` the box's point nearest
+``A_m x + lam_m / V`` (a clip), then ``lam_m += V (A_m x - z_m)``; the momentum restarts as
+above on the larger of the two residuals. With the box a point (``HELD_EXACTLY`` and below)
+``z_m = u*_m`` and this is the method of multipliers above. The box aimed at is
+``1 - HOLD_MARGIN`` of the tolerance wide on each side, so a family stops once its held
+answers are within the tolerance of ``u*`` and no ``z_m`` moved by more than ``HOLD_SETTLE``
+of the tolerance in a round; the penalty rises only to ``HOLD_WEIGHT_BOX`` times the detailed
+weight (a smaller penalty lets the box's targets move). On the tests' families (3 x 4 x 5
+cells, tolerance 0.1) that took 14 to 30 rounds and gave cells within 0.03 of the general
+path's (Clarabel, the same tolerance). Pass 1 need only be as accurate as the box is wide:
+it stops when no answer moved by more than ``PROX_OF_HOLD`` (a hundredth) of the tolerance
+in a proximal step (or the relative ``PROX_TOLERANCE``, whichever is larger).
+
 A family is given up (the general path) when a round fails at the lowest ``V`` or
 ``HOLD_ROUNDS`` rounds do not hold it.
 
 The tolerance the answer satisfies, checked on the answer returned: every held answer within
 ``multipass_tolerance + HOLD_RELATIVE * max(1, the family's largest pass-1 answer)`` of ``u*``
 (the Newton iterations stop at a KKT residual of 1e-10 of their terms, so an absolute 1e-6 is
-out of reach on answers above about 1e4), where ``u*`` is pass 1's answer to
-``PROX_TOLERANCE`` as above. The general path holds an interior-point pass 1 within the
-tolerance; ``tests/test_multipass_marginals.py`` compares the two on small product domains.
+out of reach on answers above about 1e4), where ``u*`` is pass 1's answer as above. The
+general path holds an interior-point pass 1 within the tolerance;
+``tests/test_multipass_marginals.py`` (held) and ``tests/test_multipass_slack.py`` (0.1)
+compare the two on small product domains.
 """
 
 from __future__ import annotations
