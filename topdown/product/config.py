@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from constraints import ConstraintSet
-from topdown.errors import TopDownError
+from topdown.errors import StrategyError, TopDownError
 from topdown.estimation.estimators import DEFAULT_ESTIMATOR, ESTIMATORS
 from topdown.estimation.passes import PASSES, SolverChoice
 from topdown.execution.executors import EXECUTORS, address_rule, shown, workers_rule
@@ -278,7 +278,12 @@ class RunConfig:
                 "mechanism": self.strategy.mechanism,
                 "neighbouring": self.strategy.neighbouring,
                 "levels": levels,
-            },
+            }
+            | (
+                {}
+                if self.strategy.multipass_tolerance is None
+                else {"multipass_tolerance": self.strategy.multipass_tolerance}
+            ),
             "constraints": list(self.constraint_specs),
             "estimation": {"method": self.effective_estimator},
             "solver": {
@@ -587,7 +592,15 @@ def _hierarchy(spec: Mapping, bad: _Bad) -> tuple[str, ...]:
 def _strategy(spec: Mapping, schema: Schema, fail: _Fail, bad: _Bad) -> Strategy:
     _known(
         spec,
-        {"mechanism", "neighbouring", "budgets", "queries", "first_pass", "levels"},
+        {
+            "mechanism",
+            "neighbouring",
+            "budgets",
+            "queries",
+            "first_pass",
+            "levels",
+            "multipass_tolerance",
+        },
         "strategy",
         bad,
     )
@@ -668,7 +681,16 @@ def _strategy(spec: Mapping, schema: Schema, fail: _Fail, bad: _Bad) -> Strategy
                 qkey if "first_pass" not in str(err) else qkey.replace("queries", "first_pass"),
                 str(err),
             ) from None
-    return Strategy(tuple(out), mechanism, neighbouring)
+    try:
+        return Strategy(
+            tuple(out),
+            mechanism,
+            neighbouring,
+            multipass_tolerance=spec.get("multipass_tolerance"),
+        )
+    except StrategyError as err:
+        key = "strategy.multipass_tolerance" if "multipass_tolerance" in str(err) else "strategy"
+        raise fail(key, str(err)) from None
 
 
 def _queries(
