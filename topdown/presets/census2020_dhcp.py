@@ -32,7 +32,12 @@ under ``das_decennial/``:
   ``x1`` the first pass's solution and ``tol`` the smallest tolerance those constraints allow
   (an LP; about 0, since ``x1`` is feasible) plus the solver's constraint residual plus the
   slack. So the second pass may move each held answer by about 0.1: ``hold_slack`` below,
-  the strategy's ``multipass_tolerance``.
+  the strategy's ``multipass_tolerance``. Not expressed here: that optimizer holds only the
+  queries its constrain-to ordering names, and the production ordering
+  (``dhcp_strategies.DecompTestStrategyRegularOrderingDHCP_20220811_exp_21_1``,
+  ``L2_CONSTRAIN_TO_QUERY_ORDERING``) names one of the nine, ``relgq * age_40_groups *
+  hispanic * cenrace * sex``; this engine's ``first_pass`` holds all nine, so its second
+  pass is more constrained than production's.
 - The schema ``DHCP_SCHEMA`` (``programs/schema/schemas/schemamaker.py``): relgq (42) x sex (2)
   x age (116) x hispanic (2) x cenrace (63) = 1,227,744 cells. The recodes the queries use
   are copied from ``programs/schema/attributes/age.py`` (``recodeAge18_64_116``,
