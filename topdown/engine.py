@@ -50,7 +50,7 @@ from topdown.measurement.read import read_data
 from topdown.outputs.microdata import write_table
 from topdown.release import CorrectnessReport, Release
 from topdown.schema import Attribute, Schema
-from topdown.strategy import MECHANISMS, Strategy
+from topdown.strategy import MECHANISMS, Strategy, held_subsets
 from topdown.support.progress import Progress
 from topdown.support.timing import PhaseClock
 
@@ -159,6 +159,7 @@ def release(
         capture=capture,
         # a strategy's own hold (a production preset's slack) over the estimation's default
         multipass_tolerance=strategy.multipass_tolerance or MULTIPASS_TOLERANCE,
+        multipass_held=held_subsets(strategy),
     )
     first_pass = {i: ls.first_pass for i, ls in enumerate(strategy.levels)}
     with make_executor(executor, workers=workers, address=address, preload=TASK_MODULES) as ex:

@@ -25,7 +25,15 @@ from mechanisms.exact import as_fraction
 from topdown.errors import StrategyError
 from topdown.query import Query
 
-__all__ = ["Query", "LevelStrategy", "Strategy", "MECHANISMS", "NEIGHBOURING", "parse_budget"]
+__all__ = [
+    "Query",
+    "LevelStrategy",
+    "Strategy",
+    "MECHANISMS",
+    "NEIGHBOURING",
+    "held_subsets",
+    "parse_budget",
+]
 
 MECHANISMS = ("discrete_laplace", "discrete_gaussian")
 NEIGHBOURING = ("add_remove", "replace_one")
@@ -40,11 +48,16 @@ class LevelStrategy:
         queries: (query, share) pairs; shares are > 0 and sum to exactly 1.
         first_pass: names of the queries the first estimation pass fits (multipass); empty
             means a single pass over all queries.
+        held: names of the first-pass queries whose answers the second pass holds (within
+            the strategy's ``multipass_tolerance``); None: all of ``first_pass``. The Census
+            Bureau's DHC ordering fits nine marginals first but holds one of them
+            (``topdown.presets.census2020_dhcp``); the others only shaped the first pass.
     """
 
     budget: Fraction
     queries: tuple[tuple[Query, Fraction], ...] = ((Query(None), Fraction(1)),)
     first_pass: tuple[str, ...] = ()
+    held: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         queries = tuple((Query.parse(q), parse_budget(s, "share")) for q, s in self.queries)
@@ -68,6 +81,31 @@ class LevelStrategy:
             )
         object.__setattr__(self, "queries", queries)
         object.__setattr__(self, "first_pass", tuple(self.first_pass))
+        object.__setattr__(self, "held", _held(self.held, self.first_pass))
+
+
+def _held(held: Sequence[str] | None, first_pass: tuple[str, ...]) -> tuple[str, ...]:
+    """``LevelStrategy.held`` checked against ``first_pass``: None is all of it; otherwise a
+    non-empty subset (a second pass holding nothing would make the first pass moot)."""
+    if held is None:
+        return first_pass
+    if isinstance(held, (str, bytes)) or not isinstance(held, Sequence):
+        raise StrategyError(f"held ({held!r}) must be a list of first_pass query names")
+    held = tuple(held)
+    outside = [h for h in held if h not in first_pass]
+    if outside:
+        raise StrategyError(
+            f"held names {outside} that are not in first_pass {list(first_pass)}: the second "
+            "pass holds only answers the first pass fitted"
+        )
+    if first_pass and not held:
+        raise StrategyError(
+            f"held ([]) must name at least one of first_pass {list(first_pass)} (omit it to "
+            "hold them all): a second pass holding nothing leaves the first pass no effect"
+        )
+    if len(set(held)) != len(held):
+        raise StrategyError(f"held ({list(held)}) repeats a name: list each once")
+    return tuple(q for q in first_pass if q in held)  # first_pass's order
 
 
 @dataclass(frozen=True)
@@ -173,6 +211,7 @@ class Strategy:
                     "queries": [{"query": q.name, "share": str(s)} for q, s in ls.queries],
                     "first_pass": list(ls.first_pass),
                 }
+                | ({} if ls.held == ls.first_pass else {"held": list(ls.held or ())})
                 for i, ls in enumerate(self.levels)
             ],
         }
@@ -188,6 +227,7 @@ class Strategy:
                     parse_budget(lv["budget"], f"levels[{i}].budget"),
                     queries or ((Query(None), Fraction(1)),),
                     tuple(lv.get("first_pass", ())),
+                    lv.get("held"),
                 )
             )
         return cls(
@@ -196,6 +236,14 @@ class Strategy:
             spec.get("neighbouring", "add_remove"),
             multipass_tolerance=spec.get("multipass_tolerance"),
         )
+
+
+def held_subsets(strategy: Strategy) -> tuple[tuple[int, tuple[str, ...]], ...]:
+    """Per level whose second pass holds only some of its first pass, (level, names held)
+    (``EstimateOptions.multipass_held``)."""
+    return tuple(
+        (i, ls.held or ()) for i, ls in enumerate(strategy.levels) if ls.held != ls.first_pass
+    )
 
 
 def parse_budget(value: Any, name: str) -> Fraction:

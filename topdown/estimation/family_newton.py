@@ -59,6 +59,7 @@ def newton_l2(
     n: int,
     first_pass: tuple[int, ...] = (),
     tolerance: float = 1e-6,
+    held: tuple[int, ...] | None = None,
 ) -> tuple[np.ndarray, str] | None:
     """The family's L2 answer (k x n) and the solver's name, or None when the task is not of
     the Newton iterations' form or the iteration does not settle (module docstring).
@@ -72,6 +73,7 @@ def newton_l2(
         first_pass: the measurements a multipass first pass fits: marginals only, each with
             positive weights (``topdown.estimation.multipass_newton``), else None.
         tolerance: how far pass 2 may move pass 1's answers (the multipass tolerance).
+        held: the measurements of ``first_pass`` whose answers pass 2 holds (None: all).
     """
     split = _split(measurements, k, n)
     if split is None:
@@ -80,7 +82,8 @@ def newton_l2(
     if not marginals:
         return None  # the detailed query alone: the closed form's, through the solvers
     if first_pass:
-        return _two_passes(parent, y, w, marginals, first_pass, tolerance)
+        held = first_pass if held is None else held
+        return _two_passes(parent, y, w, marginals, first_pass, tolerance, held)
     if parent is None:
         if k != 1:
             return None
@@ -135,6 +138,7 @@ def _two_passes(
     marginals: list[_Partition],
     first_pass: tuple[int, ...],
     tolerance: float,
+    held: tuple[int, ...],
 ) -> tuple[np.ndarray, str] | None:
     """Multipass with a first pass of marginals (``topdown.estimation.multipass_newton``):
     None when the detailed query is in the first pass, a first-pass weight is 0 (pass 1
@@ -143,11 +147,13 @@ def _two_passes(
     first = [i for i, m in enumerate(marginals) if m[0] in first_pass]
     if len(first) != len(first_pass):
         return None
+    # positions in ``first`` (pass 1's order) of the answers pass 2 holds
+    hold = [j for j, i in enumerate(first) if marginals[i][0] in held]
     if parent is None:
         if y.shape[0] != 1:
             return None
         root = [RootMarginal(g, a[0], float(v[0])) for _, g, a, v in marginals]
-        x = root_two_passes(y[0], float(w[0]), root, first, tolerance=tolerance)
+        x = root_two_passes(y[0], float(w[0]), root, first, tolerance=tolerance, held=hold)
         return None if x is None else (x[None, :], ROOT_TWO_PASS)
     chunk = [_chunk_marginal(g, a, v) for _, g, a, v in marginals]
     xs, settled = chunk_two_passes(
@@ -158,6 +164,7 @@ def _two_passes(
         first,
         tolerance=tolerance,
         max_iter=MAX_STEPS,
+        held=hold,
     )
     if not settled[0]:
         log.info("the multipass Newton passes did not settle a family of %d x %d", *y.shape)

@@ -96,7 +96,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 import numpy as np
@@ -200,6 +200,10 @@ class Fitter(Protocol):
         """Per family, the largest of ``values`` (a targets-shaped array)."""
         ...
 
+    def only(self, marginals: Sequence[int]) -> Fitter:
+        """The same layout over the marginals numbered ``marginals`` only, in that order."""
+        ...
+
 
 @dataclass(frozen=True)
 class RootFitter:
@@ -248,6 +252,9 @@ class RootFitter:
 
     def largest(self, values: np.ndarray) -> np.ndarray:
         return np.asarray(np.abs(values).max(initial=0.0))
+
+    def only(self, marginals: Sequence[int]) -> RootFitter:
+        return replace(self, groups=tuple(self.groups[m] for m in marginals))
 
 
 @dataclass(frozen=True)
@@ -305,6 +312,13 @@ class ChunkFitter:
         Q = values.shape[0]
         return np.abs(values).reshape(Q, -1).max(axis=1, initial=0.0)
 
+    def only(self, marginals: Sequence[int]) -> ChunkFitter:
+        return replace(
+            self,
+            groups=tuple(self.groups[m] for m in marginals),
+            widths=tuple(self.widths[m] for m in marginals),
+        )
+
 
 @dataclass(frozen=True)
 class TwoPassResult:
@@ -324,6 +338,7 @@ def two_passes(
     second: Sequence[Targets] = (),
     *,
     tolerance: float = HELD_EXACTLY,
+    held: Sequence[int] | None = None,
 ) -> TwoPassResult:
     """Pass 1 by proximal point, pass 2 holding its answers (module docstring).
 
@@ -338,6 +353,9 @@ def two_passes(
         first: the first-pass marginals' (targets, weights), weights > 0.
         second: the other marginals' (targets, weights): fitted in pass 2 only.
         tolerance: how far a held answer may be from pass 1's (absolute).
+        held: the positions in ``first`` of the marginals pass 2 holds (None: all); the
+            others shape pass 1 only (``LevelStrategy.held``: the DHC ordering's pass 2
+            holds one of its nine first-pass marginals).
     """
     w = np.asarray(w, dtype=float)
     eps = PROX_SHARE * np.minimum.reduce([np.asarray(v, dtype=float) for _, v in first])
@@ -388,9 +406,13 @@ def two_passes(
         if np.any(failed):
             mu = fitter.forget(mu, ok)
     settled &= done
+    keep = list(range(n_first)) if held is None else list(held)
+    u = [u[m] for m in keep]
     size = np.maximum.reduce([fitter.largest(a) for a in u])
-    x, held, rounds, off = _hold(fitter, x, y, w, u, second, settled, tolerance, size)
-    settled &= held
+    # pass 2's layout: the held marginals, then ``second``'s (the others drop out)
+    pass2 = fitter.only([*keep, *range(n_first, n_first + len(second))])
+    x, kept, rounds, off = _hold(pass2, x, y, w, u, second, settled, tolerance, size)
+    settled &= kept
     log.info(
         "multipass: %d of %d famil(ies) settled; %d proximal step(s), %d hold round(s), "
         "held answers within %.3g",
@@ -557,6 +579,7 @@ def chunk_two_passes(
     *,
     tolerance: float = HELD_EXACTLY,
     max_iter: int = NEWTON_STEPS,
+    held: Sequence[int] | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Both passes for a chunk's Q families (``batched.marginals``' layout).
 
@@ -566,6 +589,7 @@ def chunk_two_passes(
             with positive weights; a family with a zero one is reported unsettled).
         tolerance: how far a held answer may be from pass 1's.
         max_iter: Newton steps a solve may take.
+        held: the positions in ``first`` of the marginals pass 2 holds (None: all).
 
     Returns:
         x (Q, k, W) and per family whether both passes settled.
@@ -587,6 +611,7 @@ def chunk_two_passes(
         targets[: len(first)],
         targets[len(first) :],
         tolerance=tolerance,
+        held=held,
     )
     return res.x, res.settled & positive
 
@@ -600,9 +625,11 @@ def root_two_passes(
     hi: float = np.inf,
     *,
     tolerance: float = HELD_EXACTLY,
+    held: Sequence[int] | None = None,
 ) -> np.ndarray | None:
     """Both passes at the root (bounds ``lo <= sum x <= hi`` on its total), or None when a
-    first-pass weight is not positive or they do not settle (the general path then solves)."""
+    first-pass weight is not positive or they do not settle (the general path then solves);
+    ``held``: the positions in ``first`` of the marginals pass 2 holds (None: all)."""
     if any(marginals[m].weight <= 0 for m in first):
         return None
     order = [*first, *(m for m in range(len(marginals)) if m not in first)]
@@ -616,5 +643,6 @@ def root_two_passes(
         targets[: len(first)],
         targets[len(first) :],
         tolerance=tolerance,
+        held=held,
     )
     return res.x if bool(res.settled) else None

@@ -32,12 +32,15 @@ under ``das_decennial/``:
   ``x1`` the first pass's solution and ``tol`` the smallest tolerance those constraints allow
   (an LP; about 0, since ``x1`` is feasible) plus the solver's constraint residual plus the
   slack. So the second pass may move each held answer by about 0.1: ``hold_slack`` below,
-  the strategy's ``multipass_tolerance``. Not expressed here: that optimizer holds only the
-  queries its constrain-to ordering names, and the production ordering
-  (``dhcp_strategies.DecompTestStrategyRegularOrderingDHCP_20220811_exp_21_1``,
-  ``L2_CONSTRAIN_TO_QUERY_ORDERING``) names one of the nine, ``relgq * age_40_groups *
-  hispanic * cenrace * sex``; this engine's ``first_pass`` holds all nine, so its second
-  pass is more constrained than production's.
+  the strategy's ``multipass_tolerance``. That optimizer holds only the queries its
+  constrain-to ordering names: the production ordering (``person_US.ini`` line 12,
+  ``query_ordering = test_strategy_regular_ordering_dhcp_20220811_exp_21_1``;
+  ``dhcp_strategies.py`` lines 434-453,
+  ``DecompTestStrategyRegularOrderingDHCP_20220811_exp_21_1``) fits the marginals in pass 0
+  of ``L2_QUERY_ORDERING`` (lines 438-448) but its ``L2_CONSTRAIN_TO_QUERY_ORDERING`` pass 0
+  (line 452) names one of them, ``relgq * age_40_groups * hispanic * cenrace * sex``. So the
+  preset's levels hold that one (``LevelStrategy.held``, ``_HELD``); the other eight shape
+  the first pass only, and the second pass fits ``detailed`` free of their answers.
 - The schema ``DHCP_SCHEMA`` (``programs/schema/schemas/schemamaker.py``): relgq (42) x sex (2)
   x age (116) x hispanic (2) x cenrace (63) = 1,227,744 cells. The recodes the queries use
   are copied from ``programs/schema/attributes/age.py`` (``recodeAge18_64_116``,
@@ -118,6 +121,8 @@ _DAS_QUERIES = (
     "relgq * age_40_groups * hispanic * cenrace * sex",
     "detailed",
 )
+#: The one first-pass query production's second pass holds (module docstring's sources).
+_HELD = "relgq * age_40_groups * hispanic * cenrace * sex"
 #: Each DAS term (an attribute or a recode) in this engine's syntax.
 _TERM = {
     "relgq": "RELGQ",
@@ -275,6 +280,8 @@ DHCP = ProductionStrategy(
     budgets=tuple(sum(_ALLOCATIONS[g]) * _UNIT for g in DHCP_GEOLEVELS),
     queries={g: _queries(g) for g in DHCP_GEOLEVELS},
     first_pass={g: tuple(_query(q) for q in _DAS_QUERIES[:-1]) for g in DHCP_GEOLEVELS},
+    # dhcp_strategies.py line 452: L2_CONSTRAIN_TO_QUERY_ORDERING's pass 0 holds this one
+    held={g: (_query(_HELD),) for g in DHCP_GEOLEVELS},
     default_geolevels=("State", "County", "Tract_Subset", "Block_Group", "Block"),
     # person_US.ini line 160, opt_tol_slack = 0.1, with line 141's opt_tol tolerance type
     hold_slack=0.1,
@@ -304,7 +311,8 @@ def census2020_dhcp(
         geolevels: the source level each hierarchy column stands for, top down (a
             subsequence of ``DHCP_GEOLEVELS[1:]``).
         multipass: fit the nine marginals first and ``detailed`` after, as production did,
-            the second pass holding each first-pass answer within production's 0.1
+            the second pass holding the answers of one of them (``relgq * age_40_groups *
+            hispanic * cenrace * sex``, production's constrain-to ordering) within its 0.1
             (``Strategy.multipass_tolerance``; the module's sources). Under the ``auto`` L2
             solver both passes run on the matrix-free Newton iterations
             (``topdown.estimation.multipass_newton``); where those do not apply (a named L2
@@ -332,6 +340,8 @@ def census2020_dhcp(
         'US > State > County > Tract_Subset'
         >>> strategy.multipass_tolerance
         0.1
+        >>> strategy.levels[0].held
+        ('RELGQ x AGE:age_40_groups x HISPANIC x CENRACE x SEX',)
     """
     cols = data_columns(DHCP.name, DHCP_COLUMNS, columns)
     return schema_and_strategy(

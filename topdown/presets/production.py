@@ -51,6 +51,9 @@ class ProductionStrategy:
             answer (its ``opt_tol_slack``: the DAS holds ``|Q x - cached| <= tol``, ``tol``
             the smallest the constraints allow plus this slack); with multipass it becomes
             ``Strategy.multipass_tolerance``. None: the engine's default hold.
+        held: per geolevel, the first-pass queries the source's later pass holds (its
+            constrain-to ordering; ``LevelStrategy.held``); a geolevel not named holds all of
+            its first pass.
     """
 
     name: str
@@ -61,6 +64,7 @@ class ProductionStrategy:
     first_pass: Mapping[str, tuple[str, ...]]
     default_geolevels: tuple[str, ...]
     hold_slack: float | None = None
+    held: Mapping[str, tuple[str, ...]] | None = None
 
     @property
     def total(self) -> Fraction:
@@ -104,8 +108,9 @@ def build_strategy(
     levels = []
     for geolevel in (source.geolevels[0], *mapped):
         first = source.first_pass.get(geolevel, ()) if multipass else ()
+        held = source.held.get(geolevel) if first and source.held is not None else None
         levels.append(
-            LevelStrategy(source.budget(geolevel) * scale, source.queries[geolevel], first)
+            LevelStrategy(source.budget(geolevel) * scale, source.queries[geolevel], first, held)
         )
     omitted = [g for g in below if g not in mapped]
     unspent = sum((source.budget(g) * scale for g in omitted), Fraction(0))

@@ -7,7 +7,8 @@ Layout (see ``topdown/data/default.toml`` for a commented example)::
     [schema]     hierarchy = [...], geography (the published units: a file or inline tables,
                  see topdown.product.config_geography),
                  [[schema.attributes]] name, column, values | range | bins, labels, recodes
-    [strategy]   mechanism, neighbouring, budgets + queries + first_pass, or [[strategy.levels]];
+    [strategy]   mechanism, neighbouring, budgets + queries + first_pass
+                 + held, or [[strategy.levels]];
                  or preset (a Census production strategy: topdown.product.config_preset)
     [[constraints]]                    # see topdown.product.config_constraints
     [estimation] method ("blue" | "topdown")
@@ -256,6 +257,7 @@ class RunConfig:
                 "queries": {q.name: str(s) for q, s in ls.queries},
                 "first_pass": list(ls.first_pass),
             }
+            | ({} if ls.held == ls.first_pass else {"held": list(ls.held or ())})
             for ls in self.strategy.levels
         ]
         return {
@@ -598,6 +600,7 @@ def _strategy(spec: Mapping, schema: Schema, fail: _Fail, bad: _Bad) -> Strategy
             "budgets",
             "queries",
             "first_pass",
+            "held",
             "levels",
             "multipass_tolerance",
         },
@@ -621,10 +624,10 @@ def _strategy(spec: Mapping, schema: Schema, fail: _Fail, bad: _Bad) -> Strategy
             "[[strategy.levels]]",
         )
     if "levels" in spec:
-        if "queries" in spec or "first_pass" in spec:
+        if "queries" in spec or "first_pass" in spec or "held" in spec:
             bad(
                 "strategy.queries",
-                "with [[strategy.levels]], give queries and first_pass per level",
+                "with [[strategy.levels]], give queries, first_pass and held per level",
             )
         raw_levels = spec["levels"]
         if not isinstance(raw_levels, list):
@@ -633,11 +636,17 @@ def _strategy(spec: Mapping, schema: Schema, fail: _Fail, bad: _Bad) -> Strategy
         for i, lv in enumerate(raw_levels):
             if not isinstance(lv, Mapping):
                 bad(f"strategy.levels[{i}]", f"must be a table; got {lv!r}")
-            _known(lv, {"budget", "queries", "first_pass"}, f"strategy.levels[{i}]", bad)
+            _known(lv, {"budget", "queries", "first_pass", "held"}, f"strategy.levels[{i}]", bad)
             if "budget" not in lv:
                 bad(f"strategy.levels[{i}].budget", "is required")
             levels.append(
-                (f"strategy.levels[{i}]", lv["budget"], lv.get("queries"), lv.get("first_pass", []))
+                (
+                    f"strategy.levels[{i}]",
+                    lv["budget"],
+                    lv.get("queries"),
+                    lv.get("first_pass", []),
+                    lv.get("held"),
+                )
             )
     else:
         budgets = spec["budgets"]
@@ -647,7 +656,13 @@ def _strategy(spec: Mapping, schema: Schema, fail: _Fail, bad: _Bad) -> Strategy
                 f"must be a list, one budget per level, root first; got {budgets!r}",
             )
         levels = [
-            (f"strategy.budgets[{i}]", b, spec.get("queries"), spec.get("first_pass", []))
+            (
+                f"strategy.budgets[{i}]",
+                b,
+                spec.get("queries"),
+                spec.get("first_pass", []),
+                spec.get("held"),
+            )
             for i, b in enumerate(budgets)
         ]
     if len(levels) != n:
@@ -658,7 +673,7 @@ def _strategy(spec: Mapping, schema: Schema, fail: _Fail, bad: _Bad) -> Strategy
             f"{list(schema.hierarchy)}): one per level, root first",
         )
     out = []
-    for key, budget, queries, first_pass in levels:
+    for key, budget, queries, first_pass, held in levels:
         bkey = key if key.startswith("strategy.budgets") else f"{key}.budget"
         try:
             b = parse_budget(budget, "budget")
@@ -675,12 +690,11 @@ def _strategy(spec: Mapping, schema: Schema, fail: _Fail, bad: _Bad) -> Strategy
                     f"(share {share}); {budget_bounds.budget_range_rule()}",
                 )
         try:
-            out.append(LevelStrategy(b, qs, tuple(first_pass)))
+            out.append(LevelStrategy(b, qs, tuple(first_pass), held))
         except ValueError as err:
-            raise fail(
-                qkey if "first_pass" not in str(err) else qkey.replace("queries", "first_pass"),
-                str(err),
-            ) from None
+            text = str(err)
+            name = "held" if text.startswith("held") else "first_pass"
+            raise fail(qkey if name not in text else qkey.replace("queries", name), text) from None
     try:
         return Strategy(
             tuple(out),

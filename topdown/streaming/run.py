@@ -104,7 +104,7 @@ from topdown.measurement.tree import Tree
 from topdown.outputs.ledger import ledger_document
 from topdown.release import Release
 from topdown.schema import Schema
-from topdown.strategy import Strategy
+from topdown.strategy import Strategy, held_subsets
 from topdown.streaming.inputs import (
     partitions_by_node,
     public_tree,
@@ -251,6 +251,7 @@ def release_streamed(
         solver_options=dict(solver_options),
         failsafe=failsafe,
         multipass_tolerance=strategy.multipass_tolerance or MULTIPASS_TOLERANCE,
+        multipass_held=held_subsets(strategy),
     )
     first_pass = {i: ls.first_pass for i, ls in enumerate(strategy.levels)}
     # the working folder is named after this process: a run killed with SIGKILL cannot

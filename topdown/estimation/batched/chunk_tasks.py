@@ -58,6 +58,8 @@ class ChunkTask:
         first_marginals: the indices in ``marginals`` of another multipass first pass
             (``topdown.estimation.multipass_newton``), else empty.
         hold_tolerance: how far pass 2 may move pass 1's answers (with ``first_marginals``).
+        held_marginals: the indices in ``marginals`` of those of ``first_marginals`` whose
+            answers pass 2 holds (None: all of them; ``LevelStrategy.held``).
         rounding: also run the rounding pass (else the L2 answers come back).
         controlled: the rounding holds each child's total within a unit of its L2 total.
     """
@@ -73,10 +75,18 @@ class ChunkTask:
     first_total: int | None = None
     first_marginals: tuple[int, ...] = ()
     hold_tolerance: float = HELD_EXACTLY
+    held_marginals: tuple[int, ...] | None = None
     rounding: bool = True
     controlled: bool = True
 
     def __post_init__(self) -> None:
+        if self.held_marginals is not None and not set(self.held_marginals) <= set(
+            self.first_marginals
+        ):
+            raise ValueError(
+                f"held_marginals ({self.held_marginals}) must be among first_marginals "
+                f"({self.first_marginals}): pass 2 holds only answers pass 1 fitted"
+            )
         if self.first_total is not None and not 0 <= self.first_total < len(self.marginals):
             raise ValueError(
                 f"first_total ({self.first_total}) must index the {len(self.marginals)} marginals"
@@ -132,6 +142,7 @@ def chunk_task(
     first_total: int | None = None,
     first_marginals: tuple[int, ...] = (),
     hold_tolerance: float = HELD_EXACTLY,
+    held_marginals: tuple[int, ...] | None = None,
     rounding: bool = True,
     controlled: bool = True,
 ) -> ChunkTask:
@@ -149,9 +160,15 @@ def chunk_task(
         first_total=first_total,
         first_marginals=first_marginals,
         hold_tolerance=hold_tolerance,
+        held_marginals=held_marginals,
         rounding=rounding,
         controlled=controlled,
     )
+
+
+def held_positions(first: tuple[int, ...], held: tuple[int, ...] | None) -> list[int] | None:
+    """The positions in ``first`` of the marginals ``held`` (None: all of them)."""
+    return None if held is None else [j for j, m in enumerate(first) if m in held]
 
 
 def solve_chunk(task: ChunkTask) -> ChunkResult:
@@ -172,6 +189,7 @@ def solve_chunk(task: ChunkTask) -> ChunkResult:
             task.marginals,
             task.first_marginals,
             tolerance=task.hold_tolerance,
+            held=held_positions(task.first_marginals, task.held_marginals),
         )
     elif task.marginals:
         x, settled = marginal_newton_chunk(task.noisy, p, task.weights, task.marginals)

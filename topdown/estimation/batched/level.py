@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import scipy.sparse as sp
 
-from topdown.estimation.batched.chunk_tasks import chunk_task, solve_chunk
+from topdown.estimation.batched.chunk_tasks import chunk_task, held_positions, solve_chunk
 from topdown.estimation.batched.families import detailed_only, level_chunks
 from topdown.estimation.batched.marginals import MARGINAL_NEWTON, LevelMarginal
 from topdown.estimation.batched.total import DUAL_NEWTON
@@ -67,6 +67,14 @@ class LevelInputs:
     first_pass: tuple[int, ...]
     book: NodeConstraints
     options: EstimateOptions
+
+    @property
+    def held(self) -> tuple[int, ...]:
+        """The indices of the first-pass measurements the second pass holds
+        (``LevelStrategy.held``; all of ``first_pass`` unless the strategy names some)."""
+        first = tuple(self.measurements[i].query.name for i in self.first_pass)
+        names = self.options.held(self.level, first)
+        return tuple(i for i in self.first_pass if self.measurements[i].query.name in names)
 
     @classmethod
     def of(
@@ -140,6 +148,7 @@ class _Fit:
     total_weights: np.ndarray | None = None
     marginals: tuple[LevelMarginal, ...] = ()
     first_total: int | None = None  # the marginal a multipass first pass fits alone
+    held_marginals: tuple[int, ...] | None = None  # those of first_marginals pass 2 holds
     first_marginals: tuple[int, ...] = ()  # the marginals of another first pass
 
 
@@ -183,6 +192,7 @@ def batch_level(
             first_total=fit.first_total,
             first_marginals=fit.first_marginals,
             hold_tolerance=options.multipass_tolerance,
+            held_marginals=fit.held_marginals,
             rounding=rounding,
             controlled=options.controlled_rounding,
         )
@@ -272,6 +282,7 @@ def _root(inputs: LevelInputs) -> Batch:
             fit.first_marginals,
             *bounds,
             tolerance=inputs.options.multipass_tolerance,
+            held=held_positions(fit.first_marginals, fit.held_marginals),
         )
     elif fit.marginals:
         solver = ROOT_NEWTON
@@ -376,11 +387,14 @@ def _batched_fit(inputs: LevelInputs) -> _Fit | None:
     kept = [i for i, v in enumerate(variances) if not np.all(np.isinf(v))]
     others, variances = [others[i] for i in kept], [variances[i] for i in kept]
     first: tuple[int, ...] = ()  # the first pass's positions among the marginals fitted
+    held: tuple[int, ...] = ()  # those the second pass holds
     if isinstance(first_names, tuple):
         names = [m.query.name for m, _ in others]
         if not all(name in names for name in first_names):
             return None  # a first pass of no weight: the per-family path decides
         first = tuple(names.index(name) for name in first_names)
+        holds = inputs.options.held(inputs.level, first_names)
+        held = tuple(names.index(name) for name in first_names if name in holds)
     if not others:
         return _Fit("closed_form", cells.noisy, precision(v_cells))
     if not all(np.all(v > 0) for v in variances):
@@ -405,6 +419,7 @@ def _batched_fit(inputs: LevelInputs) -> _Fit | None:
         marginals=marginals,
         first_total=first[0] if total_alone else None,
         first_marginals=() if total_alone else first,
+        held_marginals=None if total_alone or held == first else held,
     )
 
 
