@@ -233,3 +233,38 @@ def test_a_release_passes_each_level_its_subset(monkeypatch):
     every = tuple(LevelStrategy(Fraction(1, 4), _QUERIES, _FIRST) for _ in range(4))
     release(df, schema, Strategy(every), seed=1, estimator="topdown")
     assert seen and all(h is None or list(h) == [0, 1] for h in seen), seen  # type: ignore[call-overload]
+
+
+@pytest.mark.extra("parquet")
+def test_a_streamed_release_passes_each_level_its_subset(monkeypatch, tmp_path: Path):
+    """The streamed release (``topdown.streaming.run``) builds its own estimation options:
+    they carry the subset too (ignoring it there fails this)."""
+    from tests.test_stream import QUIET, SCHEMA, _geography, _records
+    from topdown.streaming.run import release_streamed
+
+    seen: list[object] = []
+    real = multipass_newton.two_passes
+
+    def spy(*args, **kwargs):
+        seen.append(kwargs.get("held"))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(multipass_newton, "two_passes", spy)
+    queries = tuple((Query.parse(q), Fraction(1, 3)) for q in ("detailed", "AGE", "SEX"))
+    levels = tuple(
+        LevelStrategy(Fraction(1, 2), queries, ("AGE", "SEX"), ("SEX",)) for _ in range(5)
+    )
+    geo = _geography()
+    rel = release_streamed(
+        _records(geo, n=600),
+        SCHEMA,
+        Strategy(levels),
+        stream_by="COUNTY",
+        out=tmp_path / "release",
+        geography=geo,
+        seed=3,
+        estimator="topdown",
+        progress=QUIET,
+    )
+    assert rel.check_correctness().ok
+    assert seen and all(list(h) == [1] for h in seen), seen  # type: ignore[call-overload]
