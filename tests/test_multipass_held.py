@@ -10,6 +10,7 @@ import dataclasses
 import json
 from fractions import Fraction
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -167,9 +168,12 @@ def test_the_strategy_checks_held():
     def level(held):
         return LevelStrategy(Fraction(1), _QUERIES, _FIRST, held)
 
-    assert level(None).held == _FIRST  # the default: all of the first pass
-    assert level(["SEX", "SEX x AGE"]).held == _FIRST  # first_pass's order
-    assert level(("SEX",)).held == ("SEX",)
+    assert level(None).holds == _FIRST and level(None).held is None  # the default: all
+    assert level(["SEX", "SEX x AGE"]).held is None  # all of it, named: the default
+    assert level(("SEX",)).held == level(("SEX",)).holds == ("SEX",)
+    # a first pass replaced: the default holds all of the new one
+    assert dataclasses.replace(level(None), first_pass=("SEX",)).holds == ("SEX",)
+    assert dataclasses.replace(level(None), first_pass=()).holds == ()
     with pytest.raises(StrategyError, match=r"held names \['AGE'\] that are not in first_pass"):
         level(("AGE",))
     with pytest.raises(StrategyError, match=r"held \(\[\]\) must name at least one"):
@@ -216,7 +220,7 @@ def test_a_release_passes_each_level_its_subset(monkeypatch):
     from benchmarks.synthetic import synthetic
     from topdown import release
 
-    seen: list[object] = []
+    seen: list[Any] = []
     real = multipass_newton.two_passes
 
     def spy(*args, **kwargs):
@@ -228,11 +232,11 @@ def test_a_release_passes_each_level_its_subset(monkeypatch):
     levels = tuple(LevelStrategy(Fraction(1, 4), _QUERIES, _FIRST, ("SEX",)) for _ in range(4))
     rel = release(df, schema, Strategy(levels), seed=1, estimator="topdown")
     assert rel.check_correctness().ok
-    assert len(seen) >= 4 and all(list(h) == [1] for h in seen), seen  # type: ignore[call-overload]
+    assert len(seen) >= 4 and all(list(h) == [1] for h in seen), seen
     seen.clear()
     every = tuple(LevelStrategy(Fraction(1, 4), _QUERIES, _FIRST) for _ in range(4))
     release(df, schema, Strategy(every), seed=1, estimator="topdown")
-    assert seen and all(h is None or list(h) == [0, 1] for h in seen), seen  # type: ignore[call-overload]
+    assert seen and all(h is None or list(h) == [0, 1] for h in seen), seen
 
 
 @pytest.mark.extra("parquet")
@@ -242,7 +246,7 @@ def test_a_streamed_release_passes_each_level_its_subset(monkeypatch, tmp_path: 
     from tests.test_stream import QUIET, SCHEMA, _geography, _records
     from topdown.streaming.run import release_streamed
 
-    seen: list[object] = []
+    seen: list[Any] = []
     real = multipass_newton.two_passes
 
     def spy(*args, **kwargs):
@@ -267,4 +271,4 @@ def test_a_streamed_release_passes_each_level_its_subset(monkeypatch, tmp_path: 
         progress=QUIET,
     )
     assert rel.check_correctness().ok
-    assert seen and all(list(h) == [1] for h in seen), seen  # type: ignore[call-overload]
+    assert seen and all(list(h) == [1] for h in seen), seen

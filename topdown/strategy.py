@@ -49,7 +49,9 @@ class LevelStrategy:
         first_pass: names of the queries the first estimation pass fits (multipass); empty
             means a single pass over all queries.
         held: names of the first-pass queries whose answers the second pass holds (within
-            the strategy's ``multipass_tolerance``); None: all of ``first_pass``. The Census
+            the strategy's ``multipass_tolerance``), in ``first_pass``'s order; None: all of
+            ``first_pass`` (stored as None when it names them all, so a strategy with a
+            first pass replaced keeps holding all of the new one; ``holds``: the names). The Census
             Bureau's DHC ordering fits nine marginals first but holds one of them
             (``topdown.presets.census2020_dhcp``); the others only shaped the first pass.
     """
@@ -83,12 +85,18 @@ class LevelStrategy:
         object.__setattr__(self, "first_pass", tuple(self.first_pass))
         object.__setattr__(self, "held", _held(self.held, self.first_pass))
 
+    @property
+    def holds(self) -> tuple[str, ...]:
+        """The names of the first-pass queries the second pass holds."""
+        return self.first_pass if self.held is None else self.held
 
-def _held(held: Sequence[str] | None, first_pass: tuple[str, ...]) -> tuple[str, ...]:
+
+def _held(held: Sequence[str] | None, first_pass: tuple[str, ...]) -> tuple[str, ...] | None:
     """``LevelStrategy.held`` checked against ``first_pass``: None is all of it; otherwise a
-    non-empty subset (a second pass holding nothing would make the first pass moot)."""
+    non-empty subset (a second pass holding nothing would make the first pass moot), None
+    when it is all of it."""
     if held is None:
-        return first_pass
+        return None
     if isinstance(held, (str, bytes)) or not isinstance(held, Sequence):
         raise StrategyError(f"held ({held!r}) must be a list of first_pass query names")
     held = tuple(held)
@@ -105,7 +113,8 @@ def _held(held: Sequence[str] | None, first_pass: tuple[str, ...]) -> tuple[str,
         )
     if len(set(held)) != len(held):
         raise StrategyError(f"held ({list(held)}) repeats a name: list each once")
-    return tuple(q for q in first_pass if q in held)  # first_pass's order
+    ordered = tuple(q for q in first_pass if q in held)  # first_pass's order
+    return None if ordered == first_pass else ordered
 
 
 @dataclass(frozen=True)
@@ -211,7 +220,7 @@ class Strategy:
                     "queries": [{"query": q.name, "share": str(s)} for q, s in ls.queries],
                     "first_pass": list(ls.first_pass),
                 }
-                | ({} if ls.held == ls.first_pass else {"held": list(ls.held or ())})
+                | ({} if ls.held is None else {"held": list(ls.held)})
                 for i, ls in enumerate(self.levels)
             ],
         }
@@ -241,9 +250,7 @@ class Strategy:
 def held_subsets(strategy: Strategy) -> tuple[tuple[int, tuple[str, ...]], ...]:
     """Per level whose second pass holds only some of its first pass, (level, names held)
     (``EstimateOptions.multipass_held``)."""
-    return tuple(
-        (i, ls.held or ()) for i, ls in enumerate(strategy.levels) if ls.held != ls.first_pass
-    )
+    return tuple((i, ls.held) for i, ls in enumerate(strategy.levels) if ls.held is not None)
 
 
 def parse_budget(value: Any, name: str) -> Fraction:

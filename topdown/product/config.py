@@ -257,7 +257,7 @@ class RunConfig:
                 "queries": {q.name: str(s) for q, s in ls.queries},
                 "first_pass": list(ls.first_pass),
             }
-            | ({} if ls.held == ls.first_pass else {"held": list(ls.held or ())})
+            | ({} if ls.held is None else {"held": list(ls.held)})
             for ls in self.strategy.levels
         ]
         return {
