@@ -80,6 +80,14 @@ path's (Clarabel, the same tolerance). Pass 1 need only be as accurate as the bo
 it stops when no answer moved by more than ``PROX_OF_HOLD`` (a hundredth) of the tolerance
 in a proximal step (or the relative ``PROX_TOLERANCE``, whichever is larger).
 
+Which first-pass answers pass 2 holds: the queries of the DAS's constrain-to ordering, not
+all of pass 1's. The DHC ordering (``programs/strategies/dhcp_strategies.py`` lines 434-453,
+``DecompTestStrategyRegularOrderingDHCP_20220811_exp_21_1``) fits nine marginals in pass 0 but
+constrains pass 1 to one of them (``L2_CONSTRAIN_TO_QUERY_ORDERING``, line 452). So
+``two_passes`` takes ``held``, the positions among ``first`` that pass 2 holds
+(``LevelStrategy.held``; None: all): pass 2 runs on a fitter over those marginals and
+``second``'s only (``Fitter.only``), the others having shaped pass 1 alone.
+
 A family is given up (the general path) when a round fails at the lowest ``V`` or
 ``HOLD_ROUNDS`` rounds do not hold it.
 
@@ -88,8 +96,8 @@ The tolerance the answer satisfies, checked on the answer returned: every held a
 (the Newton iterations stop at a KKT residual of 1e-10 of their terms, so an absolute 1e-6 is
 out of reach on answers above about 1e4), where ``u*`` is pass 1's answer as above. The
 general path holds an interior-point pass 1 within the tolerance;
-``tests/test_multipass_marginals.py`` (held) and ``tests/test_multipass_slack.py`` (0.1)
-compare the two on small product domains.
+``tests/test_multipass_marginals.py`` (held), ``tests/test_multipass_slack.py`` (0.1) and
+``tests/test_multipass_held.py`` (a subset held) compare the two on small product domains.
 """
 
 from __future__ import annotations
