@@ -18,10 +18,10 @@ detailed-only's, the ratio the issue's target reads (at most 2.5x wall).
 
 * ``preset``: ``topdown.presets.census2020_dhcp`` over STATE > COUNTY > TRACT (the root stands
   for the US, with its one child the state: the production budgets of US, State, County and
-  Tract_Subset), ten queries a level, fitted in one pass (``multipass=False``: production's
-  first pass of the nine marginals is a constrained problem only the general solvers take, a
-  QP over 42 x 1.2 million variables a tract family; one pass goes to the matrix-free Newton
-  route of ``topdown.estimation.family_newton``);
+  Tract_Subset), ten queries a level, fitted as production did in two passes (the preset's
+  ``multipass=True``: the nine marginals, then ``detailed`` holding their answers; the Newton
+  passes of ``topdown.estimation.multipass_newton``), or in one pass with ``--multipass off``
+  (the row ``preset 1-pass``), or both with ``--multipass both``;
 * ``detailed``: the detailed histogram alone with each level's rho the preset's (the same
   total), discrete Gaussian, ``replace_one`` neighbours as the preset;
 
@@ -38,7 +38,7 @@ seeds and their paired difference (mean and standard error over the seeds).
 Run from the repository root:
 
     python benchmarks/bench_dhc.py [--persons 100000] [--seed 0] [--strategy four|preset]
-        [--estimator blue|topdown] [--only-detailed] [--metrics]
+        [--estimator blue|topdown] [--multipass on|off|both] [--only-detailed] [--metrics]
         [--compare-estimators [--seeds 3]] [--executor serial|processes|dask [--workers 2]]
         [--dense-check] [--multipass-check [--seeds 5]]
 
@@ -109,12 +109,15 @@ SMALL = {
 DENSE_CHECK = {"auto": "auto", "highs": {"l2": "highs"}}
 PRESET_HIERARCHY = ("STATE", "COUNTY", "TRACT")
 FOUR = ("detailed", "total", "SEX x AGE", "HISPANIC x CENRACE")
+#: ``--multipass``'s choices: the preset's rows they run (two passes as production, or one)
+PRESET_ROWS = {"on": ("preset",), "off": ("preset 1-pass",), "both": ("preset", "preset 1-pass")}
 
 
 def _preset(name: str) -> tuple[Schema, Strategy]:
-    """``census2020_dhcp`` to the tract, or detailed-only with the same rho at every level."""
-    schema, preset = census2020_dhcp(PRESET_HIERARCHY, multipass=False)
-    if name == "preset":
+    """``census2020_dhcp`` to the tract (``preset``: two passes, the preset's default;
+    ``preset 1-pass``: one), or detailed-only with the same rho at every level."""
+    schema, preset = census2020_dhcp(PRESET_HIERARCHY, multipass=name != "preset 1-pass")
+    if name.startswith("preset"):
         return schema, preset
     detailed = tuple(LevelStrategy(ls.budget) for ls in preset.levels)
     return schema, Strategy(detailed, preset.mechanism, preset.neighbouring)
@@ -193,6 +196,8 @@ def _run(
 ) -> dict:
     """One release in this (child) process: its figures; with ``metrics``, then its accuracy
     metrics against the records (``Release.metrics``), timed apart and inside the peak."""
+    # the release's progress (each level's solvers) on this child process's stderr
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     if small:
         records, geography, schema = _small_state(persons, seed)
         strategy = _strategy("four queries", len(HIERARCHY) + 1, multipass)
@@ -271,9 +276,10 @@ def _in_process(name: str, persons: int, seed: int, **options: Any) -> dict | No
 
 
 def _compare_estimators(persons: int, seeds: range) -> int:
-    """The preset under ``"blue"`` and ``"topdown"`` for each seed, back to back."""
+    """The preset in one pass (``preset 1-pass``) under ``"blue"`` and ``"topdown"`` for each
+    seed, back to back."""
     runs = {e: {"preset": True, "estimator": e} for e in ("blue", "topdown")}
-    return _paired("preset", runs, persons, seeds)
+    return _paired("preset 1-pass", runs, persons, seeds)
 
 
 def _paired(name: str, runs: dict[str, dict], persons: int, seeds: range) -> int:
@@ -319,13 +325,13 @@ def _paired(name: str, runs: dict[str, dict], persons: int, seeds: range) -> int
 def _table(rows: list[dict], workers: bool = False) -> None:
     """The releases' figures, a row each (with the largest worker's peak on an executor)."""
     print(
-        f"{'strategy':<14}{'wall s':>8}{'cpu s':>8}{'blue s':>8}{'peak MiB':>10}"
+        f"{'strategy':<15}{'wall s':>8}{'cpu s':>8}{'blue s':>8}{'peak MiB':>10}"
         + (f"{'worker MiB':>12}" if workers else "")
         + f"{'cells/cpu-s':>13}{'tract SEXxAGE MAE':>19}  L2 solver by level"
     )
     for r in rows:
         print(
-            f"{r['strategy']:<14}{r['wall_s']:>8.1f}{r['cpu_s']:>8.1f}{r['blue_s']:>8.1f}"
+            f"{r['strategy']:<15}{r['wall_s']:>8.1f}{r['cpu_s']:>8.1f}{r['blue_s']:>8.1f}"
             f"{r['peak_MiB']:>10.0f}"
             + (f"{r['peak_worker_MiB']:>12.0f}" if workers else "")
             + f"{r['cells_per_cpu_s']:>13,.0f}{r['tract_sex_age_mae']:>19.3f}  {r['l2']}"
@@ -377,6 +383,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--strategy", choices=("four", "preset"), default="four")
     parser.add_argument(
         "--estimator", choices=("blue", "topdown"), help="release()'s estimator (its default)"
+    )
+    parser.add_argument(
+        "--multipass",
+        choices=tuple(PRESET_ROWS),
+        default="on",
+        help="with --strategy preset: fit it in two passes as production did (on, the "
+        "preset's default), in one (off), or release both",
     )
     parser.add_argument(
         "--only-detailed",
@@ -433,7 +446,16 @@ def main(argv: list[str] | None = None) -> int:
             parser.error("--compare-estimators needs --strategy preset")
         return _compare_estimators(args.persons, range(args.seed, args.seed + args.seeds))
     rows = []
-    names = ["detailed"] + ([] if args.only_detailed else ["preset" if preset else "four queries"])
+    others = list(PRESET_ROWS[args.multipass]) if preset else ["four queries"]
+    names = ["detailed"] + ([] if args.only_detailed else others)
+    if preset and not args.only_detailed:
+        print(
+            "preset estimation: "
+            + ", ".join(
+                f"{n}: {'two passes (multipass=True)' if n == 'preset' else 'one pass'}"
+                for n in others
+            )
+        )
     for name in names:
         row = _in_process(
             name,
@@ -458,16 +480,18 @@ def main(argv: list[str] | None = None) -> int:
             )
     if args.only_detailed:
         return 0
-    detailed, other = rows
-    print(
-        f"{other['strategy']} / detailed: wall {other['wall_s'] / detailed['wall_s']:.2f}x, "
-        f"CPU {other['cpu_s'] / detailed['cpu_s']:.2f}x ({other['tracts']} tracts)"
-    )
+    detailed = rows[0]
+    for other in rows[1:]:
+        print(
+            f"{other['strategy']} / detailed: wall {other['wall_s'] / detailed['wall_s']:.2f}x, "
+            f"CPU {other['cpu_s'] / detailed['cpu_s']:.2f}x ({other['tracts']} tracts)"
+        )
     if preset:
-        print(f"\ntract-level MAE by query{'detailed':>58}{'preset':>10}{'ratio':>8}")
-        for q, d in detailed["tract_mae"].items():
-            p = other["tract_mae"][q]
-            print(f"{q:<82}{d:>10.3f}{p:>10.3f}{p / d:>8.2f}")
+        heads = "".join(f"{r['strategy']:>15}" for r in rows)
+        print(f"\n{'tract-level MAE by query':<77}{heads}")
+        for q in detailed["tract_mae"]:
+            figures = "".join(f"{r['tract_mae'][q]:>15.3f}" for r in rows)
+            print(f"{q:<77}{figures}")
     return 0
 
 

@@ -17,6 +17,7 @@ from topdown.estimation.batched.families import ChunkShape
 from topdown.estimation.batched.marginals import LevelMarginal, Marginal
 from topdown.estimation.batched.multipass import first_pass_totals
 from topdown.estimation.family import FamilyTask, _l2
+from topdown.estimation.passes import EstimateOptions, SolverChoice
 
 # a 2 x 3 x 4 domain (24 cells): the groups of the total and of two marginals
 _AXES = np.indices((2, 3, 4)).reshape(3, -1)
@@ -98,7 +99,9 @@ def _batched(y, p, w, marginals) -> tuple[np.ndarray, bool]:
 
 def _per_family(y, p, w, marginals) -> np.ndarray:
     """The per-family path's two passes (an interior-point solve of each, the totals kept
-    within the default tolerance of 1e-6)."""
+    within the default tolerance of 1e-6): Clarabel named, since under ``auto`` the
+    per-family path now solves them by the Newton passes of
+    ``topdown.estimation.multipass_newton``."""
     k, n = y.shape
     measurements = [(sp.identity(n, format="csr"), y, np.repeat(w[:, None], n, axis=1))]
     for groups, z, v in marginals:
@@ -112,6 +115,7 @@ def _per_family(y, p, w, marginals) -> np.ndarray:
         measurements=tuple(measurements),
         support=np.arange(n),
         first_pass=(1,),
+        options=EstimateOptions(solver=SolverChoice("cvxpy:CLARABEL")),
     )
     x, stats = _l2(task, p)
     assert sum(stats.solved_in("l2").values()) == 2  # the two passes
@@ -199,7 +203,8 @@ def test_release_batches_multipass_and_matches_the_per_family_path(tmp_path):
 
 def test_a_looser_multipass_tolerance_goes_to_the_per_family_path():
     """The batched pass holds pass 1's totals exactly, the optimum of the default tolerance
-    (1e-6) only: a level with a looser one is not batched."""
+    (1e-6) only: a level with a looser one is not batched. A first pass of another marginal
+    is batched by the Newton passes; one with the detailed query is not."""
     import dataclasses
 
     from topdown.estimation.batched.level import LevelInputs, _batched_fit
@@ -226,5 +231,9 @@ def test_a_looser_multipass_tolerance_goes_to_the_per_family_path():
     assert fit is not None and fit.first_total == 0  # the total, first of the marginals
     loose = dataclasses.replace(inputs, options=EstimateOptions(multipass_tolerance=0.5))
     assert _batched_fit(loose) is None
-    other = dataclasses.replace(inputs, first_pass=(2,))  # a first pass of a marginal
-    assert _batched_fit(other) is None
+    # a first pass of another marginal: the Newton passes of multipass_newton
+    other = _batched_fit(dataclasses.replace(inputs, first_pass=(2,)))
+    assert other is not None and other.first_total is None and other.first_marginals == (1,)
+    assert other.solver == "marginal_newton_multipass"
+    # the detailed query in the first pass: the per-family path
+    assert _batched_fit(dataclasses.replace(inputs, first_pass=(0, 1))) is None

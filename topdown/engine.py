@@ -34,8 +34,12 @@ from topdown.estimation.estimators import (
     prepare_blue_by_families,
     prepare_inputs,
 )
-from topdown.estimation.first_pass_limit import check_root_first_pass, first_pass_answers
-from topdown.estimation.passes import check_solver_options
+from topdown.estimation.first_pass_limit import (
+    check_root_first_pass,
+    first_pass_answers,
+    newton_takes_root_first_pass,
+)
+from topdown.estimation.passes import MULTIPASS_TOLERANCE, check_solver_options
 from topdown.estimation.root_total import decide, with_root_total
 from topdown.execution.executors import make_executor
 from topdown.execution.process_memory import hugepage_advice_off
@@ -46,7 +50,7 @@ from topdown.measurement.read import read_data
 from topdown.outputs.microdata import write_table
 from topdown.release import CorrectnessReport, Release
 from topdown.schema import Attribute, Schema
-from topdown.strategy import MECHANISMS, Strategy
+from topdown.strategy import MECHANISMS, Strategy, held_subsets
 from topdown.support.progress import Progress
 from topdown.support.timing import PhaseClock
 
@@ -123,15 +127,18 @@ def release(
     solver_options = check_solver_options(solver_options)  # before any data is read
     for name in choice.named():  # an unknown name is an error now, not after measurement
         solvers.get(name, problem="release(solver=...)")
-    # the root's first pass is a general QP over every cell: too large is an error now, not
-    # after the measurement and the BLUE (topdown.estimation.first_pass_limit)
+    constraints = check_constraint_set(constraints, schema.n_levels)
+    # a root first pass the Newton passes do not take is a general QP over every cell: too
+    # large is an error now, not after the measurement and the BLUE (first_pass_limit)
     check_root_first_pass(
         strategy.levels[0].first_pass,
         schema.domain.size,
         first_pass_answers(strategy.levels[0], schema.domain),
         l2_solver=choice.l2,
+        newton=newton_takes_root_first_pass(
+            strategy.levels[0], schema.domain, constraints, l2_solver=choice.l2, capture=capture
+        ),
     )
-    constraints = check_constraint_set(constraints, schema.n_levels)
     noise = NoiseSource.from_seed(seed)  # checks the seed; a seeded source records a disclosure
     ledger = Ledger(noise)
     if domain_inferred:
@@ -150,6 +157,9 @@ def release(
         solver_options=dict(solver_options),
         failsafe=failsafe,
         capture=capture,
+        # a strategy's own hold (a production preset's slack) over the estimation's default
+        multipass_tolerance=strategy.multipass_tolerance or MULTIPASS_TOLERANCE,
+        multipass_held=held_subsets(strategy),
     )
     first_pass = {i: ls.first_pass for i, ls in enumerate(strategy.levels)}
     with make_executor(executor, workers=workers, address=address, preload=TASK_MODULES) as ex:

@@ -25,7 +25,15 @@ from mechanisms.exact import as_fraction
 from topdown.errors import StrategyError
 from topdown.query import Query
 
-__all__ = ["Query", "LevelStrategy", "Strategy", "MECHANISMS", "NEIGHBOURING", "parse_budget"]
+__all__ = [
+    "Query",
+    "LevelStrategy",
+    "Strategy",
+    "MECHANISMS",
+    "NEIGHBOURING",
+    "held_subsets",
+    "parse_budget",
+]
 
 MECHANISMS = ("discrete_laplace", "discrete_gaussian")
 NEIGHBOURING = ("add_remove", "replace_one")
@@ -40,11 +48,18 @@ class LevelStrategy:
         queries: (query, share) pairs; shares are > 0 and sum to exactly 1.
         first_pass: names of the queries the first estimation pass fits (multipass); empty
             means a single pass over all queries.
+        held: names of the first-pass queries whose answers the second pass holds (within
+            the strategy's ``multipass_tolerance``), in ``first_pass``'s order; None: all of
+            ``first_pass`` (stored as None when it names them all, so a strategy with a
+            first pass replaced keeps holding all of the new one; ``holds``: the names). The Census
+            Bureau's DHC ordering fits nine marginals first but holds one of them
+            (``topdown.presets.census2020_dhcp``); the others only shaped the first pass.
     """
 
     budget: Fraction
     queries: tuple[tuple[Query, Fraction], ...] = ((Query(None), Fraction(1)),)
     first_pass: tuple[str, ...] = ()
+    held: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         queries = tuple((Query.parse(q), parse_budget(s, "share")) for q, s in self.queries)
@@ -68,18 +83,72 @@ class LevelStrategy:
             )
         object.__setattr__(self, "queries", queries)
         object.__setattr__(self, "first_pass", tuple(self.first_pass))
+        object.__setattr__(self, "held", _held(self.held, self.first_pass))
+
+    @property
+    def holds(self) -> tuple[str, ...]:
+        """The names of the first-pass queries the second pass holds."""
+        return self.first_pass if self.held is None else self.held
+
+
+def _held(held: Sequence[str] | None, first_pass: tuple[str, ...]) -> tuple[str, ...] | None:
+    """``LevelStrategy.held`` checked against ``first_pass``: None is all of it; otherwise a
+    non-empty subset (a second pass holding nothing would make the first pass moot), None
+    when it is all of it."""
+    if held is None:
+        return None
+    if isinstance(held, (str, bytes)) or not isinstance(held, Sequence):
+        raise StrategyError(f"held ({held!r}) must be a list of first_pass query names")
+    held = tuple(held)
+    outside = [h for h in held if h not in first_pass]
+    if outside:
+        raise StrategyError(
+            f"held names {outside} that are not in first_pass {list(first_pass)}: the second "
+            "pass holds only answers the first pass fitted"
+        )
+    if first_pass and not held:
+        raise StrategyError(
+            f"held ([]) must name at least one of first_pass {list(first_pass)} (omit it to "
+            "hold them all): a second pass holding nothing leaves the first pass no effect"
+        )
+    if len(set(held)) != len(held):
+        raise StrategyError(f"held ({list(held)}) repeats a name: list each once")
+    ordered = tuple(q for q in first_pass if q in held)  # first_pass's order
+    return None if ordered == first_pass else ordered
 
 
 @dataclass(frozen=True)
 class Strategy:
-    """Per-level strategies (root first), the mechanism and the neighbouring relation."""
+    """Per-level strategies (root first), the mechanism and the neighbouring relation.
+
+    Attributes:
+        multipass_tolerance: how far a multipass second pass may move each first-pass answer
+            (absolute, in counts), for every level with a ``first_pass``; None: the
+            estimation's default (``EstimateOptions.multipass_tolerance``, 1e-6: held). A
+            production preset sets the Census Bureau's slack (``opt_tol_slack``): post-
+            processing, so any value is private; it decides how closely the released
+            marginals follow the first pass's fit.
+    """
 
     levels: tuple[LevelStrategy, ...]
     mechanism: str = "discrete_gaussian"
     neighbouring: str = "add_remove"
     meta: Mapping[str, Any] = field(default_factory=dict, compare=False)
+    multipass_tolerance: float | None = None
 
     def __post_init__(self) -> None:
+        tol = self.multipass_tolerance
+        if tol is not None:
+            if isinstance(tol, bool) or not isinstance(tol, (int, float, Fraction)):
+                raise StrategyError(
+                    f"multipass_tolerance ({tol!r}) must be a number (counts) or None"
+                )
+            if not (np.isfinite(float(tol)) and float(tol) > 0):
+                raise StrategyError(
+                    f"multipass_tolerance ({tol!r}) must be finite and > 0: how far the second "
+                    "pass may move each first-pass answer"
+                )
+            object.__setattr__(self, "multipass_tolerance", float(tol))
         if self.mechanism not in MECHANISMS:
             raise StrategyError(
                 f"mechanism ({self.mechanism!r}) is unknown; known mechanisms are "
@@ -135,7 +204,12 @@ class Strategy:
         return sum((ls.budget for ls in self.levels), Fraction(0))
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        extra = (
+            {}
+            if self.multipass_tolerance is None
+            else {"multipass_tolerance": self.multipass_tolerance}
+        )
+        return extra | {
             "mechanism": self.mechanism,
             "neighbouring": self.neighbouring,
             "budget": self.budget_name,
@@ -146,6 +220,7 @@ class Strategy:
                     "queries": [{"query": q.name, "share": str(s)} for q, s in ls.queries],
                     "first_pass": list(ls.first_pass),
                 }
+                | ({} if ls.held is None else {"held": list(ls.held)})
                 for i, ls in enumerate(self.levels)
             ],
         }
@@ -161,13 +236,21 @@ class Strategy:
                     parse_budget(lv["budget"], f"levels[{i}].budget"),
                     queries or ((Query(None), Fraction(1)),),
                     tuple(lv.get("first_pass", ())),
+                    lv.get("held"),
                 )
             )
         return cls(
             tuple(levels),
             spec.get("mechanism", "discrete_gaussian"),
             spec.get("neighbouring", "add_remove"),
+            multipass_tolerance=spec.get("multipass_tolerance"),
         )
+
+
+def held_subsets(strategy: Strategy) -> tuple[tuple[int, tuple[str, ...]], ...]:
+    """Per level whose second pass holds only some of its first pass, (level, names held)
+    (``EstimateOptions.multipass_held``)."""
+    return tuple((i, ls.held) for i, ls in enumerate(strategy.levels) if ls.held is not None)
 
 
 def parse_budget(value: Any, name: str) -> Fraction:

@@ -258,6 +258,7 @@ def _family_task(
         measurements=() if l2 is not None else _measurements(inputs, children, support),
         support=support,
         first_pass=inputs.first_pass,
+        held=inputs.held,
         rows=_joint_rows(inputs.book, per_child, labels, support),
         ub=None if parent is None else _structural_zeros(inputs.book, per_child, support),
         options=inputs.options,

@@ -64,6 +64,8 @@ class FamilyTask:
         support: the cells solved for (the parent's non-zero cells; at the root, the cells no
             constraint forces to zero); the children are zero elsewhere.
         first_pass: indices of the measurements fitted in the first pass (empty: one pass).
+        held: the indices of those whose answers the second pass holds (None: all of
+            ``first_pass``; ``LevelStrategy.held``).
         rows: the children's constraint rows over the joint vector (k * n columns, child-major,
             names prefixed with the child's label), or None without any.
         ub: upper bounds of the joint vector (0 on a child's structural zeros), or None.
@@ -80,6 +82,7 @@ class FamilyTask:
     measurements: tuple[Measurement, ...]
     support: np.ndarray
     first_pass: tuple[int, ...] = ()
+    held: tuple[int, ...] | None = None
     rows: LinearRows | None = None
     ub: np.ndarray | None = None
     options: EstimateOptions = EstimateOptions()
@@ -88,6 +91,11 @@ class FamilyTask:
     @property
     def n(self) -> int:
         return len(self.support)
+
+    @property
+    def held_pass(self) -> tuple[int, ...]:
+        """The indices of the first-pass measurements the second pass holds."""
+        return self.first_pass if self.held is None else self.held
 
     @property
     def k(self) -> int:
@@ -215,15 +223,21 @@ def _l2(task: FamilyTask, parent: np.ndarray | None) -> tuple[np.ndarray, SolveS
         )
         x1, stats = _solve(problem, task, "l2")
         x1 = x1[: task.k * task.n].reshape(task.k, task.n)
-        rows = _with(rows, _keep_rows(first, x1, task.options.multipass_tolerance))
+        held = [task.measurements[i] for i in task.held_pass]
+        rows = _with(rows, _keep_rows(held, x1, task.options.multipass_tolerance))
+    # pass 2 fits the rest: the first pass's held queries enter as its held answers only
+    # and the others not at all, as in the DAS's multipass
+    # (``topdown.estimation.multipass_newton``'s sources)
+    rest = [m for i, m in enumerate(task.measurements) if i not in task.first_pass]
+    fitted = rest or list(task.measurements)
     problem = children_l2_problem(
         parent,
-        list(task.measurements),
+        fitted,
         k=task.k,
         n=task.n,
         ub=task.ub,
         name=f"{task.where} / L2 pass{' 2' if task.first_pass else ''}",
-        lifted=_coupled(task.measurements),
+        lifted=_coupled(fitted),
         **_extra(rows),
     )
     x, last = _solve(problem, task, "l2")
@@ -240,11 +254,19 @@ def _newton(task: FamilyTask, parent: np.ndarray | None) -> tuple[np.ndarray, st
     options = task.options
     if options.solver.l2 != "auto" or options.capture is not None:
         return None
-    if task.first_pass or task.rows is not None:
+    if task.rows is not None:
         return None
     if task.ub is not None and not np.all(np.isinf(task.ub)):
         return None
-    return newton_l2(parent, task.measurements, task.k, task.n)
+    return newton_l2(
+        parent,
+        task.measurements,
+        task.k,
+        task.n,
+        task.first_pass,
+        options.multipass_tolerance,
+        task.held_pass,
+    )
 
 
 def _round(

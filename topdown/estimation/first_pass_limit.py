@@ -1,31 +1,41 @@
 """A multipass first pass handed to the general solvers at a size they cannot take: refused at once.
 
-A level's multipass first pass (``LevelStrategy.first_pass``) has a fast route only when it is
-the node total alone below the root (``topdown.estimation.batched.multipass``). Any other first
-pass, and any first pass at the root, is a general QP for CVXPY or HiGHS
+A level's multipass first pass (``LevelStrategy.first_pass``) has a fast route when it is the
+node total alone below the root (``topdown.estimation.batched.multipass``) or marginals of the
+cells fitted by the Newton passes of ``topdown.estimation.multipass_newton`` (the 2020 DHC
+persons strategy's nine, ``topdown.presets.census2020_dhcp``): under the ``auto`` L2 solver,
+with one ``detailed`` query outside the first pass, no capture, and nothing attached to the
+node but structural zeros or bounds on its total. Any other first pass (constraint rows, the
+detailed query in the first pass, a capture) is a general QP for CVXPY or HiGHS
 (``topdown.estimation.family``): one variable per child and support cell, plus one per answer
-of each marginal (the lifted form). The 2020 DHC persons strategy
-(``topdown.presets.census2020_dhcp``) fits its nine marginals first, without ``detailed``: at
-the root that is a QP over all 1,227,744 cells. ``topdown run`` of the preset on a
-20,000-person state, defaults everywhere, spent five minutes in the BLUE, then built that QP
-for Clarabel, which grew the process to 7.9 GB resident and stopped at its 60-second time
-limit: the run failed after 7.5 minutes with ``cvxpy:CLARABEL on problem 'level 0 (root) / L2
-pass 1': time_limit``, which says nothing of multipass (``docs/benchmarks.md``, DHC section).
+of each marginal (the lifted form). At the DHC root that is a QP over all 1,227,744 cells.
+``topdown run`` of the preset on a 20,000-person state, before the Newton passes, spent five
+minutes in the BLUE, then built that QP for Clarabel, which grew the process to 7.9 GB
+resident and stopped at its 60-second time limit: the run failed after 7.5 minutes with
+``cvxpy:CLARABEL on problem 'level 0 (root) / L2 pass 1': time_limit``, which says nothing of
+multipass (``docs/benchmarks.md``, DHC section).
 
 So before anything is measured (``check_root_first_pass``: ``release`` checks it before it
-reads a data path; the command line has read its data file by then), and again before a
-family's first pass is built (``check_family_first_pass``), a first pass that would go to
-the general solvers with more than ``GENERAL_FIRST_PASS_MAX_VARIABLES`` variables stops the
-release with an error that names ``strategy.multipass`` and the route that works: one pass,
-every query fitted together by the matrix-free Newton iterations, from the same
-measurements. The check applies under the ``auto`` L2 solver only: a named solver
-(``--solver``, ``[solver] name``) is the user's own choice of what can take the problem.
+reads a data path; the command line has read its data file by then), a root first pass that
+``newton_takes_root_first_pass`` does not give to the Newton passes, and before a family's
+first pass is handed to the general solvers (``check_family_first_pass``: the Newton passes
+declined it or did not settle it), a first pass with more than
+``GENERAL_FIRST_PASS_MAX_VARIABLES`` variables stops the release with an error that names
+``strategy.multipass`` and the route that works: one pass, every query fitted together by the
+matrix-free Newton iterations, from the same measurements. The check applies under the
+``auto`` L2 solver only: a named solver (``--solver``, ``[solver] name``) is the user's own
+choice of what can take the problem.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
+
+from constraints.attach import ConstraintSet
+from constraints.compile import compile_rows, zero_mask
+from constraints.constraint import Constraint
 from constraints.domain import Domain
 from topdown.errors import StrategyError
 from topdown.strategy import LevelStrategy
@@ -36,6 +46,7 @@ __all__ = [
     "check_family_first_pass",
     "check_root_first_pass",
     "first_pass_answers",
+    "newton_takes_root_first_pass",
 ]
 
 #: The most variables a multipass first pass may hand to the general solvers under ``auto``:
@@ -54,20 +65,74 @@ class FirstPassTooLargeError(StrategyError):
 
 
 def check_root_first_pass(
-    first_pass: Sequence[str], cells: int, answers: int, *, l2_solver: str = "auto"
+    first_pass: Sequence[str],
+    cells: int,
+    answers: int,
+    *,
+    l2_solver: str = "auto",
+    newton: bool = False,
 ) -> None:
-    """Refuse the root's multipass first pass over more than the limit's variables.
+    """Refuse the root's multipass first pass over more than the limit's variables when the
+    general solvers would take it.
 
-    The root is one node over every cell of the domain (``cells``) and its first pass always
-    goes to the general solvers (``topdown.estimation.batched.level``), with one more variable
-    per answer of its marginal queries (``answers``), so this is known before the data is read.
+    The root is one node over every cell of the domain (``cells``); a first pass the Newton
+    passes do not take (``newton``: ``newton_takes_root_first_pass``) goes to the general
+    solvers with one more variable per answer of its marginal queries (``answers``), so this
+    is known before the data is read. If the Newton passes are given the root and do not
+    settle it, the family's own check (``check_family_first_pass``) stops the release before
+    the general solvers are called.
 
     Raises:
-        FirstPassTooLargeError: ``first_pass`` is not empty, ``l2_solver`` is ``auto`` and
-            ``cells + answers`` exceeds ``GENERAL_FIRST_PASS_MAX_VARIABLES``.
+        FirstPassTooLargeError: ``first_pass`` is not empty, ``newton`` is false, ``l2_solver``
+            is ``auto`` and ``cells + answers`` exceeds ``GENERAL_FIRST_PASS_MAX_VARIABLES``.
     """
-    if first_pass:
+    if first_pass and not newton:
         _check("level 0 (root)", _names(first_pass), 1, cells, answers, l2_solver)
+
+
+def newton_takes_root_first_pass(
+    level: LevelStrategy,
+    domain: Domain,
+    constraints: ConstraintSet | None,
+    *,
+    l2_solver: str = "auto",
+    capture: object = None,
+) -> bool:
+    """Whether the root's multipass first pass goes to the Newton passes
+    (``topdown.estimation.multipass_newton``: ``root_newton_multipass``), as far as it is known
+    before the data is read: a first pass, the ``auto`` L2 solver, no capture (a capture
+    records the general problems), one ``detailed`` query and outside the first pass, every
+    first-pass query a marginal of the cells (a partition: ``Query.groups``), and nothing
+    attached to the root but structural zeros, or bounds on its total without them (an
+    invariant counts by its rows, whatever value it is bound to). The routes decline anything
+    else (constraint rows: ``family._newton``)
+    (``topdown.estimation.batched.level._root``, ``topdown.estimation.family_newton``)."""
+    if not level.first_pass or l2_solver != "auto" or capture is not None:
+        return False
+    detailed = [q.name for q, _ in level.queries if q.attributes is None]
+    if len(detailed) != 1 or detailed[0] in level.first_pass:
+        return False
+    return constraints is None or _total_bounds_only(constraints, domain)
+
+
+def _total_bounds_only(constraints: ConstraintSet, domain: Domain) -> bool:
+    """The constraints binding a root node are structural zeros alone (the per-family route
+    leaves those cells out of the support) or compile to rows of ones over every cell (bounds
+    on the total, which the batched root holds) with no structural zero."""
+    attached = [*constraints.for_level(0)]
+    for per_node in constraints.node_specific(0).values():
+        attached.extend(per_node)
+    bound: list[Constraint] = [
+        c.bind(0) if c.is_invariant else c  # type: ignore[attr-defined]
+        for c in attached
+    ]
+    rows = compile_rows(bound, domain)
+    if rows.n_rows == 0:
+        return True
+    if zero_mask(bound, domain).any():
+        return False
+    counts = np.asarray(rows.A.getnnz(axis=1))
+    return bool(np.all(counts == domain.size) and np.all(rows.A.data == 1.0))
 
 
 def check_family_first_pass(

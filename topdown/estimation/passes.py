@@ -19,6 +19,7 @@ import numpy as np
 from topdown.errors import OptionsError
 
 __all__ = [
+    "MULTIPASS_TOLERANCE",
     "PASSES",
     "EstimateOptions",
     "LevelStats",
@@ -102,6 +103,11 @@ class SolverChoice:
         return {"l2": self.l2, "rounding": self.rounding}
 
 
+#: how far multipass may move the first-pass answers unless the strategy says (held: the
+#: solvers' precision; ``Strategy.multipass_tolerance``)
+MULTIPASS_TOLERANCE = 1e-6
+
+
 @dataclass(frozen=True)
 class EstimateOptions:
     """Options of the estimation passes (parsed at the edge, read by every family task).
@@ -111,6 +117,8 @@ class EstimateOptions:
         solver_options: passed to every solve (``time_limit``, tolerances, backend options).
         failsafe: relax consistency (reported) instead of raising on an infeasible family.
         multipass_tolerance: how far multipass may move the first-pass answers.
+        multipass_held: per level that holds only some of its first pass, (level, the names
+            held) (``LevelStrategy.held``); a level not listed holds all of its first pass.
         controlled_rounding: also keep each child's total within one unit of its L2 total.
         nested_root_rounding: round the root (when it is fitted with marginals and nothing
             but total bounds is attached) along the longest chain of its nested marginals, each
@@ -125,10 +133,15 @@ class EstimateOptions:
     solver: SolverChoice = SolverChoice()
     solver_options: Mapping[str, Any] = field(default_factory=dict)
     failsafe: bool = True
-    multipass_tolerance: float = 1e-6
+    multipass_tolerance: float = MULTIPASS_TOLERANCE
+    multipass_held: tuple[tuple[int, tuple[str, ...]], ...] = ()
     controlled_rounding: bool = True
     nested_root_rounding: bool = False
     capture: str | Path | None = None
+
+    def held(self, level: int, first_pass: tuple[str, ...]) -> tuple[str, ...]:
+        """The names of ``level``'s first-pass queries its second pass holds."""
+        return dict(self.multipass_held).get(level, first_pass)
 
 
 @dataclass(frozen=True)

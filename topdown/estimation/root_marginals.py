@@ -47,7 +47,7 @@ import numpy as np
 import scipy.sparse as sp
 import scipy.sparse.linalg as spla
 
-__all__ = ["ROOT_NEWTON", "RootMarginal", "root_marginal_l2"]
+__all__ = ["ROOT_NEWTON", "RootMarginal", "root_marginal_dual", "root_marginal_l2"]
 
 log = logging.getLogger(__name__)
 
@@ -132,6 +132,23 @@ def root_marginal_l2(
         >>> root_marginal_l2(np.array([3.0, 5.0]), 1.0, [m]).round(6)
         array([3.666667, 5.666667])
     """
+    solved = root_marginal_dual(y, w, marginals, lo, hi, tolerance=tolerance)
+    return None if solved is None else solved[0]
+
+
+def root_marginal_dual(
+    y: np.ndarray,
+    w: float,
+    marginals: Sequence[RootMarginal],
+    lo: float = -np.inf,
+    hi: float = np.inf,
+    *,
+    tolerance: float = TOLERANCE,
+    start: Sequence[np.ndarray] | None = None,
+) -> tuple[np.ndarray, list[np.ndarray]] | None:
+    """``root_marginal_l2``'s answer and its multipliers (one array per marginal), from the
+    multipliers ``start`` (zero when None): a sequence of close problems
+    (``topdown.estimation.multipass_newton``) starts each from the last one's."""
     y = np.asarray(y, dtype=float)
     if hi < 0 or lo > hi:
         return None
@@ -155,11 +172,18 @@ def root_marginal_l2(
             value -= float(m @ z) + float(m @ m) / (2 * v)
         return _State(mu, x, x > 0, bound, value, grad)
 
-    st = state([np.zeros(n) for n in sizes])
-    for _ in range(MAX_NEWTON):
+    st = state(
+        [np.zeros(n) for n in sizes]
+        if start is None
+        else [np.asarray(m, dtype=float).copy() for m in start]
+    )
+    for steps in range(MAX_NEWTON):
         residual = max((float(np.abs(g).max(initial=0.0)) for g in st.grad), default=0.0)
         if residual <= tolerance * scale:
-            return st.x
+            log.debug(
+                "root Newton: %d step(s) from %s", steps, "zero" if start is None else "a start"
+            )
+            return st.x, st.mu
         if _dense(sum(sizes), y.size):
             d = _dense_step(groups, sizes, weights, w, st)
         else:
@@ -179,8 +203,10 @@ def root_marginal_l2(
                 break
             step /= 2
         else:
+            log.debug("root Newton: the line search failed after %d step(s)", steps)
             return None
         st = trial
+    log.debug("root Newton: %d steps did not settle (|g| %.3g)", MAX_NEWTON, residual)
     return None
 
 

@@ -24,6 +24,23 @@ under ``das_decennial/``:
 - Ten queries at each of the eight geolevels US, State, County, Prim, Tract_Subset_Group,
   Tract_Subset, Block_Group, Block (the class's ``levels``); the query ordering fits the nine
   marginals in a first outer pass and ``detailed`` in the second (``multipass=``).
+- How closely the second pass holds the first pass's answers: ``person_US.ini`` lines 141-161
+  (``[gurobi]``) set ``l2_optimization_approach = DataIndUserSpecifiedQueriesNPassDecomp``,
+  ``dataindnpass_tolerancetype = opt_tol``, ``opt_tol_slack = 0.1`` and ``outer_pass =
+  True``. That optimizer (``programs/optimization/l2_dataIndep_npass_optimizer_decomp.py``,
+  ``findOptimalTolAndAddConstrs``) holds each first-pass answer as ``|Q x - Q x1| <= tol``,
+  ``x1`` the first pass's solution and ``tol`` the smallest tolerance those constraints allow
+  (an LP; about 0, since ``x1`` is feasible) plus the solver's constraint residual plus the
+  slack. So the second pass may move each held answer by about 0.1: ``hold_slack`` below,
+  the strategy's ``multipass_tolerance``. That optimizer holds only the queries its
+  constrain-to ordering names: the production ordering (``person_US.ini`` line 12,
+  ``query_ordering = test_strategy_regular_ordering_dhcp_20220811_exp_21_1``;
+  ``dhcp_strategies.py`` lines 434-453,
+  ``DecompTestStrategyRegularOrderingDHCP_20220811_exp_21_1``) fits the marginals in pass 0
+  of ``L2_QUERY_ORDERING`` (lines 438-448) but its ``L2_CONSTRAIN_TO_QUERY_ORDERING`` pass 0
+  (line 452) names one of them, ``relgq * age_40_groups * hispanic * cenrace * sex``. So the
+  preset's levels hold that one (``LevelStrategy.held``, ``_HELD``); the other eight shape
+  the first pass only, and the second pass fits ``detailed`` free of their answers.
 - The schema ``DHCP_SCHEMA`` (``programs/schema/schemas/schemamaker.py``): relgq (42) x sex (2)
   x age (116) x hispanic (2) x cenrace (63) = 1,227,744 cells. The recodes the queries use
   are copied from ``programs/schema/attributes/age.py`` (``recodeAge18_64_116``,
@@ -104,6 +121,8 @@ _DAS_QUERIES = (
     "relgq * age_40_groups * hispanic * cenrace * sex",
     "detailed",
 )
+#: The one first-pass query production's second pass holds (module docstring's sources).
+_HELD = "relgq * age_40_groups * hispanic * cenrace * sex"
 #: Each DAS term (an attribute or a recode) in this engine's syntax.
 _TERM = {
     "relgq": "RELGQ",
@@ -261,7 +280,11 @@ DHCP = ProductionStrategy(
     budgets=tuple(sum(_ALLOCATIONS[g]) * _UNIT for g in DHCP_GEOLEVELS),
     queries={g: _queries(g) for g in DHCP_GEOLEVELS},
     first_pass={g: tuple(_query(q) for q in _DAS_QUERIES[:-1]) for g in DHCP_GEOLEVELS},
+    # dhcp_strategies.py line 452: L2_CONSTRAIN_TO_QUERY_ORDERING's pass 0 holds this one
+    held={g: (_query(_HELD),) for g in DHCP_GEOLEVELS},
     default_geolevels=("State", "County", "Tract_Subset", "Block_Group", "Block"),
+    # person_US.ini line 160, opt_tol_slack = 0.1, with line 141's opt_tol tolerance type
+    hold_slack=0.1,
 )
 
 
@@ -287,15 +310,18 @@ def census2020_dhcp(
             geolevel and query shares stay.
         geolevels: the source level each hierarchy column stands for, top down (a
             subsequence of ``DHCP_GEOLEVELS[1:]``).
-        multipass: fit the nine marginals first and ``detailed`` after, as production did.
-            Only the general solvers take that first pass, and at this size they cannot (the
-            run grew to 7.9 GB in Clarabel, which stopped at its time limit): under the
-            ``auto`` L2 solver ``release`` refuses it before measuring
+        multipass: fit the nine marginals first and ``detailed`` after, as production did,
+            the second pass holding the answers of one of them (``relgq * age_40_groups *
+            hispanic * cenrace * sex``, production's constrain-to ordering) within its 0.1
+            (``Strategy.multipass_tolerance``; the module's sources). Under the ``auto`` L2
+            solver both passes run on the matrix-free Newton iterations
+            (``topdown.estimation.multipass_newton``); where those do not apply (a named L2
+            solver, constraint rows, a capture) the first pass is a general QP, which
+            ``release`` refuses over 1,000,000 variables before measuring
             (``topdown.estimation.first_pass_limit``). ``multipass=False`` (a config's
-            ``[strategy] multipass = false``) fits the ten queries in one pass by the
-            matrix-free route, from the same measurements: the route measured in
-            ``docs/benchmarks.md``. The default stays production's, so a release that departs
-            from it says so in its own config (``first_pass`` empty in ``config.json``).
+            ``[strategy] multipass = false``) fits the ten queries in one pass, from the same
+            measurements; the release says so in its own config (``first_pass`` empty in
+            ``config.json``).
 
     Returns:
         (schema, strategy): ``RELGQ`` (0..41) x ``SEX`` (1, 2) x ``AGE`` (0..115) x
@@ -312,6 +338,10 @@ def census2020_dhcp(
         1227744
         >>> " > ".join(strategy.meta["geolevels"])
         'US > State > County > Tract_Subset'
+        >>> strategy.multipass_tolerance
+        0.1
+        >>> strategy.levels[0].held
+        ('RELGQ x AGE:age_40_groups x HISPANIC x CENRACE x SEX',)
     """
     cols = data_columns(DHCP.name, DHCP_COLUMNS, columns)
     return schema_and_strategy(

@@ -18,7 +18,14 @@ https://github.com/uscensusbureau/DAS_2020_Redistricting_Production_Code (snapsh
   their shares (``QUERIESPROP``), copied below verbatim with the DAS's query names; the US
   level has no ``total`` query. ``Strategy1b_ST_CTY_TR_BG_isoTot_Ordering_dsepJune3``: at
   State, County, Tract and Block_Group the L2 pass fits ``total`` first, alone, then the rest;
-  at US and Block a single pass (``multipass=``).
+  at US and Block a single pass (``multipass=``). ``person_default.ini`` lines 57-60 hold
+  the first pass's answer as the DHC does (``DataIndNPass_toleranceType = opt_tol``,
+  ``opt_tol_slack = 0.1``: the total may move by about 0.1 in the second pass). This preset
+  does not say so: it leaves ``Strategy.multipass_tolerance`` at the default and holds the
+  total exactly, which lets ``topdown.estimation.batched.multipass`` fit each level's
+  families in closed form; a looser hold of the total is another problem, which only the
+  per-family path solves (much slower at the block groups). Holding within 0 rather than
+  0.1 is one of the answers production's constraint allows, not its optimum.
 - ``source/programs/schema/attributes/hhgq_person_simple.py`` (the ``hhgq`` attribute of the
   ``PL94_2020`` schema in ``programs/schema/schemas/schemamaker.py``: hhgq x votingage x
   hispanic x cenrace): ``recodeHHnstLevels`` names ``hhinstlevels`` = Household [0],

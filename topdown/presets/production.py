@@ -47,6 +47,13 @@ class ProductionStrategy:
             (its query ordering); absent means a single pass.
         default_geolevels: the levels a hierarchy's columns stand for when the caller does not
             say (a shorter hierarchy takes a prefix of these).
+        hold_slack: how far the source's later estimation pass may move each earlier pass's
+            answer (its ``opt_tol_slack``: the DAS holds ``|Q x - cached| <= tol``, ``tol``
+            the smallest the constraints allow plus this slack); with multipass it becomes
+            ``Strategy.multipass_tolerance``. None: the engine's default hold.
+        held: per geolevel, the first-pass queries the source's later pass holds (its
+            constrain-to ordering; ``LevelStrategy.held``); a geolevel not named holds all of
+            its first pass.
     """
 
     name: str
@@ -56,6 +63,8 @@ class ProductionStrategy:
     queries: Mapping[str, tuple[tuple[Query, Fraction], ...]]
     first_pass: Mapping[str, tuple[str, ...]]
     default_geolevels: tuple[str, ...]
+    hold_slack: float | None = None
+    held: Mapping[str, tuple[str, ...]] | None = None
 
     @property
     def total(self) -> Fraction:
@@ -99,8 +108,9 @@ def build_strategy(
     levels = []
     for geolevel in (source.geolevels[0], *mapped):
         first = source.first_pass.get(geolevel, ()) if multipass else ()
+        held = source.held.get(geolevel) if first and source.held is not None else None
         levels.append(
-            LevelStrategy(source.budget(geolevel) * scale, source.queries[geolevel], first)
+            LevelStrategy(source.budget(geolevel) * scale, source.queries[geolevel], first, held)
         )
     omitted = [g for g in below if g not in mapped]
     unspent = sum((source.budget(g) * scale for g in omitted), Fraction(0))
@@ -122,7 +132,14 @@ def build_strategy(
         "production_total": str(source.total * scale),
         "unspent": str(unspent),
     }
-    return Strategy(tuple(levels), "discrete_gaussian", "replace_one", meta)
+    two_passes = any(ls.first_pass for ls in levels)
+    return Strategy(
+        tuple(levels),
+        "discrete_gaussian",
+        "replace_one",
+        meta,
+        multipass_tolerance=source.hold_slack if two_passes else None,
+    )
 
 
 def schema_and_strategy(

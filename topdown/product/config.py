@@ -7,7 +7,8 @@ Layout (see ``topdown/data/default.toml`` for a commented example)::
     [schema]     hierarchy = [...], geography (the published units: a file or inline tables,
                  see topdown.product.config_geography),
                  [[schema.attributes]] name, column, values | range | bins, labels, recodes
-    [strategy]   mechanism, neighbouring, budgets + queries + first_pass, or [[strategy.levels]];
+    [strategy]   mechanism, neighbouring, budgets + queries + first_pass
+                 + held, or [[strategy.levels]];
                  or preset (a Census production strategy: topdown.product.config_preset)
     [[constraints]]                    # see topdown.product.config_constraints
     [estimation] method ("blue" | "topdown")
@@ -37,7 +38,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from constraints import ConstraintSet
-from topdown.errors import TopDownError
+from topdown.errors import StrategyError, TopDownError
 from topdown.estimation.estimators import DEFAULT_ESTIMATOR, ESTIMATORS
 from topdown.estimation.passes import PASSES, SolverChoice
 from topdown.execution.executors import EXECUTORS, address_rule, shown, workers_rule
@@ -256,6 +257,7 @@ class RunConfig:
                 "queries": {q.name: str(s) for q, s in ls.queries},
                 "first_pass": list(ls.first_pass),
             }
+            | ({} if ls.held is None else {"held": list(ls.held)})
             for ls in self.strategy.levels
         ]
         return {
@@ -278,7 +280,12 @@ class RunConfig:
                 "mechanism": self.strategy.mechanism,
                 "neighbouring": self.strategy.neighbouring,
                 "levels": levels,
-            },
+            }
+            | (
+                {}
+                if self.strategy.multipass_tolerance is None
+                else {"multipass_tolerance": self.strategy.multipass_tolerance}
+            ),
             "constraints": list(self.constraint_specs),
             "estimation": {"method": self.effective_estimator},
             "solver": {
@@ -587,7 +594,16 @@ def _hierarchy(spec: Mapping, bad: _Bad) -> tuple[str, ...]:
 def _strategy(spec: Mapping, schema: Schema, fail: _Fail, bad: _Bad) -> Strategy:
     _known(
         spec,
-        {"mechanism", "neighbouring", "budgets", "queries", "first_pass", "levels"},
+        {
+            "mechanism",
+            "neighbouring",
+            "budgets",
+            "queries",
+            "first_pass",
+            "held",
+            "levels",
+            "multipass_tolerance",
+        },
         "strategy",
         bad,
     )
@@ -608,10 +624,10 @@ def _strategy(spec: Mapping, schema: Schema, fail: _Fail, bad: _Bad) -> Strategy
             "[[strategy.levels]]",
         )
     if "levels" in spec:
-        if "queries" in spec or "first_pass" in spec:
+        if "queries" in spec or "first_pass" in spec or "held" in spec:
             bad(
                 "strategy.queries",
-                "with [[strategy.levels]], give queries and first_pass per level",
+                "with [[strategy.levels]], give queries, first_pass and held per level",
             )
         raw_levels = spec["levels"]
         if not isinstance(raw_levels, list):
@@ -620,11 +636,17 @@ def _strategy(spec: Mapping, schema: Schema, fail: _Fail, bad: _Bad) -> Strategy
         for i, lv in enumerate(raw_levels):
             if not isinstance(lv, Mapping):
                 bad(f"strategy.levels[{i}]", f"must be a table; got {lv!r}")
-            _known(lv, {"budget", "queries", "first_pass"}, f"strategy.levels[{i}]", bad)
+            _known(lv, {"budget", "queries", "first_pass", "held"}, f"strategy.levels[{i}]", bad)
             if "budget" not in lv:
                 bad(f"strategy.levels[{i}].budget", "is required")
             levels.append(
-                (f"strategy.levels[{i}]", lv["budget"], lv.get("queries"), lv.get("first_pass", []))
+                (
+                    f"strategy.levels[{i}]",
+                    lv["budget"],
+                    lv.get("queries"),
+                    lv.get("first_pass", []),
+                    lv.get("held"),
+                )
             )
     else:
         budgets = spec["budgets"]
@@ -634,7 +656,13 @@ def _strategy(spec: Mapping, schema: Schema, fail: _Fail, bad: _Bad) -> Strategy
                 f"must be a list, one budget per level, root first; got {budgets!r}",
             )
         levels = [
-            (f"strategy.budgets[{i}]", b, spec.get("queries"), spec.get("first_pass", []))
+            (
+                f"strategy.budgets[{i}]",
+                b,
+                spec.get("queries"),
+                spec.get("first_pass", []),
+                spec.get("held"),
+            )
             for i, b in enumerate(budgets)
         ]
     if len(levels) != n:
@@ -645,7 +673,7 @@ def _strategy(spec: Mapping, schema: Schema, fail: _Fail, bad: _Bad) -> Strategy
             f"{list(schema.hierarchy)}): one per level, root first",
         )
     out = []
-    for key, budget, queries, first_pass in levels:
+    for key, budget, queries, first_pass, held in levels:
         bkey = key if key.startswith("strategy.budgets") else f"{key}.budget"
         try:
             b = parse_budget(budget, "budget")
@@ -662,13 +690,21 @@ def _strategy(spec: Mapping, schema: Schema, fail: _Fail, bad: _Bad) -> Strategy
                     f"(share {share}); {budget_bounds.budget_range_rule()}",
                 )
         try:
-            out.append(LevelStrategy(b, qs, tuple(first_pass)))
+            out.append(LevelStrategy(b, qs, tuple(first_pass), held))
         except ValueError as err:
-            raise fail(
-                qkey if "first_pass" not in str(err) else qkey.replace("queries", "first_pass"),
-                str(err),
-            ) from None
-    return Strategy(tuple(out), mechanism, neighbouring)
+            text = str(err)
+            name = "held" if text.startswith("held") else "first_pass"
+            raise fail(qkey if name not in text else qkey.replace("queries", name), text) from None
+    try:
+        return Strategy(
+            tuple(out),
+            mechanism,
+            neighbouring,
+            multipass_tolerance=spec.get("multipass_tolerance"),
+        )
+    except StrategyError as err:
+        key = "strategy.multipass_tolerance" if "multipass_tolerance" in str(err) else "strategy"
+        raise fail(key, str(err)) from None
 
 
 def _queries(

@@ -88,8 +88,12 @@ from topdown.blue.estimate import NodeSummary
 from topdown.errors import DataError, ReleaseError
 from topdown.estimation.estimate import EstimateOptions, LevelStats, SolverChoice, estimate
 from topdown.estimation.estimators import DEFAULT_ESTIMATOR, check_estimator, prepare_inputs
-from topdown.estimation.first_pass_limit import check_root_first_pass, first_pass_answers
-from topdown.estimation.passes import check_solver_options
+from topdown.estimation.first_pass_limit import (
+    check_root_first_pass,
+    first_pass_answers,
+    newton_takes_root_first_pass,
+)
+from topdown.estimation.passes import MULTIPASS_TOLERANCE, check_solver_options
 from topdown.estimation.root_total import RootTotal
 from topdown.execution.executors import Executor, make_executor
 from topdown.execution.process_memory import hugepage_advice_off
@@ -100,7 +104,7 @@ from topdown.measurement.tree import Tree
 from topdown.outputs.ledger import ledger_document
 from topdown.release import Release
 from topdown.schema import Schema
-from topdown.strategy import Strategy
+from topdown.strategy import Strategy, held_subsets
 from topdown.streaming.inputs import (
     partitions_by_node,
     public_tree,
@@ -212,13 +216,18 @@ def release_streamed(
     solver_options = check_solver_options(solver_options)  # before any data is read
     for name in choice.named():
         solvers.get(name, problem="release_streamed(solver=...)")
+    constraints = check_constraint_set(constraints, schema.n_levels)
+    # a root first pass the Newton passes do not take is a general QP over every cell: too
+    # large is an error now, not after the measurement and the BLUE (first_pass_limit)
     check_root_first_pass(
         strategy.levels[0].first_pass,
         schema.domain.size,
         first_pass_answers(strategy.levels[0], schema.domain),
         l2_solver=choice.l2,
+        newton=newton_takes_root_first_pass(
+            strategy.levels[0], schema.domain, constraints, l2_solver=choice.l2
+        ),
     )
-    constraints = check_constraint_set(constraints, schema.n_levels)
     top_constraints, low_constraints = split_constraints(constraints, stream_level)
     final = Path(out)
     if final.exists() and (not final.is_dir() or any(final.iterdir())):
@@ -237,7 +246,13 @@ def release_streamed(
         by_label = partitions_by_node(parts, tree.levels[stream_level].labels, stream_by)
         truth = top_histograms(top_tree, parts, by_label, schema)
     release_key = new_release_key(seed)
-    options = EstimateOptions(solver=choice, solver_options=dict(solver_options), failsafe=failsafe)
+    options = EstimateOptions(
+        solver=choice,
+        solver_options=dict(solver_options),
+        failsafe=failsafe,
+        multipass_tolerance=strategy.multipass_tolerance or MULTIPASS_TOLERANCE,
+        multipass_held=held_subsets(strategy),
+    )
     first_pass = {i: ls.first_pass for i, ls in enumerate(strategy.levels)}
     # the working folder is named after this process: a run killed with SIGKILL cannot
     # remove it, and the next run of the same ``out`` removes it once its process is gone

@@ -31,6 +31,7 @@ from topdown.estimation.batched.families import ChunkShape, project_chunk, round
 from topdown.estimation.batched.marginals import LevelMarginal, Marginal, marginal_newton_chunk
 from topdown.estimation.batched.multipass import first_pass_totals, held_totals
 from topdown.estimation.batched.total import newton_chunk
+from topdown.estimation.multipass_newton import HELD_EXACTLY, chunk_two_passes
 from topdown.support.int_types import narrowed
 
 __all__ = ["ChunkTask", "ChunkResult", "chunk_task", "solve_chunk"]
@@ -54,6 +55,11 @@ class ChunkTask:
             these.
         first_total: the index in ``marginals`` of the node total when a multipass first
             pass fits it alone (``topdown.estimation.batched.multipass``), else None.
+        first_marginals: the indices in ``marginals`` of another multipass first pass
+            (``topdown.estimation.multipass_newton``), else empty.
+        hold_tolerance: how far pass 2 may move pass 1's answers (with ``first_marginals``).
+        held_marginals: the indices in ``marginals`` of those of ``first_marginals`` whose
+            answers pass 2 holds (None: all of them; ``LevelStrategy.held``).
         rounding: also run the rounding pass (else the L2 answers come back).
         controlled: the rounding holds each child's total within a unit of its L2 total.
     """
@@ -67,14 +73,31 @@ class ChunkTask:
     total_weights: np.ndarray | None = None
     marginals: tuple[Marginal, ...] = ()
     first_total: int | None = None
+    first_marginals: tuple[int, ...] = ()
+    hold_tolerance: float = HELD_EXACTLY
+    held_marginals: tuple[int, ...] | None = None
     rounding: bool = True
     controlled: bool = True
 
     def __post_init__(self) -> None:
+        if self.held_marginals is not None and not set(self.held_marginals) <= set(
+            self.first_marginals
+        ):
+            raise ValueError(
+                f"held_marginals ({self.held_marginals}) must be among first_marginals "
+                f"({self.first_marginals}): pass 2 holds only answers pass 1 fitted"
+            )
         if self.first_total is not None and not 0 <= self.first_total < len(self.marginals):
             raise ValueError(
                 f"first_total ({self.first_total}) must index the {len(self.marginals)} marginals"
             )
+        if any(not 0 <= m < len(self.marginals) for m in self.first_marginals):
+            raise ValueError(
+                f"first_marginals ({self.first_marginals}) must index the "
+                f"{len(self.marginals)} marginals"
+            )
+        if self.first_marginals and self.first_total is not None:
+            raise ValueError("a chunk task takes first_total or first_marginals, not both")
         if self.marginals and self.totals is not None:
             raise ValueError("a chunk task takes totals or marginals, not both")
         if (self.totals is None) != (self.total_weights is None):
@@ -117,6 +140,9 @@ def chunk_task(
     *,
     marginals: tuple[LevelMarginal, ...] = (),
     first_total: int | None = None,
+    first_marginals: tuple[int, ...] = (),
+    hold_tolerance: float = HELD_EXACTLY,
+    held_marginals: tuple[int, ...] | None = None,
     rounding: bool = True,
     controlled: bool = True,
 ) -> ChunkTask:
@@ -132,9 +158,17 @@ def chunk_task(
         total_weights=None if total_weights is None else total_weights[kids],
         marginals=tuple(m.of_chunk(chunk) for m in marginals),
         first_total=first_total,
+        first_marginals=first_marginals,
+        hold_tolerance=hold_tolerance,
+        held_marginals=held_marginals,
         rounding=rounding,
         controlled=controlled,
     )
+
+
+def held_positions(first: tuple[int, ...], held: tuple[int, ...] | None) -> list[int] | None:
+    """The positions in ``first`` of the marginals ``held`` (None: all of them)."""
+    return None if held is None else [j for j, m in enumerate(first) if m in held]
 
 
 def solve_chunk(task: ChunkTask) -> ChunkResult:
@@ -147,6 +181,16 @@ def solve_chunk(task: ChunkTask) -> ChunkResult:
         marginals[task.first_total] = held_totals(marginals[task.first_total], T)
         x, settled = marginal_newton_chunk(task.noisy, p, task.weights, tuple(marginals))
         settled &= first_ok
+    elif task.first_marginals:  # multipass: a first pass of marginals, then held
+        x, settled = chunk_two_passes(
+            task.noisy,
+            p,
+            task.weights,
+            task.marginals,
+            task.first_marginals,
+            tolerance=task.hold_tolerance,
+            held=held_positions(task.first_marginals, task.held_marginals),
+        )
     elif task.marginals:
         x, settled = marginal_newton_chunk(task.noisy, p, task.weights, task.marginals)
     elif task.totals is None or task.total_weights is None:  # both or neither (__post_init__)

@@ -1,9 +1,9 @@
 """The level-batched passes of a level: when they apply, and the level's chunks on the executor.
 
 ``topdown.estimation.estimate`` asks ``batch_level`` first for every level. A level qualifies when
-its families share one separable structure: nothing attached to any node of the level, no multipass
-first pass but the node total alone (``batched.multipass``), and its queries a detailed histogram
-(positive finite weights) plus partitions of the cells (marginals, the node total). It is then
+its families share one separable structure: nothing attached to any node of the level, a multipass
+first pass (if any) of marginals only, and its queries a detailed histogram (positive finite
+weights) plus partitions of the cells (marginals, the node total). It is then
 cut into chunks of families (``topdown.estimation.batched.families.level_chunks``) solved on the
 executor (``topdown.estimation.batched.chunk_tasks``) by
 
@@ -11,10 +11,14 @@ executor (``topdown.estimation.batched.chunk_tasks``) by
 - the dual Newton iteration (``batched.total``): the detailed query and the total;
 - the marginal Newton iteration (``batched.marginals``): the detailed query and any
   marginals (a production-shaped strategy), after a first pass of the total alone
-  (``batched.multipass``) holding its totals,
+  (``batched.multipass``) holding its totals;
+- the Newton passes of ``topdown.estimation.multipass_newton`` (``marginal_newton_multipass``):
+  a first pass of other marginals (the 2020 DHC's nine) by proximal point, then the rest
+  holding their answers,
 
 and the rounding pass in the same tasks. Families a chunk cannot settle go back to the per-family
-path. The root is solved in closed form here (``topdown.estimation.root``) when it can be.
+path. The root is solved in closed form here (``topdown.estimation.root``) when it can be, or by
+the Newton iterations (``root_newton``, ``root_newton_multipass``).
 """
 
 from __future__ import annotations
@@ -27,10 +31,16 @@ from dataclasses import dataclass, field
 import numpy as np
 import scipy.sparse as sp
 
-from topdown.estimation.batched.chunk_tasks import chunk_task, solve_chunk
+from topdown.estimation.batched.chunk_tasks import chunk_task, held_positions, solve_chunk
 from topdown.estimation.batched.families import detailed_only, level_chunks
 from topdown.estimation.batched.marginals import MARGINAL_NEWTON, LevelMarginal
 from topdown.estimation.batched.total import DUAL_NEWTON
+from topdown.estimation.multipass_newton import (
+    HELD_EXACTLY,
+    MARGINAL_TWO_PASS,
+    ROOT_TWO_PASS,
+    root_two_passes,
+)
 from topdown.estimation.nested_rounding import refinement_chain
 from topdown.estimation.node_constraints import NodeConstraints
 from topdown.estimation.passes import EstimateOptions, SolveStats
@@ -57,6 +67,14 @@ class LevelInputs:
     first_pass: tuple[int, ...]
     book: NodeConstraints
     options: EstimateOptions
+
+    @property
+    def held(self) -> tuple[int, ...]:
+        """The indices of the first-pass measurements the second pass holds
+        (``LevelStrategy.held``; all of ``first_pass`` unless the strategy names some)."""
+        first = tuple(self.measurements[i].query.name for i in self.first_pass)
+        names = self.options.held(self.level, first)
+        return tuple(i for i in self.first_pass if self.measurements[i].query.name in names)
 
     @classmethod
     def of(
@@ -130,6 +148,8 @@ class _Fit:
     total_weights: np.ndarray | None = None
     marginals: tuple[LevelMarginal, ...] = ()
     first_total: int | None = None  # the marginal a multipass first pass fits alone
+    held_marginals: tuple[int, ...] | None = None  # those of first_marginals pass 2 holds
+    first_marginals: tuple[int, ...] = ()  # the marginals of another first pass
 
 
 def batch_level(
@@ -170,6 +190,9 @@ def batch_level(
             fit.total_weights,
             marginals=fit.marginals,
             first_total=fit.first_total,
+            first_marginals=fit.first_marginals,
+            hold_tolerance=options.multipass_tolerance,
+            held_marginals=fit.held_marginals,
             rounding=rounding,
             controlled=options.controlled_rounding,
         )
@@ -231,7 +254,9 @@ def _root(inputs: LevelInputs) -> Batch:
     """The root's two passes without a general solver when they are the level-batched fits:
     the detailed cells, and the total, in closed form (``topdown.estimation.root``); the
     detailed cells and marginals (the total among them or not) by the root's Newton iteration
-    (``topdown.estimation.root_marginals``, under ``auto``). The rounding in closed form in both,
+    (``topdown.estimation.root_marginals``, under ``auto``), in two passes
+    (``topdown.estimation.multipass_newton``) after a multipass first pass of marginals other
+    than the total alone. The rounding in closed form in all,
     and nothing attached to the root but bounds on its total (an invariant total). Empty
     otherwise, or when a pass has no one-unit answer or the iteration does not settle (the
     general path then solves, reports or widens)."""
@@ -240,11 +265,26 @@ def _root(inputs: LevelInputs) -> Batch:
     fit = _batched_fit(inputs)
     bounds = _total_bounds(inputs.book, inputs.book.of(0, 0, inputs.labels[0]))
     if fit is None or bounds is None or fit.first_total is not None:
-        return Batch()  # a root's multipass goes to the per-family path
+        return Batch()  # a root's first pass of the total alone: the per-family path
     start = time.perf_counter()
     y, w = np.asarray(fit.noisy[0], dtype=float), float(fit.weights[0])
     chain: list[np.ndarray] = []  # the nested marginals the rounding holds (none: cell by cell)
-    if fit.marginals:
+    if fit.first_marginals:
+        solver = ROOT_TWO_PASS
+        marginals = [
+            RootMarginal(m.groups, np.asarray(m.answers[0], dtype=float), float(m.weights[0]))
+            for m in fit.marginals
+        ]
+        x = root_two_passes(
+            y,
+            w,
+            marginals,
+            fit.first_marginals,
+            *bounds,
+            tolerance=inputs.options.multipass_tolerance,
+            held=held_positions(fit.first_marginals, fit.held_marginals),
+        )
+    elif fit.marginals:
         solver = ROOT_NEWTON
         marginals = [
             RootMarginal(m.groups, np.asarray(m.answers[0], dtype=float), float(m.weights[0]))
@@ -252,9 +292,6 @@ def _root(inputs: LevelInputs) -> Batch:
             if m.weights[0] > 0  # a weight of 0: the marginal does not count
         ]
         x = root_marginal_l2(y, w, marginals, *bounds)
-        if inputs.options.nested_root_rounding:
-            groups = [np.asarray(m.groups).reshape(-1) for m in marginals]
-            chain = [groups[i] for i in refinement_chain(groups)]
     else:
         solver = "closed_form"
         x = root_l2(
@@ -264,6 +301,9 @@ def _root(inputs: LevelInputs) -> Batch:
             0.0 if fit.total_weights is None else float(fit.total_weights[0]),
             *bounds,
         )
+    if fit.marginals and inputs.options.nested_root_rounding:
+        groups = [np.asarray(m.groups).reshape(-1) for m in marginals if m.weight > 0]
+        chain = [groups[i] for i in refinement_chain(groups)]
     middle = time.perf_counter()
     counts = (
         None
@@ -332,8 +372,8 @@ def _batched_fit(inputs: LevelInputs) -> _Fit | None:
             return None  # exact or missing answers: the per-family path weighs them
         return _Fit("closed_form", cells.noisy, precision(variance))
     detailed = [i for i, q in enumerate(queries) if q.attributes is None]
-    first_name = _first_total(inputs)
-    if inputs.options.solver.l2 != "auto" or first_name is False or len(detailed) != 1:
+    first_names = _first_pass_names(inputs)
+    if inputs.options.solver.l2 != "auto" or first_names is False or len(detailed) != 1:
         return None
     cells = inputs.measurements[detailed[0]]
     v_cells = _per_node(cells.variance, cells.noisy.shape[0])
@@ -346,17 +386,20 @@ def _batched_fit(inputs: LevelInputs) -> _Fit | None:
     # an answer of infinite variance everywhere weighs nothing: the level is its cells alone
     kept = [i for i, v in enumerate(variances) if not np.all(np.isinf(v))]
     others, variances = [others[i] for i in kept], [variances[i] for i in kept]
-    first_total: int | None = None  # its position among the marginals fitted
-    if isinstance(first_name, str):
+    first: tuple[int, ...] = ()  # the first pass's positions among the marginals fitted
+    held: tuple[int, ...] = ()  # those the second pass holds
+    if isinstance(first_names, tuple):
         names = [m.query.name for m, _ in others]
-        if first_name not in names:
+        if not all(name in names for name in first_names):
             return None  # a first pass of no weight: the per-family path decides
-        first_total = names.index(first_name)
+        first = tuple(names.index(name) for name in first_names)
+        holds = inputs.options.held(inputs.level, first_names)
+        held = tuple(names.index(name) for name in first_names if name in holds)
     if not others:
         return _Fit("closed_form", cells.noisy, precision(v_cells))
     if not all(np.all(v > 0) for v in variances):
         return None
-    if first_total is None and len(others) == 1 and others[0][0].query.attributes == ():
+    if not first and len(others) == 1 and others[0][0].query.attributes == ():
         return _Fit(
             DUAL_NEWTON,
             cells.noisy,
@@ -368,30 +411,35 @@ def _batched_fit(inputs: LevelInputs) -> _Fit | None:
         LevelMarginal(m.query.groups(inputs.book.domain), m.noisy, precision(v))
         for (m, _), v in zip(others, variances, strict=True)
     )
+    total_alone = len(first) == 1 and others[first[0]][0].query.attributes == ()
     return _Fit(
-        MARGINAL_NEWTON,
+        MARGINAL_TWO_PASS if first and not total_alone else MARGINAL_NEWTON,
         cells.noisy,
         precision(v_cells),
         marginals=marginals,
-        first_total=first_total,
+        first_total=first[0] if total_alone else None,
+        first_marginals=() if total_alone else first,
+        held_marginals=None if total_alone or held == first else held,
     )
 
 
-#: The largest multipass tolerance the batched pass stands for (the default): it holds the
-#: first pass's totals exactly, the per-family path within the tolerance.
-HELD_EXACTLY = 1e-6
-
-
-def _first_total(inputs: LevelInputs) -> str | None | bool:
-    """The name of the level's multipass first-pass query when it is the node total alone
-    (``topdown.estimation.batched.multipass`` solves that batched); None without a first
-    pass; False for any other first pass (the per-family path)."""
+def _first_pass_names(inputs: LevelInputs) -> tuple[str, ...] | None | bool:
+    """The names of the level's multipass first-pass queries when they are marginals (the
+    node total alone: ``topdown.estimation.batched.multipass``'s closed form; others:
+    ``topdown.estimation.multipass_newton``); None without a first pass; False when the
+    detailed query is in it or it is the total alone under a tolerance looser than
+    ``batched.multipass``'s exact hold (the per-family path)."""
     if not inputs.first_pass:
         return None
-    if len(inputs.first_pass) != 1 or inputs.options.multipass_tolerance > HELD_EXACTLY:
-        return False  # a looser tolerance is another problem: the per-family path solves it
-    query = inputs.measurements[inputs.first_pass[0]].query
-    return query.name if query.attributes == () else False
+    queries = [inputs.measurements[i].query for i in inputs.first_pass]
+    if any(q.attributes is None for q in queries):
+        return False
+    total_alone = len(queries) == 1 and queries[0].attributes == ()
+    if total_alone and inputs.options.multipass_tolerance > HELD_EXACTLY:
+        # batched.multipass holds the total exactly; a looser hold is another problem, which
+        # the per-family path solves (its Newton passes or the general solvers)
+        return False
+    return tuple(q.name for q in queries)
 
 
 def _per_node(variance: np.ndarray | float, nodes: int) -> np.ndarray:

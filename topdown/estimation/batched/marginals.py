@@ -42,6 +42,7 @@ gradients and Newton stop per family, converged families frozen.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 import numpy as np
@@ -54,7 +55,15 @@ from topdown.estimation.batched.families import (
     seq_dot,
 )
 
-__all__ = ["MARGINAL_NEWTON", "LevelMarginal", "Marginal", "marginal_newton_chunk"]
+__all__ = [
+    "MARGINAL_NEWTON",
+    "LevelMarginal",
+    "Marginal",
+    "marginal_newton_chunk",
+    "marginal_newton_dual",
+]
+
+log = logging.getLogger(__name__)
 
 #: the solver's name in the statistics
 MARGINAL_NEWTON = "marginal_newton"
@@ -64,6 +73,7 @@ CG_ITERATIONS = 300  # conjugate-gradient steps per Newton step at most
 ARMIJO = 1e-4  # the line search's sufficient ascent, a share of the slope
 SLOPE = 1e-3  # the full step is taken while the slope there is above -SLOPE times the first
 BACKTRACKS = 40
+STALLED = 1e-6  # a step this short from a given start: the start is given up
 
 
 @dataclass(frozen=True)
@@ -356,11 +366,13 @@ def _line_search(
     return step, x, g, q
 
 
-def _settled(dual: _Dual, g: np.ndarray, mu: np.ndarray, size: np.ndarray) -> np.ndarray:
-    """Per family: every free slot's residual within ``TOLERANCE`` of the size of its terms
+def _settled(
+    dual: _Dual, g: np.ndarray, mu: np.ndarray, size: np.ndarray, tolerance: float = TOLERANCE
+) -> np.ndarray:
+    """Per family: every free slot's residual within ``tolerance`` of the size of its terms
     (the family's parent total, the answer, mu / v)."""
     scale = size[:, None] + np.abs(dual.z) + np.abs(mu) * dual.inv_v
-    return np.all(np.abs(g) <= TOLERANCE * scale + 1e-300, axis=1)
+    return np.all(np.abs(g) <= tolerance * scale + 1e-300, axis=1)
 
 
 def marginal_newton_chunk(
@@ -369,6 +381,8 @@ def marginal_newton_chunk(
     w: np.ndarray,
     marginals: tuple[Marginal, ...],
     max_iter: int = 60,
+    *,
+    tolerance: float = TOLERANCE,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Semismooth Newton on g(mu) = 0 for the Q families of a chunk (k children each).
 
@@ -378,10 +392,30 @@ def marginal_newton_chunk(
         w: (Q, k) detailed weights (> 0).
         marginals: the marginal queries on the chunk (``LevelMarginal.of_chunk``).
         max_iter: Newton steps before a family is given up.
+        tolerance: the KKT residual a family stops at, relative to the size of its terms
+            (``topdown.estimation.multipass_newton`` asks for a tighter one).
 
     Returns:
         x (Q, k, W) and per family whether it converged.
     """
+    x, ok, _ = marginal_newton_dual(y, p, w, marginals, max_iter, tolerance=tolerance)
+    return x, ok
+
+
+def marginal_newton_dual(
+    y: np.ndarray,
+    p: np.ndarray,
+    w: np.ndarray,
+    marginals: tuple[Marginal, ...],
+    max_iter: int = 60,
+    *,
+    tolerance: float = TOLERANCE,
+    start: np.ndarray | None = None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``marginal_newton_chunk``'s answer, per family whether it converged, and the
+    multipliers (Q, k * Gt), from the multipliers ``start`` (zero when None; a family's row
+    that is not finite starts at zero): a sequence of close problems on the same marginals
+    (``topdown.estimation.multipass_newton``) starts each from the last one's."""
     y = np.asarray(y, dtype=float)
     p = np.asarray(p, dtype=float)
     dual = _Dual.of(y, p, np.asarray(w, dtype=float), marginals)
@@ -394,12 +428,17 @@ def marginal_newton_chunk(
     # marginals) that start put |g| at 16,782 and 60 steps did not settle it, where from 0
     # nine steps do (and the PL94-shaped families take 16% fewer steps)
     mu = np.zeros(dual.z.shape)
+    if start is not None:
+        finite = np.all(np.isfinite(start), axis=1)
+        mu[finite] = np.where(dual.free[finite], start[finite], 0.0)
     x, g, q = dual.state(mu)
     g0 = np.sqrt(_dot(g, g))
     ok = np.zeros(Q, dtype=bool)
-    for _ in range(max_iter):
-        ok = _settled(dual, g, mu, size)
-        todo = np.flatnonzero(~ok)
+    stalled = np.zeros(Q, dtype=bool)
+    steps = 0
+    for steps in range(max_iter):  # noqa: B007 (the count is logged)
+        ok = _settled(dual, g, mu, size, tolerance)
+        todo = np.flatnonzero(~ok & ~stalled)
         if todo.size == 0:
             break
         sub = dual.rows(todo)
@@ -411,6 +450,23 @@ def marginal_newton_chunk(
         d = _conjugate_gradients(_Hessian(sub, x[todo]), gt, eta)
         step, x[todo], g[todo], q[todo] = _line_search(sub, mu[todo], d, _dot(gt, d), q[todo])
         mu[todo] = mu[todo] + step[:, None] * d  # the point the line search evaluated
+        if start is not None:
+            # from a given start a family whose line search no longer moves is given up at
+            # once (the caller starts it again from zero): near a start that is almost the
+            # answer, rounding can hide the dual's increase from the backtracking, and the
+            # steps then shrink to nothing for the rest of ``max_iter``
+            stalled[todo] = step < STALLED
     else:
-        ok = _settled(dual, g, mu, size)
-    return x, ok
+        steps = max_iter
+        ok = _settled(dual, g, mu, size, tolerance)
+    log.debug(
+        "marginal Newton: %d step(s) from %s, %d of %d famil(ies) settled, %d stalled, "
+        "largest |g| %.3g",
+        steps,
+        "zero" if start is None else "a start",
+        int(np.count_nonzero(ok & ~stalled)),
+        Q,
+        int(np.count_nonzero(stalled)),
+        float(np.abs(g).max(initial=0.0)),
+    )
+    return x, ok & ~stalled, mu
