@@ -38,9 +38,14 @@ under ``das_decennial/``:
   ``dhcp_strategies.py`` lines 434-453,
   ``DecompTestStrategyRegularOrderingDHCP_20220811_exp_21_1``) fits the marginals in pass 0
   of ``L2_QUERY_ORDERING`` (lines 438-448) but its ``L2_CONSTRAIN_TO_QUERY_ORDERING`` pass 0
-  (line 452) names one of them, ``relgq * age_40_groups * hispanic * cenrace * sex``. So the
-  preset's levels hold that one (``LevelStrategy.held``, ``_HELD``); the other eight shape
-  the first pass only, and the second pass fits ``detailed`` free of their answers.
+  (line 452) names one of them, ``relgq * age_40_groups * hispanic * cenrace * sex``
+  (``PRODUCTION_HELD_NAME``). The preset departs here: its second pass holds all nine. Holding
+  that one alone (``LevelStrategy.held``) made the coarse marginals' tract errors about 100
+  times larger at 20,000 persons (``SEX x AGE`` MAE 419 against 3.9 holding all nine; one
+  seed, docs/benchmarks.md "Holding production's one"), not explained yet: each of its
+  423,360 answers a tract may move by 0.1, so a coarse answer that sums thousands of them
+  may move by hundreds. Production's own choice is one line away: ``dataclasses.replace``
+  of each level with ``held=(PRODUCTION_HELD_NAME,)``.
 - The schema ``DHCP_SCHEMA`` (``programs/schema/schemas/schemamaker.py``): relgq (42) x sex (2)
   x age (116) x hispanic (2) x cenrace (63) = 1,227,744 cells. The recodes the queries use
   are copied from ``programs/schema/attributes/age.py`` (``recodeAge18_64_116``,
@@ -95,6 +100,7 @@ __all__ = [
     "DHCP_COLUMNS",
     "AGE_RECODES",
     "RELGQ_RECODES",
+    "PRODUCTION_HELD_NAME",
 ]
 
 #: ``DecompTestStrategyDHCP_20220922_exp_iteration_23_1.levels``, top down.
@@ -267,6 +273,11 @@ def _queries(geolevel: str) -> tuple[tuple[Query, Fr], ...]:
     return tuple((Query.parse(_query(q)), Fr(a, level)) for q, a in pairs)
 
 
+#: The one first-pass query production's second pass held (``dhcp_strategies.py`` line 452), as
+#: the preset names it: ``held=(PRODUCTION_HELD_NAME,)`` on a level asks for production's hold
+#: (the preset holds all nine: module docstring).
+PRODUCTION_HELD_NAME = _query(_HELD)
+
 #: The production strategy in the source's terms.
 DHCP = ProductionStrategy(
     name="census2020_dhcp",
@@ -280,8 +291,7 @@ DHCP = ProductionStrategy(
     budgets=tuple(sum(_ALLOCATIONS[g]) * _UNIT for g in DHCP_GEOLEVELS),
     queries={g: _queries(g) for g in DHCP_GEOLEVELS},
     first_pass={g: tuple(_query(q) for q in _DAS_QUERIES[:-1]) for g in DHCP_GEOLEVELS},
-    # dhcp_strategies.py line 452: L2_CONSTRAIN_TO_QUERY_ORDERING's pass 0 holds this one
-    held={g: (_query(_HELD),) for g in DHCP_GEOLEVELS},
+    # all nine held: production's ordering holds one (PRODUCTION_HELD_NAME; module docstring)
     default_geolevels=("State", "County", "Tract_Subset", "Block_Group", "Block"),
     # person_US.ini line 160, opt_tol_slack = 0.1, with line 141's opt_tol tolerance type
     hold_slack=0.1,
@@ -340,8 +350,8 @@ def census2020_dhcp(
         'US > State > County > Tract_Subset'
         >>> strategy.multipass_tolerance
         0.1
-        >>> strategy.levels[0].held
-        ('RELGQ x AGE:age_40_groups x HISPANIC x CENRACE x SEX',)
+        >>> strategy.levels[0].held is None  # all nine; production held PRODUCTION_HELD_NAME
+        True
     """
     cols = data_columns(DHCP.name, DHCP_COLUMNS, columns)
     return schema_and_strategy(
