@@ -192,6 +192,7 @@ def test_the_strategy_checks_held():
 
 def test_held_in_the_config_and_config_json(tmp_path: Path):
     from topdown.presets import census2020_dhcp
+    from topdown.presets.census2020_dhcp import PRODUCTION_HELD_NAME
 
     raw = {
         "data": {"path": str(tmp_path / "persons.csv")},
@@ -202,11 +203,15 @@ def test_held_in_the_config_and_config_json(tmp_path: Path):
     _, preset = census2020_dhcp(("STATE",))
     assert config.strategy == preset
     resolved = config.resolved()
-    held = ["RELGQ x AGE:age_40_groups x HISPANIC x CENRACE x SEX"]
-    assert [lv["held"] for lv in resolved["strategy"]["levels"]] == [held, held]
+    # the preset holds all nine (no key); production's one, set per level, loads back
+    assert all("held" not in lv for lv in resolved["strategy"]["levels"])
+    for lv in resolved["strategy"]["levels"]:
+        lv["held"] = [PRODUCTION_HELD_NAME]
     path = tmp_path / "config.json"
     path.write_text(json.dumps(resolved))
-    assert load_config(path).strategy == config.strategy
+    loaded = load_config(path).strategy
+    assert [lv.held for lv in loaded.levels] == [(PRODUCTION_HELD_NAME,)] * 2
+    assert loaded.levels[0].first_pass == preset.levels[0].first_pass
     resolved["strategy"]["levels"][1]["held"] = ["SEX"]
     path.write_text(json.dumps(resolved))
     with pytest.raises(ConfigError, match=r"strategy.levels\[1\].held.*'SEX'.*not in first_pass"):
