@@ -10,7 +10,6 @@ import dataclasses
 import json
 from fractions import Fraction
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
@@ -18,7 +17,6 @@ import scipy.sparse as sp
 
 import tests.test_multipass_marginals as tm
 from topdown.errors import StrategyError
-from topdown.estimation import multipass_newton
 from topdown.estimation.batched.chunk_tasks import ChunkTask
 from topdown.estimation.family import FamilyTask, _l2
 from topdown.estimation.multipass_newton import root_two_passes
@@ -225,14 +223,7 @@ def test_a_release_passes_each_level_its_subset(monkeypatch):
     from benchmarks.synthetic import synthetic
     from topdown import release
 
-    seen: list[Any] = []
-    real = multipass_newton.two_passes
-
-    def spy(*args, **kwargs):
-        seen.append(kwargs.get("held"))
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(multipass_newton, "two_passes", spy)
+    seen = tm.record_two_passes(monkeypatch, "held")
     df, schema = synthetic(30, people=5, seed=2)
     levels = tuple(LevelStrategy(Fraction(1, 4), _QUERIES, _FIRST, ("SEX",)) for _ in range(4))
     rel = release(df, schema, Strategy(levels), seed=1, estimator="topdown")
@@ -251,14 +242,7 @@ def test_a_streamed_release_passes_each_level_its_subset(monkeypatch, tmp_path: 
     from tests.test_stream import QUIET, SCHEMA, _geography, _records
     from topdown.streaming.run import release_streamed
 
-    seen: list[Any] = []
-    real = multipass_newton.two_passes
-
-    def spy(*args, **kwargs):
-        seen.append(kwargs.get("held"))
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(multipass_newton, "two_passes", spy)
+    seen = tm.record_two_passes(monkeypatch, "held")
     queries = tuple((Query.parse(q), Fraction(1, 3)) for q in ("detailed", "AGE", "SEX"))
     levels = tuple(
         LevelStrategy(Fraction(1, 2), queries, ("AGE", "SEX"), ("SEX",)) for _ in range(5)

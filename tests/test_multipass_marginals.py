@@ -36,6 +36,20 @@ SECOND = _AXES[2]
 ATOL = 2e-4
 
 
+def record_two_passes(monkeypatch: pytest.MonkeyPatch, key: str) -> list:
+    """The ``key`` argument of every call to ``multipass_newton.two_passes`` from here on in
+    the test (a spy that calls through): what a release hands the Newton passes."""
+    seen: list = []
+    real = multipass_newton.two_passes
+
+    def spy(*args, **kwargs):
+        seen.append(kwargs.get(key))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(multipass_newton, "two_passes", spy)
+    return seen
+
+
 def _inputs(seed: int, k: int, second: bool = False):
     """Detailed answers, parent counts, weights and marginals of a random family."""
     rng = np.random.default_rng(seed)

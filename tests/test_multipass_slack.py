@@ -12,7 +12,6 @@ import numpy as np
 import pytest
 
 import tests.test_multipass_marginals as tm
-from topdown.estimation import multipass_newton
 from topdown.estimation.family import _l2
 from topdown.estimation.multipass_newton import Marginal, chunk_two_passes, root_two_passes
 from topdown.estimation.passes import EstimateOptions, SolverChoice
@@ -128,14 +127,7 @@ def test_the_preset_tolerance_reaches_the_solver(monkeypatch):
     from topdown.query import Query
     from topdown.strategy import LevelStrategy, Strategy
 
-    seen: list[float] = []
-    real = multipass_newton.two_passes
-
-    def spy(*args, **kwargs):
-        seen.append(kwargs["tolerance"])
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(multipass_newton, "two_passes", spy)
+    seen = tm.record_two_passes(monkeypatch, "tolerance")
     df, schema = synthetic(30, people=5, seed=2)
     first = ("SEX x AGE", "SEX")
     queries = ((Query.parse("detailed"), Fraction(1, 3)),) + tuple(
