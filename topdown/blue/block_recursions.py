@@ -88,8 +88,9 @@ def _by_type(types: np.ndarray, k: int) -> bool:
     """Whether a level's ``k x k`` steps run a type at a time (``_apply``'s product per type):
     its nodes' matrices would exceed ``GATHER_BYTES`` gathered. Then the recursions also make
     each type's matrices one type at a time, so a level's transient matrices are a few
-    ``k x k`` ones, not several stacks over its types (18 DHC county types: about 200 MB a
-    stack and block, ten stacks at once in the upward step)."""
+    ``k x k`` ones, not several stacks over its types (the 14 county types of a
+    750,000-person DHC state: about 150 MB a stack and block, ten stacks at once in the
+    upward step)."""
     return len(types) * k * k * 8 > GATHER_BYTES
 
 

@@ -261,7 +261,8 @@ class LeafFamilies:
         """Chunk ``i``'s leaves and the passes' inputs for them (``blue_inputs`` of the
         chunk's BLUE: its cells, totals and measured marginals, with their weights)."""
         # not gathered: the leaves' final covariances, a (k, k) matrix per parent type and
-        # block, would stay held for the rest of the release (1.5 GB at 18 DHC counties) and
+        # block, would stay held for the rest of the release (82 MiB a DHC county type,
+        # 14 types at 750,000 persons) and
         # the passes do not read them; ``scale`` estimates the chunks again when asked
         children, estimate = self.estimate(i, gather=False)
         self._last = None  # the passes hold the cells (the fed detailed answers) while needed
