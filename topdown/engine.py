@@ -39,7 +39,7 @@ from topdown.estimation.first_pass_limit import (
     first_pass_answers,
     newton_takes_root_first_pass,
 )
-from topdown.estimation.passes import MULTIPASS_TOLERANCE, check_solver_options
+from topdown.estimation.passes import check_solver_options, multipass_options
 from topdown.estimation.root_total import decide, with_root_total
 from topdown.execution.executors import make_executor
 from topdown.execution.process_memory import hugepage_advice_off
@@ -50,7 +50,7 @@ from topdown.measurement.read import read_data
 from topdown.outputs.microdata import write_table
 from topdown.release import CorrectnessReport, Release
 from topdown.schema import Attribute, Schema
-from topdown.strategy import MECHANISMS, Strategy, held_subsets
+from topdown.strategy import MECHANISMS, Strategy
 from topdown.support.progress import Progress
 from topdown.support.timing import PhaseClock
 
@@ -157,9 +157,7 @@ def release(
         solver_options=dict(solver_options),
         failsafe=failsafe,
         capture=capture,
-        # a strategy's own hold (a production preset's slack) over the estimation's default
-        multipass_tolerance=strategy.multipass_tolerance or MULTIPASS_TOLERANCE,
-        multipass_held=held_subsets(strategy),
+        **multipass_options(strategy),
     )
     first_pass = {i: ls.first_pass for i, ls in enumerate(strategy.levels)}
     with make_executor(executor, workers=workers, address=address, preload=TASK_MODULES) as ex:

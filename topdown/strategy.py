@@ -31,7 +31,6 @@ __all__ = [
     "Strategy",
     "MECHANISMS",
     "NEIGHBOURING",
-    "held_subsets",
     "parse_budget",
 ]
 
@@ -245,12 +244,6 @@ class Strategy:
             spec.get("neighbouring", "add_remove"),
             multipass_tolerance=spec.get("multipass_tolerance"),
         )
-
-
-def held_subsets(strategy: Strategy) -> tuple[tuple[int, tuple[str, ...]], ...]:
-    """Per level whose second pass holds only some of its first pass, (level, names held)
-    (``EstimateOptions.multipass_held``)."""
-    return tuple((i, ls.held) for i, ls in enumerate(strategy.levels) if ls.held is not None)
 
 
 def parse_budget(value: Any, name: str) -> Fraction:

@@ -12,14 +12,18 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from topdown.errors import OptionsError
 
+if TYPE_CHECKING:
+    from topdown.strategy import Strategy
+
 __all__ = [
     "MULTIPASS_TOLERANCE",
+    "multipass_options",
     "PASSES",
     "EstimateOptions",
     "LevelStats",
@@ -284,3 +288,16 @@ def check_solver_options(options: object) -> dict[str, Any]:
             "as {'time_limit': 60}"
         )
     return dict(options)
+
+
+def multipass_options(strategy: Strategy) -> dict[str, Any]:
+    """The ``EstimateOptions`` a strategy's multipass sets, for every entry point (``release``,
+    the streamed release): its hold tolerance (a production preset's slack; the default where
+    it names none) and, per level whose second pass holds only some of its first pass, (level,
+    the names held)."""
+    return {
+        "multipass_tolerance": strategy.multipass_tolerance or MULTIPASS_TOLERANCE,
+        "multipass_held": tuple(
+            (i, ls.held) for i, ls in enumerate(strategy.levels) if ls.held is not None
+        ),
+    }

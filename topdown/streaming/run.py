@@ -93,7 +93,7 @@ from topdown.estimation.first_pass_limit import (
     first_pass_answers,
     newton_takes_root_first_pass,
 )
-from topdown.estimation.passes import MULTIPASS_TOLERANCE, check_solver_options
+from topdown.estimation.passes import check_solver_options, multipass_options
 from topdown.estimation.root_total import RootTotal
 from topdown.execution.executors import Executor, make_executor
 from topdown.execution.process_memory import hugepage_advice_off
@@ -104,7 +104,7 @@ from topdown.measurement.tree import Tree
 from topdown.outputs.ledger import ledger_document
 from topdown.release import Release
 from topdown.schema import Schema
-from topdown.strategy import Strategy, held_subsets
+from topdown.strategy import Strategy
 from topdown.streaming.inputs import (
     partitions_by_node,
     public_tree,
@@ -250,8 +250,7 @@ def release_streamed(
         solver=choice,
         solver_options=dict(solver_options),
         failsafe=failsafe,
-        multipass_tolerance=strategy.multipass_tolerance or MULTIPASS_TOLERANCE,
-        multipass_held=held_subsets(strategy),
+        **multipass_options(strategy),
     )
     first_pass = {i: ls.first_pass for i, ls in enumerate(strategy.levels)}
     # the working folder is named after this process: a run killed with SIGKILL cannot
