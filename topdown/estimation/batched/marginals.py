@@ -74,6 +74,7 @@ ARMIJO = 1e-4  # the line search's sufficient ascent, a share of the slope
 SLOPE = 1e-3  # the full step is taken while the slope there is above -SLOPE times the first
 BACKTRACKS = 40
 STALLED = 1e-6  # a step this short from a given start: the start is given up
+RIDGE_CAP = 1.0  # the hard slots' ridge, as a share of their free curvature, at most (_Hessian)
 
 
 @dataclass(frozen=True)
@@ -139,7 +140,8 @@ class Marginal:
         weights: (Q, k) their weights, >= 0.
         hard: (Q, k) children whose answers are held exactly (constraints, not fitted: a
             multiplier with no penalty, its weight ignored), or None for none. The multipass
-            second pass holds the first pass's totals this way (``batched.multipass``).
+            second pass holds the first pass's totals this way (``batched.multipass``), and
+            each group's answers of its finest marginal (``topdown.estimation.nested_passes``).
     """
 
     groups: np.ndarray
@@ -279,12 +281,30 @@ class _Dual:
 class _Hessian:
     """H = E' K E + diag(1/v) at x, restricted to the free slots (the others map to 0)."""
 
-    def __init__(self, dual: _Dual, x: np.ndarray) -> None:
+    def __init__(self, dual: _Dual, x: np.ndarray, residual: np.ndarray | None = None) -> None:
         self.dual = dual
         a, a_over_s = active_shares(x, dual.w)
         diagonal = dual.gather(a - a * a_over_s) + dual.inv_v
-        # a soft slot's diagonal is at least 1 / v > 0; a hard slot's (no penalty) is 0 when
-        # no cell of its group lets the child move, and then it takes no preconditioned step
+        # a soft slot's diagonal is at least 1 / v > 0. A hard slot (no penalty) has no such
+        # floor: its curvature is 0 where no cell of its group lets its child move (the dual
+        # is linear there, and the slot never moved: a hold whose child had no positive cell
+        # in a group stalled), and the hard slots of a group are dependent where the one child
+        # left free there (the consistency's) has no positive cell: ``H d = g`` then has no
+        # solution and the conjugate gradients' step grew without bound (|d| about 1e17 on a
+        # DHC tract family held to its finest marginal's answers,
+        # ``topdown.estimation.nested_passes``). So, when ``residual`` is given
+        # (``marginal_newton_dual(ridge=True)``), the hard slots get a ridge (Levenberg-
+        # Marquardt; the regularised semismooth Newton of Li, Sun and Toh, SIAM J. Optim. 28,
+        # 2018): ``residual`` (the family's largest |g|, in persons, at most RIDGE_CAP) times
+        # the curvature the slot would have were its cells free (sum 1 / w_c over them). It
+        # vanishes with g, so the steps near the answer are Newton's, and a flat slot's step is
+        # about ``1 / residual`` times that of a free one (long, as the line search needs to
+        # reach the cells' kinks); the line search checks every step.
+        free_curvature = dual.gather(np.broadcast_to(1.0 / dual.w[:, :, None], x.shape))
+        hard = dual.free & (dual.inv_v == 0)
+        share = np.zeros(x.shape[0]) if residual is None else np.minimum(residual, RIDGE_CAP)
+        self.ridge = np.where(hard, free_curvature * share[:, None], 0.0)
+        diagonal = diagonal + self.ridge
         scaled = dual.free & (diagonal > 0)
         self.inv_diagonal = np.where(scaled, 1.0 / np.where(scaled, diagonal, 1.0), 0.0)
         # the products work in the cell-major layout of ``_Dual.columns`` (no transposes)
@@ -295,7 +315,8 @@ class _Hessian:
     def __call__(self, d: np.ndarray) -> np.ndarray:
         r = self.a * self.dual.columns(d)
         r -= self.a_over_s * _children_sum(r)[:, None]
-        return np.where(self.dual.free, self.dual.gather_columns(r) + self.dual.inv_v * d, 0.0)
+        d_term = (self.dual.inv_v + self.ridge) * d
+        return np.where(self.dual.free, self.dual.gather_columns(r) + d_term, 0.0)
 
 
 def _children_sum(values: np.ndarray) -> np.ndarray:
@@ -411,11 +432,16 @@ def marginal_newton_dual(
     *,
     tolerance: float = TOLERANCE,
     start: np.ndarray | None = None,
+    ridge: bool = False,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``marginal_newton_chunk``'s answer, per family whether it converged, and the
     multipliers (Q, k * Gt), from the multipliers ``start`` (zero when None; a family's row
     that is not finite starts at zero): a sequence of close problems on the same marginals
-    (``topdown.estimation.multipass_newton``) starts each from the last one's."""
+    (``topdown.estimation.multipass_newton``) starts each from the last one's. ``ridge``:
+    the hard slots' steps regularised (``_Hessian``), for holds whose children may have no
+    positive cell in a group (``topdown.estimation.nested_passes``). Off for the totals' hold
+    of ``batched.multipass``, which settles without it: with it, one of its tests' families
+    (``tests/test_multipass_batched.py``, seed 5) did not settle in 60 steps."""
     y = np.asarray(y, dtype=float)
     p = np.asarray(p, dtype=float)
     dual = _Dual.of(y, p, np.asarray(w, dtype=float), marginals)
@@ -447,7 +473,8 @@ def marginal_newton_dual(
         # a cap of 0.5 took 15% fewer Hessian products than 0.1 on the 100k PL94 state
         with np.errstate(divide="ignore", invalid="ignore"):
             eta = np.clip(np.sqrt(_dot(gt, gt)) / g0[todo], 1e-8, 0.5)
-        d = _conjugate_gradients(_Hessian(sub, x[todo]), gt, eta)
+        residual = np.abs(gt).max(axis=1, initial=0.0) if ridge else None
+        d = _conjugate_gradients(_Hessian(sub, x[todo], residual), gt, eta)
         step, x[todo], g[todo], q[todo] = _line_search(sub, mu[todo], d, _dot(gt, d), q[todo])
         mu[todo] = mu[todo] + step[:, None] * d  # the point the line search evaluated
         if start is not None:
