@@ -55,7 +55,9 @@ Lagrangian's multiplier step is a proximal step on the dual, Rockafellar 1976, w
 answers went 0.041 then 0.0137 at the largest ``V`` with it, 0.041, 0.020, 0.011 without, and
 the root's stayed at 0.00993 for three rounds without it.
 
-Production's hold (``Strategy.multipass_tolerance``; the DHC preset's 0.1). The Census
+Production's hold (``Strategy.multipass_tolerance = 0.1``; the DHC preset holds exactly, on
+``topdown.estimation.nested_passes``, which ``two_passes`` takes whenever every first-pass
+marginal is a sum of one of them's answers). The Census
 Bureau's DAS held each first-pass answer as ``|Q x - Q x1| <= tol``, ``x1`` the first pass's
 solution and ``tol`` the smallest tolerance those constraints allow (about 0: ``x1`` is
 feasible) plus the solver's residual plus ``opt_tol_slack`` (``DAS_2020_DHC_Production_Code``,
@@ -111,6 +113,7 @@ import numpy as np
 
 from topdown.estimation.batched.marginals import TOLERANCE as MARGINAL_TOLERANCE
 from topdown.estimation.batched.marginals import Marginal, marginal_newton_dual
+from topdown.estimation.nested_passes import coarse_map, group_simplex, hold_by_group
 from topdown.estimation.passes import MULTIPASS_TOLERANCE
 from topdown.estimation.root_marginals import TOLERANCE, RootMarginal, root_marginal_dual
 
@@ -212,6 +215,26 @@ class Fitter(Protocol):
         """The same layout over the marginals numbered ``marginals`` only, in that order."""
         ...
 
+    def nested(self, fine: int, coarse: Sequence[int]) -> Fitter | None:
+        """The same solve with marginal ``fine``'s groups as its cells (their answers in the
+        layout of ``fine``'s targets) and the marginals ``coarse`` as its marginals, or None
+        when one of them is not a coarsening of ``fine`` or a group of ``fine`` has no cell
+        where this layout cannot hold it at 0 (``topdown.estimation.nested_passes``)."""
+        ...
+
+    def hold_exactly(
+        self,
+        y: np.ndarray,
+        w: np.ndarray,
+        fine: int,
+        u: np.ndarray,
+        second: Sequence[tuple[int, Targets]],
+    ) -> tuple[np.ndarray, np.ndarray] | None:
+        """``argmin w ||x - y||^2 + sum`` of ``second``'s fits (marginal number, targets and
+        weights) over the feasible set with ``A_fine x = u`` exactly, and per family whether
+        it settled; None where this layout has no such solve."""
+        ...
+
 
 @dataclass(frozen=True)
 class RootFitter:
@@ -263,6 +286,30 @@ class RootFitter:
 
     def only(self, marginals: Sequence[int]) -> RootFitter:
         return replace(self, groups=tuple(self.groups[m] for m in marginals))
+
+    def nested(self, fine: int, coarse: Sequence[int]) -> RootFitter | None:
+        g = np.asarray(self.groups[fine])
+        n = int(g.max(initial=-1)) + 1
+        if n == 0 or np.bincount(g, minlength=n).min() == 0:
+            return None  # a group with no cell would be a free answer here
+        maps = [coarse_map(g, self.groups[m], n) for m in coarse]
+        if any(r is None for r in maps):
+            return None
+        return replace(self, groups=tuple(r for r in maps if r is not None))
+
+    def hold_exactly(
+        self,
+        y: np.ndarray,
+        w: np.ndarray,
+        fine: int,
+        u: np.ndarray,
+        second: Sequence[tuple[int, Targets]],
+    ) -> tuple[np.ndarray, np.ndarray] | None:
+        if second:
+            return None  # the hold and a soft fit together: the rounds of ``_hold``
+        # the bounds on the total hold: sum x = sum u, which pass 1 kept within them
+        x = group_simplex(y, self.groups[fine], np.maximum(np.asarray(u, dtype=float), 0.0))
+        return x, np.array(True)
 
 
 @dataclass(frozen=True)
@@ -327,6 +374,40 @@ class ChunkFitter:
             widths=tuple(self.widths[m] for m in marginals),
         )
 
+    def nested(self, fine: int, coarse: Sequence[int]) -> ChunkFitter | None:
+        g = self.groups[fine]
+        Q, G = g.shape[0], self.widths[fine]
+        # a family's support positions (padding: at the width, or a zero parent cell)
+        real = (g < G) & (self.p > 0)
+        flat = (np.arange(Q)[:, None] * G + g)[real]
+        # the parent's answers of fine's groups: a group with no support cell gets 0, which
+        # holds its children's answers at 0 (the solve's padding), as the cells would
+        p = np.bincount(flat, weights=self.p[real], minlength=Q * G).reshape(Q, G)
+        groups = []
+        for m in coarse:
+            rep = coarse_map(flat, self.groups[m][real], Q * G)
+            if rep is None:
+                return None
+            groups.append(np.where(rep < 0, self.widths[m], rep).reshape(Q, G))
+        return replace(
+            self,
+            groups=tuple(groups),
+            widths=tuple(self.widths[m] for m in coarse),
+            p=p,
+        )
+
+    def hold_exactly(
+        self,
+        y: np.ndarray,
+        w: np.ndarray,
+        fine: int,
+        u: np.ndarray,
+        second: Sequence[tuple[int, Targets]],
+    ) -> tuple[np.ndarray, np.ndarray] | None:
+        if second:
+            return None  # the hold and a soft fit together: the rounds of ``_hold``
+        return hold_by_group(y, self.p, w, self.groups[fine], u, self.max_iter)
+
 
 @dataclass(frozen=True)
 class TwoPassResult:
@@ -336,6 +417,8 @@ class TwoPassResult:
     settled: np.ndarray
     prox_steps: int
     hold_rounds: int
+    #: the passes ran on the finest first-pass marginal's groups (``nested_passes``)
+    nested: bool = False
 
 
 def two_passes(
@@ -366,6 +449,9 @@ def two_passes(
             holds one of its nine first-pass marginals).
     """
     w = np.asarray(w, dtype=float)
+    nest = _finest(fitter, first)
+    if nest is not None:
+        return _nested_passes(fitter, *nest, y, w, first, second, tolerance, held)
     eps = PROX_SHARE * np.minimum.reduce([np.asarray(v, dtype=float) for _, v in first])
     n_first = len(first)
     x, ok, mu = _fit(fitter, y, w, first, False, None)
@@ -431,6 +517,79 @@ def two_passes(
         float(np.max(off, initial=0.0)),
     )
     return TwoPassResult(x, settled, steps, rounds)
+
+
+def _finest(fitter: Fitter, first: Sequence[Targets]) -> tuple[int, Fitter] | None:
+    """The first-pass marginal every other one coarsens (the one with the most groups that
+    does) and the fitter on its groups, or None (``topdown.estimation.nested_passes``)."""
+    n_first = len(first)
+    if n_first < 2:
+        return None
+    for fine in sorted(range(n_first), key=lambda m: -np.shape(first[m][0])[-1]):
+        small = fitter.nested(fine, [m for m in range(n_first) if m != fine])
+        if small is not None:
+            return fine, small
+    return None
+
+
+def _nested_passes(
+    fitter: Fitter,
+    fine: int,
+    small: Fitter,
+    y: np.ndarray,
+    w: np.ndarray,
+    first: Sequence[Targets],
+    second: Sequence[Targets],
+    tolerance: float,
+    held: Sequence[int] | None,
+) -> TwoPassResult:
+    """Both passes when every first-pass marginal coarsens ``first[fine]`` (``small``: the
+    solve on its groups): pass 1 one solve on those groups, centred at ``fine``'s
+    measurement; pass 2 holding ``fine``'s answers exactly, group by group
+    (``Fitter.hold_exactly``), when the tolerance is ``HELD_EXACTLY``, ``fine`` is held (every
+    held answer is a sum of its answers) and nothing else is fitted there; else the rounds of
+    ``_hold`` from pass 1's answers (``topdown.estimation.nested_passes``)."""
+    n_first = len(first)
+    coarse = [m for m in range(n_first) if m != fine]
+    centre, weight = first[fine]
+    u, ok, _ = _fit(
+        small,
+        np.asarray(centre, dtype=float),
+        np.asarray(weight, dtype=float),
+        [first[m] for m in coarse],
+        False,
+        None,
+    )
+    settled = np.asarray(ok, dtype=bool).copy()
+    keep = list(range(n_first)) if held is None else list(held)
+    if tolerance <= HELD_EXACTLY and fine in keep:
+        rest = [(n_first + i, s) for i, s in enumerate(second)]
+        exact = fitter.hold_exactly(y, w, fine, u, rest)
+        if exact is not None:
+            x, kept = exact
+            log.info(
+                "multipass on the finest marginal's groups: %d of %d famil(ies) settled, "
+                "its answers held exactly",
+                int(np.count_nonzero(settled & kept)),
+                int(np.size(settled)),
+            )
+            return TwoPassResult(x, settled & kept, 1, 1, nested=True)
+    answers = {fine: u, **{m: small.answers(u, i) for i, m in enumerate(coarse)}}
+    us = [answers[m] for m in keep]
+    size = np.maximum.reduce([fitter.largest(a) for a in us])
+    pass2 = fitter.only([*keep, *range(n_first, n_first + len(second))])
+    x, kept, rounds, off = _hold(
+        pass2, np.zeros_like(y, dtype=float), y, w, us, second, settled, tolerance, size
+    )
+    log.info(
+        "multipass on the finest marginal's groups: %d of %d famil(ies) settled; %d hold "
+        "round(s), held answers within %.3g",
+        int(np.count_nonzero(settled & kept)),
+        int(np.size(settled)),
+        rounds,
+        float(np.max(off, initial=0.0)),
+    )
+    return TwoPassResult(x, settled & kept, 1, rounds, nested=True)
 
 
 def _hold(
