@@ -201,15 +201,18 @@ def test_held_in_the_config_and_config_json(tmp_path: Path):
     _, preset = census2020_dhcp(("STATE",))
     assert config.strategy == preset
     resolved = config.resolved()
-    # the preset holds all nine (no key); production's one, set per level, loads back
-    assert all("held" not in lv for lv in resolved["strategy"]["levels"])
-    for lv in resolved["strategy"]["levels"]:
-        lv["held"] = [PRODUCTION_HELD_NAME]
+    # the preset holds production's one at each level; written out, it loads back
+    assert [lv["held"] for lv in resolved["strategy"]["levels"]] == [[PRODUCTION_HELD_NAME]] * 2
     path = tmp_path / "config.json"
     path.write_text(json.dumps(resolved))
     loaded = load_config(path).strategy
     assert [lv.held for lv in loaded.levels] == [(PRODUCTION_HELD_NAME,)] * 2
     assert loaded.levels[0].first_pass == preset.levels[0].first_pass
+    # all nine held (no key) loads back as such
+    for lv in resolved["strategy"]["levels"]:
+        del lv["held"]
+    path.write_text(json.dumps(resolved))
+    assert all(lv.held is None for lv in load_config(path).strategy.levels)
     resolved["strategy"]["levels"][1]["held"] = ["SEX"]
     path.write_text(json.dumps(resolved))
     with pytest.raises(ConfigError, match=r"strategy.levels\[1\].held.*'SEX'.*not in first_pass"):

@@ -1,8 +1,8 @@
-"""Production's hold (``Strategy.multipass_tolerance``, the DAS's ``opt_tol_slack`` 0.1): the
-Newton passes (``topdown.estimation.multipass_newton``) hold each first-pass answer within the
-tolerance, agree with the general path holding the same tolerance (Clarabel), use the slack
-(their answer is not the one held at 1e-6), and the tolerance a strategy or a preset states
-reaches the solver."""
+"""Production's hold (``Strategy.multipass_tolerance``, the DAS's ``opt_tol_slack`` 0.1; the
+DHC preset holds exactly instead): the Newton passes (``topdown.estimation.multipass_newton``)
+hold each first-pass answer within the tolerance, agree with the general path holding the same
+tolerance (Clarabel), use the slack (their answer is not the one held at 1e-6), and the
+tolerance a strategy states reaches the solver."""
 
 from __future__ import annotations
 
@@ -115,10 +115,10 @@ def test_a_chunk_family_worked_case():
     np.testing.assert_allclose(x[0].sum(axis=0), p[0], atol=1e-9)
 
 
-def test_the_preset_tolerance_reaches_the_solver(monkeypatch):
-    """A release of a strategy with ``multipass_tolerance=0.1`` (the DHC preset's) calls the
-    Newton passes with 0.1 at every level with a first pass; ignoring it (the default 1e-6)
-    fails this."""
+def test_the_strategy_tolerance_reaches_the_solver(monkeypatch):
+    """A release of a strategy with ``multipass_tolerance=0.1`` (production's slack) calls the
+    Newton passes with 0.1 at every level with a first pass, and the DHC preset's (None: held
+    exactly) with the default 1e-6; ignoring the strategy's fails this."""
     from fractions import Fraction
 
     from benchmarks.synthetic import synthetic
@@ -134,20 +134,20 @@ def test_the_preset_tolerance_reaches_the_solver(monkeypatch):
         (Query.parse(q), Fraction(1, 3)) for q in first
     )
     levels = tuple(LevelStrategy(Fraction(1, 4), queries, first) for _ in range(4))
-    tolerance = census2020_dhcp(("STATE",))[1].multipass_tolerance
-    assert tolerance == SLACK
-    strategy = Strategy(levels, "discrete_gaussian", multipass_tolerance=tolerance)
+    strategy = Strategy(levels, "discrete_gaussian", multipass_tolerance=SLACK)
     rel = release(df, schema, strategy, seed=1, estimator="topdown")
     assert rel.check_correctness().ok
     assert seen and set(seen) == {SLACK}
     seen.clear()
-    release(df, schema, Strategy(levels, "discrete_gaussian"), seed=1, estimator="topdown")
+    tolerance = census2020_dhcp(("STATE",))[1].multipass_tolerance
+    strategy = Strategy(levels, "discrete_gaussian", multipass_tolerance=tolerance)
+    release(df, schema, strategy, seed=1, estimator="topdown")
     assert seen and set(seen) == {1e-6}
 
 
 def test_the_strategy_checks_and_records_its_tolerance():
     """A tolerance is a positive finite number, named in the error; it survives the strategy's
-    dict (``config.json``); the DHC preset states 0.1 only with its two passes."""
+    dict (``config.json``); the DHC preset states none (it holds exactly, one pass or two)."""
     from fractions import Fraction
 
     from topdown.errors import StrategyError
@@ -165,4 +165,4 @@ def test_the_strategy_checks_and_records_its_tolerance():
     assert Strategy.from_dict(Strategy(levels).to_dict()).multipass_tolerance is None
     _, two = census2020_dhcp(("STATE",))
     _, one = census2020_dhcp(("STATE",), multipass=False)
-    assert two.multipass_tolerance == SLACK and one.multipass_tolerance is None
+    assert two.multipass_tolerance is None and one.multipass_tolerance is None

@@ -123,10 +123,11 @@ class Strategy:
     Attributes:
         multipass_tolerance: how far a multipass second pass may move each first-pass answer
             (absolute, in counts), for every level with a ``first_pass``; None: the
-            estimation's default (``EstimateOptions.multipass_tolerance``, 1e-6: held). A
-            production preset sets the Census Bureau's slack (``opt_tol_slack``): post-
-            processing, so any value is private; it decides how closely the released
-            marginals follow the first pass's fit.
+            estimation's default (``EstimateOptions.multipass_tolerance``, 1e-6: held). The
+            Census Bureau's production allowed 0.1 (``opt_tol_slack``; the presets hold
+            exactly, ``topdown.presets.census2020_dhcp``): post-processing, so any value is
+            private; it decides how closely the released marginals follow the first pass's
+            fit.
     """
 
     levels: tuple[LevelStrategy, ...]

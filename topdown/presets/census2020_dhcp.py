@@ -31,21 +31,27 @@ under ``das_decennial/``:
   ``findOptimalTolAndAddConstrs``) holds each first-pass answer as ``|Q x - Q x1| <= tol``,
   ``x1`` the first pass's solution and ``tol`` the smallest tolerance those constraints allow
   (an LP; about 0, since ``x1`` is feasible) plus the solver's constraint residual plus the
-  slack. So the second pass may move each held answer by about 0.1: ``hold_slack`` below,
-  the strategy's ``multipass_tolerance``. That optimizer holds only the queries its
-  constrain-to ordering names: the production ordering (``person_US.ini`` line 12,
-  ``query_ordering = test_strategy_regular_ordering_dhcp_20220811_exp_21_1``;
+  slack. So the second pass may move each held answer by about 0.1. That optimizer holds only
+  the queries its constrain-to ordering names: the production ordering (``person_US.ini``
+  line 12, ``query_ordering = test_strategy_regular_ordering_dhcp_20220811_exp_21_1``;
   ``dhcp_strategies.py`` lines 434-453,
   ``DecompTestStrategyRegularOrderingDHCP_20220811_exp_21_1``) fits the marginals in pass 0
   of ``L2_QUERY_ORDERING`` (lines 438-448) but its ``L2_CONSTRAIN_TO_QUERY_ORDERING`` pass 0
   (line 452) names one of them, ``relgq * age_40_groups * hispanic * cenrace * sex``
-  (``PRODUCTION_HELD_NAME``). The preset departs here: its second pass holds all nine. Holding
-  that one alone (``LevelStrategy.held``) made the coarse marginals' tract errors about 100
-  times larger at 20,000 persons (``SEX x AGE`` MAE 419 against 3.9 holding all nine; one
-  seed, docs/benchmarks.md "Holding production's one"), not explained yet: each of its
-  423,360 answers a tract may move by 0.1, so a coarse answer that sums thousands of them
-  may move by hundreds. Production's own choice is one line away: ``dataclasses.replace``
-  of each level with ``held=(PRODUCTION_HELD_NAME,)``.
+  (``PRODUCTION_HELD_NAME``). The preset holds that one, as production did, but exactly
+  (``Strategy.multipass_tolerance`` at the engine's default, not 0.1): an answer held exactly
+  lies inside production's box, so it is feasible for production's second pass, though not
+  that pass's optimum. Why: every one of the nine first-pass marginals is a sum of the held
+  one's answers, so holding it exactly holds all nine exactly, and both passes then reduce
+  to the held marginal's groups (``topdown.estimation.nested_passes``): at 20,000 persons
+  to the tract the release took 9.6 CPU s, against 93.1 held within 0.1 and 11.1 in one
+  pass, in one run (docs/benchmarks.md, "The DHC preset held exactly"). Held within 0.1,
+  production's one marginal let the coarse marginals' tract errors grow about 100 times
+  (``SEX x AGE`` MAE 419 against 3.7 held exactly; one seed; a reading, not checked: each of
+  its 423,360 answers a tract may move by 0.1, and a coarse answer sums thousands of them).
+  Production's slack is one line away: ``dataclasses.replace(strategy,
+  multipass_tolerance=0.1)`` (the second pass is then the box-holding rounds of
+  ``topdown.estimation.multipass_newton``: 8.4 times one pass's CPU in that run).
 - The schema ``DHCP_SCHEMA`` (``programs/schema/schemas/schemamaker.py``): relgq (42) x sex (2)
   x age (116) x hispanic (2) x cenrace (63) = 1,227,744 cells. The recodes the queries use
   are copied from ``programs/schema/attributes/age.py`` (``recodeAge18_64_116``,
@@ -274,8 +280,7 @@ def _queries(geolevel: str) -> tuple[tuple[Query, Fr], ...]:
 
 
 #: The one first-pass query production's second pass held (``dhcp_strategies.py`` line 452), as
-#: the preset names it: ``held=(PRODUCTION_HELD_NAME,)`` on a level asks for production's hold
-#: (the preset holds all nine: module docstring).
+#: the preset names it (each level's ``held``; module docstring).
 PRODUCTION_HELD_NAME = _query(_HELD)
 
 #: The production strategy in the source's terms.
@@ -291,10 +296,11 @@ DHCP = ProductionStrategy(
     budgets=tuple(sum(_ALLOCATIONS[g]) * _UNIT for g in DHCP_GEOLEVELS),
     queries={g: _queries(g) for g in DHCP_GEOLEVELS},
     first_pass={g: tuple(_query(q) for q in _DAS_QUERIES[:-1]) for g in DHCP_GEOLEVELS},
-    # all nine held: production's ordering holds one (PRODUCTION_HELD_NAME; module docstring)
+    # production's ordering holds one of the nine (dhcp_strategies.py line 452)
+    held={g: (PRODUCTION_HELD_NAME,) for g in DHCP_GEOLEVELS},
     default_geolevels=("State", "County", "Tract_Subset", "Block_Group", "Block"),
-    # person_US.ini line 160, opt_tol_slack = 0.1, with line 141's opt_tol tolerance type
-    hold_slack=0.1,
+    # held exactly, not within person_US.ini line 160's opt_tol_slack = 0.1 (module docstring)
+    hold_slack=None,
 )
 
 
@@ -322,10 +328,11 @@ def census2020_dhcp(
             subsequence of ``DHCP_GEOLEVELS[1:]``).
         multipass: fit the nine marginals first and ``detailed`` after, as production did,
             the second pass holding the answers of one of them (``relgq * age_40_groups *
-            hispanic * cenrace * sex``, production's constrain-to ordering) within its 0.1
-            (``Strategy.multipass_tolerance``; the module's sources). Under the ``auto`` L2
-            solver both passes run on the matrix-free Newton iterations
-            (``topdown.estimation.multipass_newton``); where those do not apply (a named L2
+            hispanic * cenrace * sex``, production's constrain-to ordering) exactly, where
+            production allowed 0.1 (``Strategy.multipass_tolerance``; the module's sources).
+            Under the ``auto`` L2 solver both passes run on the held marginal's groups
+            (``topdown.estimation.nested_passes``: every first-pass marginal is a sum of its
+            answers) by the matrix-free Newton iterations; where those do not apply (a named L2
             solver, constraint rows, a capture) the first pass is a general QP, which
             ``release`` refuses over 1,000,000 variables before measuring
             (``topdown.estimation.first_pass_limit``). ``multipass=False`` (a config's
@@ -348,9 +355,9 @@ def census2020_dhcp(
         1227744
         >>> " > ".join(strategy.meta["geolevels"])
         'US > State > County > Tract_Subset'
-        >>> strategy.multipass_tolerance
-        0.1
-        >>> strategy.levels[0].held is None  # all nine; production held PRODUCTION_HELD_NAME
+        >>> strategy.multipass_tolerance is None  # held exactly (production: within 0.1)
+        True
+        >>> strategy.levels[0].held == (PRODUCTION_HELD_NAME,)  # production's constrain-to
         True
     """
     cols = data_columns(DHCP.name, DHCP_COLUMNS, columns)
