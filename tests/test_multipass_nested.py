@@ -183,7 +183,7 @@ def test_a_pass_2_that_drops_the_hold_fails_the_comparison(nested, monkeypatch):
     """Pass 2 fitting the detailed answers alone (A x B's answers not held): the cells are
     not the general path's."""
 
-    def unheld(self, y, w, fine, u, second):
+    def unheld(self, y, w, fine, u):
         # a marginal of weight 0 counts for nothing: the detailed answers projected alone
         Q, k, _ = y.shape
         x, ok, _ = self.fit(y, w, [(np.zeros((Q, k, self.widths[0])), np.zeros((Q, k)))])

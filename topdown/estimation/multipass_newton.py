@@ -223,16 +223,10 @@ class Fitter(Protocol):
         ...
 
     def hold_exactly(
-        self,
-        y: np.ndarray,
-        w: np.ndarray,
-        fine: int,
-        u: np.ndarray,
-        second: Sequence[tuple[int, Targets]],
-    ) -> tuple[np.ndarray, np.ndarray] | None:
-        """``argmin w ||x - y||^2 + sum`` of ``second``'s fits (marginal number, targets and
-        weights) over the feasible set with ``A_fine x = u`` exactly, and per family whether
-        it settled; None where this layout has no such solve."""
+        self, y: np.ndarray, w: np.ndarray, fine: int, u: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """``argmin w ||x - y||^2`` over the feasible set with ``A_fine x = u`` exactly (group
+        by group, ``topdown.estimation.nested_passes``) and per family whether it settled."""
         ...
 
 
@@ -298,15 +292,8 @@ class RootFitter:
         return replace(self, groups=tuple(r for r in maps if r is not None))
 
     def hold_exactly(
-        self,
-        y: np.ndarray,
-        w: np.ndarray,
-        fine: int,
-        u: np.ndarray,
-        second: Sequence[tuple[int, Targets]],
-    ) -> tuple[np.ndarray, np.ndarray] | None:
-        if second:
-            return None  # the hold and a soft fit together: the rounds of ``_hold``
+        self, y: np.ndarray, w: np.ndarray, fine: int, u: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
         # the bounds on the total hold: sum x = sum u, which pass 1 kept within them
         x = group_simplex(y, self.groups[fine], np.maximum(np.asarray(u, dtype=float), 0.0))
         return x, np.array(True)
@@ -397,15 +384,8 @@ class ChunkFitter:
         )
 
     def hold_exactly(
-        self,
-        y: np.ndarray,
-        w: np.ndarray,
-        fine: int,
-        u: np.ndarray,
-        second: Sequence[tuple[int, Targets]],
-    ) -> tuple[np.ndarray, np.ndarray] | None:
-        if second:
-            return None  # the hold and a soft fit together: the rounds of ``_hold``
+        self, y: np.ndarray, w: np.ndarray, fine: int, u: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
         return hold_by_group(y, self.p, w, self.groups[fine], u, self.max_iter)
 
 
@@ -562,18 +542,16 @@ def _nested_passes(
     )
     settled = np.asarray(ok, dtype=bool).copy()
     keep = list(range(n_first)) if held is None else list(held)
-    if tolerance <= HELD_EXACTLY and fine in keep:
-        rest = [(n_first + i, s) for i, s in enumerate(second)]
-        exact = fitter.hold_exactly(y, w, fine, u, rest)
-        if exact is not None:
-            x, kept = exact
-            log.info(
-                "multipass on the finest marginal's groups: %d of %d famil(ies) settled, "
-                "its answers held exactly",
-                int(np.count_nonzero(settled & kept)),
-                int(np.size(settled)),
-            )
-            return TwoPassResult(x, settled & kept, 1, 1, nested=True)
+    # a marginal fitted in pass 2 couples the groups: the rounds of ``_hold`` then
+    if tolerance <= HELD_EXACTLY and fine in keep and not second:
+        x, kept = fitter.hold_exactly(y, w, fine, u)
+        log.info(
+            "multipass on the finest marginal's groups: %d of %d famil(ies) settled, its "
+            "answers held exactly",
+            int(np.count_nonzero(settled & kept)),
+            int(np.size(settled)),
+        )
+        return TwoPassResult(x, settled & kept, 1, 1, nested=True)
     answers = {fine: u, **{m: small.answers(u, i) for i, m in enumerate(coarse)}}
     us = [answers[m] for m in keep]
     size = np.maximum.reduce([fitter.largest(a) for a in us])
