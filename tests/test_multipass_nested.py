@@ -125,6 +125,29 @@ def test_root_two_passes_equal_the_general_path(nested, seed):
 
 
 @pytest.mark.parametrize("seed", range(3))
+def test_a_pass_2_total_is_a_constant_of_the_hold(nested, seed):
+    """A total fitted in pass 2 only (as ``"blue"`` adds its node-total estimate) is a sum of
+    A x B's answers, fixed once they are held exactly: still one solve per group, and the
+    general path's cells (a family; the root)."""
+    y, p, w, marginals = tm._inputs(70 + seed, k=3)
+    total = np.zeros(tm.N, dtype=np.int64)
+    rng = np.random.default_rng(seed)
+    extra = (total, np.maximum(y, 0).sum(axis=1, keepdims=True) + rng.normal(0, 3, (3, 1)), w)
+    x, solved = tm._solve(tm._task(y, p, w, [*marginals, extra], "auto"))
+    assert solved == {"marginal_newton_multipass": 1}
+    reference, _ = tm._solve(tm._task(y, p, w, [*marginals, extra], "cvxpy:CLARABEL"))
+    tm._assert_same(x, reference, p)
+    res, _ = _result(y, p, w, [*marginals, extra])
+    assert res.nested and res.hold_rounds == 1
+    y, _, w, marginals = tm._inputs(80 + seed, k=1)
+    extra = (total, np.maximum(y, 0).sum(axis=1, keepdims=True) + 2.0, w)
+    x, _ = tm._solve(tm._task(y, None, w, [*marginals, extra], "auto"))
+    reference, _ = tm._solve(tm._task(y, None, w, [*marginals, extra], "cvxpy:CLARABEL"))
+    tm._assert_same(x, reference, None)
+    assert _result(y, None, w, [*marginals, extra]).hold_rounds == 1
+
+
+@pytest.mark.parametrize("seed", range(3))
 def test_family_within_the_slack_as_the_general_path(nested, seed):
     """Production's 0.1: pass 1 on A x B's groups, then the box-holding rounds."""
     y, p, w, marginals = tm._inputs(40 + seed, k=3)

@@ -527,8 +527,9 @@ def _nested_passes(
     solve on its groups): pass 1 one solve on those groups, centred at ``fine``'s
     measurement; pass 2 holding ``fine``'s answers exactly, group by group
     (``Fitter.hold_exactly``), when the tolerance is ``HELD_EXACTLY``, ``fine`` is held (every
-    held answer is a sum of its answers) and nothing else is fitted there; else the rounds of
-    ``_hold`` from pass 1's answers (``topdown.estimation.nested_passes``)."""
+    held answer is a sum of its answers) and every marginal pass 2 fits is a sum of them too
+    (then a constant); else the rounds of ``_hold`` from pass 1's answers
+    (``topdown.estimation.nested_passes``)."""
     n_first = len(first)
     coarse = [m for m in range(n_first) if m != fine]
     centre, weight = first[fine]
@@ -542,8 +543,11 @@ def _nested_passes(
     )
     settled = np.asarray(ok, dtype=bool).copy()
     keep = list(range(n_first)) if held is None else list(held)
-    # a marginal fitted in pass 2 couples the groups: the rounds of ``_hold`` then
-    if tolerance <= HELD_EXACTLY and fine in keep and not second:
+    # a pass-2 marginal that is a sum of fine's answers is a constant once they are held
+    # exactly (the node total the BLUE estimates under "blue"): it drops out. Any other
+    # couples the groups: the rounds of ``_hold`` then
+    coupled = [i for i in range(len(second)) if fitter.nested(fine, [n_first + i]) is None]
+    if tolerance <= HELD_EXACTLY and fine in keep and not coupled:
         x, kept = fitter.hold_exactly(y, w, fine, u)
         log.info(
             "multipass on the finest marginal's groups: %d of %d famil(ies) settled, its "
