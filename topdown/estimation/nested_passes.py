@@ -26,9 +26,10 @@ of each), both passes shrink:
   (``hold_by_group``: each group a family of the level-batched Newton iteration holding its
   children's totals, as ``batched.multipass`` holds a family's). Each group then stops and
   searches its line on its own: one solve over a whole tract family (6,095 groups of 1 to 6
-  cells, 11 children) crept, its line search cut short by its worst group. A looser tolerance,
-  or marginals fitted in pass 2, keep the rounds of ``multipass_newton._hold``, from pass 1's
-  answers here.
+  cells, 11 children) crept, its line search cut short by its worst group. A marginal fitted
+  in pass 2 that is a sum of ``F``'s answers (the node total under ``"blue"``) is a constant
+  there and drops out; a looser tolerance, or any other pass-2 marginal, keeps the rounds of
+  ``multipass_newton._hold``, from pass 1's answers here.
 
 This module holds the layout-free pieces; the fitters' ``nested`` and ``hold_exactly``
 (``multipass_newton``) use them.
