@@ -245,3 +245,44 @@ def test_kept_first_chunk_terms_give_the_same_estimates_to_the_bit(monkeypatch) 
         np.testing.assert_array_equal(
             np.asarray(getattr(a, "values", a)), np.asarray(getattr(b, "values", b))
         )
+
+
+def test_leaf_summaries_are_freed_block_by_block_with_the_same_blue(monkeypatch) -> None:
+    """``blue_by_families`` hands the leaves' summaries to ``blue_above`` in lists: each
+    block's are emptied when that block's solve takes them (the later blocks' still held),
+    and the levels above come out bit for bit as from the same summaries in tuples (kept
+    whole to the end, as a streamed release passes them)."""
+    import topdown.blue.block_solve as bs
+    import topdown.blue.leaf_families as lf
+    from topdown.blue.estimate import NodeSummary
+
+    tree = _tree()
+    inputs = _masked(_inputs(np.random.default_rng(13), tree, DOMAIN, QUERIES))
+    real_above, real_block = lf.blue_above, bs._solve_block
+    seen: dict = {"held": []}
+
+    def above(tree, domain, measurements, below, plan, **options):
+        kept = NodeSummary(tuple(e.copy() for e in below.est), tuple(v.copy() for v in below.var))
+        seen["whole"] = real_above(tree, domain, measurements, kept, plan, **options)
+        seen["below"] = below
+        return real_above(tree, domain, measurements, below, plan, **options)
+
+    def block(*args):
+        if "below" in seen:
+            seen["held"].append([v.size > 0 for v in seen["below"].var])
+        return real_block(*args)
+
+    monkeypatch.setattr(lf, "blue_above", above)
+    monkeypatch.setattr(bs, "_solve_block", block)
+    solved = blue_by_families(tree, DOMAIN, inputs, max_bytes=2 * DOMAIN.size * 8)
+    assert solved is not None
+    chunked, leaves = solved
+    n = len(seen["held"])
+    assert n > 1
+    assert seen["held"] == [[j > b for j in range(n)] for b in range(n)]
+    assert all(v.size == 0 for v in seen["below"].var + seen["below"].est)
+    whole, final = seen["whole"]
+    for level in range(tree.n_levels - 1):
+        assert chunked.cells_at(level).tobytes() == whole.cells_at(level).tobytes()
+    for a, b in zip(leaves.parents_final.est, final.est, strict=True):
+        assert a.tobytes() == b.tobytes()

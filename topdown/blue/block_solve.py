@@ -151,14 +151,15 @@ def solve_blocks(
     inputs: EstimatorInputs,
     blocks: Sequence[Block],
     *,
-    below: tuple[tuple[np.ndarray, ...], tuple[Covariance, ...]] | None = None,
-    top: tuple[tuple[np.ndarray, ...], tuple[Covariance, ...], tuple[Covariance, ...]]
-    | None = None,
+    below: tuple[Sequence[np.ndarray], Sequence[Covariance]] | None = None,
+    top: tuple[Sequence[np.ndarray], Sequence[Covariance], Sequence[Covariance]] | None = None,
     threads: int = 1,
     own: OwnTerms | None = None,
 ) -> BlockSolution:
     """Every block's recursions over ``tree``, the estimates put together on the cells.
-    ``below``: per block, the last level's children's summed estimates and covariances;
+    ``below``: per block, the last level's children's summed estimates and covariances
+    (lists are handed over: a block's entries are emptied once its recursion has them, so
+    each block's summary is freed when its solve ends, ``_child_summary``);
     ``top``: per block, the first level's final estimates, covariances and subtree
     covariances (both in the block's own layout, ``topdown.blue.rotation.box_shape``);
     ``own``: the levels' own terms (``own_terms``) when already computed, taken (the
@@ -184,7 +185,8 @@ def solve_blocks(
 
     def one(b: int) -> _Solved:
         terms = _take(own, b)
-        return _solve_block(tree, inputs, blocks[b], b, terms, (parents, sums), below, top)
+        child = None if below is None else _child_summary(below, b)
+        return _solve_block(tree, inputs, blocks[b], b, terms, (parents, sums), child, top)
 
     for u, f, var in _in_order(one, len(blocks), threads):
         if below is not None:
@@ -236,13 +238,13 @@ def _solve_block(
     b: int,
     terms: list[BlockTerms],
     structure: tuple[list[np.ndarray], list[sp.csr_matrix]],
-    below: tuple[tuple[np.ndarray, ...], tuple[Covariance, ...]] | None,
-    top: tuple[tuple[np.ndarray, ...], tuple[Covariance, ...], tuple[Covariance, ...]] | None,
+    child: tuple[np.ndarray, Covariance] | None,
+    top: tuple[Sequence[np.ndarray], Sequence[Covariance], Sequence[Covariance]] | None,
 ) -> _Solved:
     """Block ``b``'s upward and downward recursions (see ``solve_blocks``) from its own
-    ``terms`` per level; ``structure``: the levels' parent indices and ``sum_matrices``."""
+    ``terms`` per level; ``structure``: the levels' parent indices and ``sum_matrices``;
+    ``child``: its last level's children's summary (``_child_summary``), if any."""
     parents, sums = structure
-    child = None if below is None else (below[0][b], below[1][b])
     given = None if top is None else (top[0][b], top[1][b])
     up = _upward(tree, inputs, block, terms, sums, child)
     if isinstance(up, MatrixUp):
@@ -255,6 +257,23 @@ def _solve_block(
     scalar = None if given is None else (given[0], dense(given[1]))
     est, final, _ = downward(up, parents, sums, False, scalar)
     return list(est), list(final), list(up.var)
+
+
+def _child_summary(
+    below: tuple[Sequence[np.ndarray], Sequence[Covariance]], b: int
+) -> tuple[np.ndarray, Covariance]:
+    """Block ``b``'s summary of the last level's children, its covariances as shared matrices
+    when ``k > 1`` (what ``matrix_upward`` would make of them: held once per distinct
+    matrix). From lists the entries are taken (left empty): a summary is read by one block
+    only, so the caller's dense covariances (18 DHC counties x 8 blocks of ``k = 1,160``:
+    1.5 GB) go as the blocks are solved, not at the end of the solve."""
+    est, var = below[0][b], below[1][b]
+    if isinstance(var, np.ndarray) and var.ndim == 3:
+        var = SharedMatrices.of(var)
+    for part in below:
+        if isinstance(part, list):
+            part[b] = np.empty(0)
+    return est, var
 
 
 def _in_order(work: Callable[[int], _Solved], n: int, threads: int) -> Iterator[_Solved]:

@@ -320,11 +320,14 @@ class NodeSummary:
             ((nodes,) for k = 1, else (nodes, k, k): an array, or shared matrices as the level
             holds them, ``topdown.blue.shared_matrices``).
         subtree: the same for the whole-tree subtree covariances, or empty when not needed.
+
+    A summary below a solve whose ``est`` and ``var`` are lists is handed over: a recoded
+    plan's solve empties each block's entries as it reads them (``solve_blocks``).
     """
 
-    est: tuple[np.ndarray, ...]
-    var: tuple[Covariance, ...]
-    subtree: tuple[Covariance, ...] = ()
+    est: Sequence[np.ndarray]
+    var: Sequence[Covariance]
+    subtree: Sequence[Covariance] = ()
 
     @classmethod
     def stack(cls, parts: Sequence[NodeSummary]) -> NodeSummary:
