@@ -30,15 +30,8 @@ from topdown.strategy import LevelStrategy, Strategy
 HELD = (1,)
 
 
-def _solve(y, p, w, marginals, solver: str, held=None, tolerance: float = 1e-6):
-    """The per-family path's L2 answer (every cell) holding ``held`` and its backends."""
-    task = tm._task(y, p, w, marginals, solver)
-    options = EstimateOptions(solver=SolverChoice(solver), multipass_tolerance=tolerance)
-    task = dataclasses.replace(task, options=options, held=held)
-    x, stats = _l2(task, task.parent_values)
-    out = np.zeros((task.k, tm.N))
-    out[:, task.support] = x
-    return out, stats.solved_in("l2")
+#: the per-family path's answer holding a subset (``tm.solve_held``)
+_solve = tm.solve_held
 
 
 # -- a worked case ------------------------------------------------------------------------------

@@ -6,6 +6,8 @@ dropped) fail the same comparison."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 import scipy.sparse as sp
@@ -93,6 +95,14 @@ def _solve(task: FamilyTask) -> tuple[np.ndarray, dict[str, int]]:
     out = np.zeros((task.k, N))
     out[:, task.support] = x
     return out, stats.solved_in("l2")
+
+
+def solve_held(y, p, w, marginals, solver: str, held=None, tolerance: float = 1e-6):
+    """The per-family path's L2 answer (every cell) holding ``held`` (measurement numbers;
+    None: the whole first pass) within ``tolerance``, and its backends."""
+    task = _task(y, p, w, marginals, solver)
+    options = EstimateOptions(solver=SolverChoice(solver), multipass_tolerance=tolerance)
+    return _solve(dataclasses.replace(task, options=options, held=held))
 
 
 def _answers(x: np.ndarray) -> list[np.ndarray]:

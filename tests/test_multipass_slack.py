@@ -6,15 +6,11 @@ tolerance a strategy states reaches the solver."""
 
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
 import pytest
 
 import tests.test_multipass_marginals as tm
-from topdown.estimation.family import _l2
 from topdown.estimation.multipass_newton import Marginal, chunk_two_passes, root_two_passes
-from topdown.estimation.passes import EstimateOptions, SolverChoice
 from topdown.estimation.root_marginals import RootMarginal
 
 SLACK = 0.1
@@ -26,13 +22,7 @@ ATOL = 0.05
 
 def _solve(y, p, w, marginals, solver: str, tolerance: float):
     """The per-family path's L2 answer (every cell) at ``tolerance`` and its backends."""
-    task = tm._task(y, p, w, marginals, solver)
-    options = EstimateOptions(solver=SolverChoice(solver), multipass_tolerance=tolerance)
-    task = dataclasses.replace(task, options=options)
-    x, stats = _l2(task, task.parent_values)
-    out = np.zeros((task.k, tm.N))
-    out[:, task.support] = x
-    return out, stats.solved_in("l2")
+    return tm.solve_held(y, p, w, marginals, solver, tolerance=tolerance)
 
 
 def _pass_1(y, p, w, marginals):

@@ -546,8 +546,9 @@ def _nested_passes(
     # a pass-2 marginal that is a sum of fine's answers is a constant once they are held
     # exactly (the node total the BLUE estimates under "blue"): it drops out. Any other
     # couples the groups: the rounds of ``_hold`` then
-    coupled = [i for i in range(len(second)) if fitter.nested(fine, [n_first + i]) is None]
-    if tolerance <= HELD_EXACTLY and fine in keep and not coupled:
+    rest = range(n_first, n_first + len(second))
+    exact = tolerance <= HELD_EXACTLY and fine in keep
+    if exact and (not second or fitter.nested(fine, rest) is not None):
         x, kept = fitter.hold_exactly(y, w, fine, u)
         log.info(
             "multipass on the finest marginal's groups: %d of %d famil(ies) settled, its "
@@ -559,7 +560,7 @@ def _nested_passes(
     answers = {fine: u, **{m: small.answers(u, i) for i, m in enumerate(coarse)}}
     us = [answers[m] for m in keep]
     size = np.maximum.reduce([fitter.largest(a) for a in us])
-    pass2 = fitter.only([*keep, *range(n_first, n_first + len(second))])
+    pass2 = fitter.only([*keep, *rest])
     x, kept, rounds, off = _hold(
         pass2, np.zeros_like(y, dtype=float), y, w, us, second, settled, tolerance, size
     )
