@@ -52,6 +52,14 @@ under ``das_decennial/``:
   Production's slack is one line away: ``dataclasses.replace(strategy,
   multipass_tolerance=0.1)`` (the second pass is then the box-holding rounds of
   ``topdown.estimation.multipass_newton``: 8.4 times one pass's CPU in that run).
+- The first pass is the nine measured marginals, as in production. That ordering's pass 0
+  (lines 439-448) lists ten names, one of them ``hispanic * sex * age_40_groups * HHGQ_8LEV
+  * cenrace`` (line 444), which is not among the strategy's ten measured queries. The
+  optimizer builds a pass's terms by walking the *measured* queries and keeping those the
+  ordering names (``l2_dataIndep_npass_optimizer_decomp.py`` line 106, ``filterQueries`` in
+  ``programs/optimization/optimizer.py`` lines 895-910), so an ordering name without a
+  measurement adds nothing. ``programs/engine/optimizer_query_ordering.py`` (lines 133-135)
+  checks only the converse: that every measured query is in the ordering.
 - The schema ``DHCP_SCHEMA`` (``programs/schema/schemas/schemamaker.py``): relgq (42) x sex (2)
   x age (116) x hispanic (2) x cenrace (63) = 1,227,744 cells. The recodes the queries use
   are copied from ``programs/schema/attributes/age.py`` (``recodeAge18_64_116``,
