@@ -13,10 +13,10 @@ import pytest
 
 import tests.test_multipass_marginals as tm
 import tests.test_multipass_slack as ts
-from topdown.estimation import multipass_newton
+from topdown.estimation import multipass_newton, nested_passes
 from topdown.estimation.batched.marginals import Marginal, marginal_newton_dual
 from topdown.estimation.multipass_newton import ChunkFitter, RootFitter, two_passes
-from topdown.estimation.nested_passes import coarse_map, group_simplex
+from topdown.estimation.nested_passes import coarse_map, group_simplex, hold_by_group
 from topdown.presets import census2020_dhcp
 from topdown.presets.census2020_dhcp import PRODUCTION_HELD_NAME
 
@@ -177,6 +177,41 @@ def test_family_holding_a_subset_equals_the_general_path(nested, held):
     np.testing.assert_allclose(x, reference, atol=tm.ATOL)
     res, _ = _result(y, p, w, marginals, held=list(held))
     assert res.nested and (res.hold_rounds == 1) == (held == (0,))
+
+
+def test_a_held_marginal_splitting_the_cells_as_the_finest_is_held_exactly(monkeypatch):
+    """Two first-pass marginals split the cells alike (on a DHC block family's support the two
+    five-way ones can) and ``_finest`` picks the first, which pass 2 does not hold: the held
+    one's answers are still held exactly, group by group (not the rounds of ``_hold``, which
+    did not settle such a block family in 200 rounds), as the general path holds them."""
+    import tests.test_multipass_held as th
+
+    monkeypatch.setattr(tm, "FIRST", (A * 4 + B, A * 4 + B, A, np.zeros(tm.N, dtype=np.int64)))
+    y, p, w, marginals = tm._inputs(70, k=3)
+    x, solved = th._solve(y, p, w, marginals, "auto", held=(2,))
+    assert solved == {"marginal_newton_multipass": 1}
+    reference, _ = th._solve(y, p, w, marginals, "cvxpy:CLARABEL", held=(2,))
+    np.testing.assert_allclose(x, reference, atol=tm.ATOL)
+    res, _ = _result(y, p, w, marginals, held=[1])
+    assert res.nested and res.hold_rounds == 1
+
+
+def test_a_group_far_from_its_held_totals_settles_on_the_retry(monkeypatch):
+    """Two children, three cells, parents (1, 1, 2); detailed answers child 0 (-60, -59, 11),
+    child 1 (67, -44, -72); held totals 3.5 and 0.5 (a DHC block family at 3,000 persons had
+    this shape: answers about 60 from the totals). Child 0's cells are clip(a + lam, 0, p)
+    with a = (y_0 + p - y_1) / 2 = (-63, -7, 42.5): lam = 63.5 gives (0.5, 1, 2), summing to
+    3.5, and child 1 the rest, (0.5, 0, 0). 200 steps do not cross the dual's flat stretch to
+    lam; the retry's ten times as many do."""
+    y = np.array([[[-60.0, -59.0, 11.0], [67.0, -44.0, -72.0]]])
+    p = np.array([[1.0, 1.0, 2.0]])
+    groups, u, w = np.zeros((1, 3), dtype=np.int64), np.array([[[3.5], [0.5]]]), np.ones((1, 2))
+    x, ok = hold_by_group(y, p, w, groups, u, 200)
+    assert ok[0]
+    np.testing.assert_allclose(x[0], [[0.5, 1.0, 2.0], [0.5, 0.0, 0.0]], atol=1e-9)
+    monkeypatch.setattr(nested_passes, "RETRY_STEPS", 1)
+    _, ok = hold_by_group(y, p, w, groups, u, 200)
+    assert not ok[0]
 
 
 def test_holding_the_finest_alone_is_holding_all(nested):

@@ -547,9 +547,10 @@ def _nested_passes(
     # exactly (the node total the BLUE estimates under "blue"): it drops out. Any other
     # couples the groups: the rounds of ``_hold`` then
     rest = range(n_first, n_first + len(second))
-    exact = tolerance <= HELD_EXACTLY and fine in keep
-    if exact and (not second or fitter.nested(fine, rest) is not None):
-        x, kept = fitter.hold_exactly(y, w, fine, u)
+    at = _held_at(fitter, fine, keep, rest) if tolerance <= HELD_EXACTLY else None
+    if at is not None:
+        u_at = u if at == fine else small.answers(u, coarse.index(at))
+        x, kept = fitter.hold_exactly(y, w, at, u_at)
         log.info(
             "multipass on the finest marginal's groups: %d of %d famil(ies) settled, its "
             "answers held exactly",
@@ -573,6 +574,21 @@ def _nested_passes(
         float(np.max(off, initial=0.0)),
     )
     return TwoPassResult(x, settled & kept, 1, rounds, nested=True)
+
+
+def _held_at(fitter: Fitter, fine: int, keep: Sequence[int], rest: Sequence[int]) -> int | None:
+    """The held marginal whose answers, held exactly, hold every other held one and every
+    pass-2 marginal (``rest``) too, each a sum of them: ``fine`` when it is held, else one of
+    ``keep`` (None: there is none, and pass 2 takes the rounds of ``_hold``). On a family's
+    support two first-pass marginals can split its cells alike (a DHC block family: the two
+    five-way marginals), and ``_finest`` may then pick the one pass 2 does not hold."""
+    order = [fine] if fine in keep else []
+    for at in order + [m for m in keep if m != fine]:
+        # the held ones coarsen ``fine`` (``_finest``): only the others need checking
+        others = [*([] if at == fine else [m for m in keep if m != at]), *rest]
+        if not others or fitter.nested(at, others) is not None:
+            return at
+    return None
 
 
 def _hold(
