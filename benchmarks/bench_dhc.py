@@ -40,9 +40,15 @@ seeds and their paired difference (mean and standard error over the seeds).
 Run from the repository root:
 
     python benchmarks/bench_dhc.py [--persons 100000] [--seed 0] [--strategy four|preset]
-        [--estimator blue|topdown] [--multipass on|off|both] [--only-detailed] [--metrics]
+        [--estimator blue|topdown] [--multipass on|off|both|slack|all]
+        [--to tract|block_group|block] [--only-detailed] [--metrics]
         [--compare-estimators [--seeds 3]] [--executor serial|processes|dask [--workers 2]]
         [--dense-check] [--multipass-check [--seeds 5]]
+
+``--to block_group|block`` releases the preset (and its detailed-only twin) further down
+the state's geography, the preset's Block_Group and Block levels below the tract: the tract
+MAE table stays and the deepest level's is added (blocks are optional in issue 31; this is
+what they cost).
 
 ``--executor processes|dask`` runs each release on that executor with ``--workers`` workers
 (default 2) instead of serially: CPU seconds are then this process's and its workers' (the
@@ -111,6 +117,12 @@ SMALL = {
 #: ``--dense-check``'s two L2 solver choices: the automatic route and the dense QP, strictly
 DENSE_CHECK = {"auto": "auto", "highs": {"l2": "highs"}}
 PRESET_HIERARCHY = ("STATE", "COUNTY", "TRACT")
+#: ``--to``: the preset's hierarchy down to that level (the preset's Block_Group and Block)
+PRESET_DEPTHS = {
+    "tract": PRESET_HIERARCHY,
+    "block_group": PRESET_HIERARCHY + ("BLOCK_GROUP",),
+    "block": PRESET_HIERARCHY + ("BLOCK_GROUP", "BLOCK"),
+}
 FOUR = ("detailed", "total", "SEX x AGE", "HISPANIC x CENRACE")
 #: ``--multipass``'s choices: the preset's rows they run (two passes as production, or one)
 PRESET_ROWS = {
@@ -124,11 +136,12 @@ PRESET_ROWS = {
 SLACK = 0.1
 
 
-def _preset(name: str) -> tuple[Schema, Strategy]:
-    """``census2020_dhcp`` to the tract (``preset``: two passes, the held marginal's answers
-    held exactly, the preset's default; ``preset slack 0.1``: two, held within production's
-    0.1; ``preset 1-pass``: one), or detailed-only with the same rho at every level."""
-    schema, preset = census2020_dhcp(PRESET_HIERARCHY, multipass=name != "preset 1-pass")
+def _preset(name: str, hierarchy: tuple[str, ...] = PRESET_HIERARCHY) -> tuple[Schema, Strategy]:
+    """``census2020_dhcp`` over ``hierarchy`` (``preset``: two passes, the held marginal's
+    answers held exactly, the preset's default; ``preset slack 0.1``: two, held within
+    production's 0.1; ``preset 1-pass``: one), or detailed-only with the same rho at every
+    level."""
+    schema, preset = census2020_dhcp(hierarchy, multipass=name != "preset 1-pass")
     if name == "preset slack 0.1":
         return schema, dataclasses.replace(preset, multipass_tolerance=SLACK)
     if name.startswith("preset"):
@@ -151,19 +164,23 @@ def _strategy(name: str, levels: int, multipass: bool = False) -> Strategy:
     )
 
 
-def _tract_mae(rel: Release, records: pd.DataFrame, queries: list[Query]) -> dict[str, float]:
-    """Each query's mean absolute error at the tract level, over tracts and answers.
+def _tract_mae(
+    rel: Release, records: pd.DataFrame, queries: list[Query], column: str = "TRACT"
+) -> dict[str, float]:
+    """Each query's mean absolute error at ``column``'s level (the tract), over its nodes
+    and answers.
 
     Released and true answers are summed from the nonzero cells (by ``Query.groups``) and
     compared on the answers either side has: memory follows the records and nonzero cells,
     never (tracts x answers), which for ``detailed`` is 491 million at 400 tracts (four float
     arrays of 3.9 GB when this summed whole tables)."""
-    schema, tract = rel.schema, rel.schema.n_levels - 1
+    schema = rel.schema
+    tract = schema.hierarchy.index(column) + 1
     counts = rel.counts[tract]
     node, cell = np.nonzero(counts)
     value = counts[node, cell].astype(np.int64)
     labels = rel.tree.levels[tract].labels.astype(str)
-    true_node = np.searchsorted(labels, records["TRACT"].astype(str).to_numpy())
+    true_node = np.searchsorted(labels, records[column].astype(str).to_numpy())
     true_cell = schema.encode_cells(records)
     out = {}
     for q in queries:
@@ -207,6 +224,7 @@ def _run(
     small: bool = False,
     solver: str | dict[str, str] = "auto",
     multipass: bool = False,
+    depth: str = "tract",
 ) -> dict:
     """One release in this (child) process: its figures; with ``metrics``, then its accuracy
     metrics against the records (``Release.metrics``), timed apart and inside the peak."""
@@ -222,8 +240,8 @@ def _run(
         state = make_dhc_state(persons, seed)
         records, geography = state.records, state.geography
         if preset:
-            schema, strategy = _preset(name)
-            hierarchy = PRESET_HIERARCHY
+            hierarchy = PRESET_DEPTHS[depth]
+            schema, strategy = _preset(name, hierarchy)
             queries = [q for q, _ in strategy_queries()]
             nearest = "AGE:age_18_64_116 x SEX"
         else:
@@ -249,6 +267,8 @@ def _run(
         metrics_cpu = time.process_time() - metrics_cpu
     peak_metrics = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     mae = _tract_mae(rel, records, queries)
+    leaf = hierarchy[-1]
+    leaf_mae = _tract_mae(rel, records, queries, leaf) if leaf != "TRACT" else None
     cells = sum(c.size for c in rel.counts)
     return {
         "peak_release_MiB": peak_release,
@@ -265,7 +285,9 @@ def _run(
         "l2": " / ".join(",".join(sorted(s.solved_in("l2"))) for s in rel.stats),
         "tract_sex_age_mae": mae[nearest],
         "tract_mae": mae,
-        "tracts": int(rel.counts[-1].shape[0]),
+        "tracts": int(geography["TRACT"].nunique()),
+        "leaf": (leaf, int(rel.counts[-1].shape[0])),
+        "leaf_mae": leaf_mae,
         "counts": [np.asarray(c) for c in rel.counts] if small else None,
     }
 
@@ -436,6 +458,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--workers", type=int, default=2, help="a parallel executor's workers")
     parser.add_argument(
+        "--to",
+        choices=tuple(PRESET_DEPTHS),
+        default="tract",
+        help="with --strategy preset: release down to this level (the preset's Block_Group "
+        "and Block below the tract); the tract MAE stays, the leaves' is added",
+    )
+    parser.add_argument(
         "--multipass-check",
         action="store_true",
         help="the coarsened domain: production's two passes against one, paired --seeds",
@@ -449,6 +478,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     print("$ python benchmarks/bench_dhc.py " + shlex.join(argv or sys.argv[1:]))
     preset = args.strategy == "preset"
+    if args.to != "tract" and not preset:
+        parser.error("--to needs --strategy preset")
     if args.dense_check:
         if preset or args.compare_estimators or args.only_detailed:
             parser.error("--dense-check runs the four-query strategy on its own domain")
@@ -481,6 +512,7 @@ def main(argv: list[str] | None = None) -> int:
             metrics=args.metrics,
             executor=args.executor,
             workers=args.workers,
+            depth=args.to,
         )
         if row is None:
             return 1
@@ -499,15 +531,23 @@ def main(argv: list[str] | None = None) -> int:
     for other in rows[1:]:
         print(
             f"{other['strategy']} / detailed: wall {other['wall_s'] / detailed['wall_s']:.2f}x, "
-            f"CPU {other['cpu_s'] / detailed['cpu_s']:.2f}x ({other['tracts']} tracts)"
+            f"CPU {other['cpu_s'] / detailed['cpu_s']:.2f}x ({other['tracts']} tracts, "
+            f"{other['leaf'][1]} {other['leaf'][0]} nodes)"
         )
     if preset:
-        heads = "".join(f"{r['strategy']:>15}" for r in rows)
-        print(f"\n{'tract-level MAE by query':<77}{heads}")
-        for q in detailed["tract_mae"]:
-            figures = "".join(f"{r['tract_mae'][q]:>15.3f}" for r in rows)
-            print(f"{q:<77}{figures}")
+        _mae_table("tract-level MAE by query", rows, "tract_mae")
+        if detailed["leaf_mae"] is not None:
+            _mae_table(f"{detailed['leaf'][0]}-level MAE by query", rows, "leaf_mae")
     return 0
+
+
+def _mae_table(title: str, rows: list[dict], key: str) -> None:
+    """Each query's MAE (``key``: a row's ``_tract_mae`` figures), one column a row."""
+    heads = "".join(f"{r['strategy']:>15}" for r in rows)
+    print(f"\n{title:<77}{heads}")
+    for q in rows[0][key]:
+        figures = "".join(f"{r[key][q]:>15.3f}" for r in rows)
+        print(f"{q:<77}{figures}")
 
 
 if __name__ == "__main__":
