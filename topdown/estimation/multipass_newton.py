@@ -525,10 +525,10 @@ def _nested_passes(
 ) -> TwoPassResult:
     """Both passes when every first-pass marginal coarsens ``first[fine]`` (``small``: the
     solve on its groups): pass 1 one solve on those groups, centred at ``fine``'s
-    measurement; pass 2 holding ``fine``'s answers exactly, group by group
-    (``Fitter.hold_exactly``), when the tolerance is ``HELD_EXACTLY``, ``fine`` is held (every
-    held answer is a sum of its answers) and every marginal pass 2 fits is a sum of them too
-    (then a constant); else the rounds of ``_hold`` from pass 1's answers
+    measurement; pass 2 holding one held marginal's answers exactly, group by group
+    (``Fitter.hold_exactly``), when the tolerance is ``HELD_EXACTLY`` and every other held
+    answer and every marginal pass 2 fits is a sum of them (then a constant; ``_held_at``:
+    ``fine`` when it is held); else the rounds of ``_hold`` from pass 1's answers
     (``topdown.estimation.nested_passes``)."""
     n_first = len(first)
     coarse = [m for m in range(n_first) if m != fine]
