@@ -4,6 +4,7 @@ without passing through the scheduler."""
 
 from __future__ import annotations
 
+import logging
 import multiprocessing
 import os
 
@@ -41,6 +42,32 @@ def _sum(n: int) -> int:
     return sum(range(n))
 
 
+def _quieted() -> bool:
+    import logging
+
+    logger = logging.getLogger("distributed.worker")
+    return any(isinstance(f, local_cluster.SchedulerGone) for f in logger.filters)
+
+
+def _record(exc: BaseException | None) -> logging.LogRecord:
+    info = (type(exc), exc, None) if exc is not None else None
+    return logging.LogRecord("distributed.worker", logging.ERROR, "w.py", 1, "msg", (), info)
+
+
+def test_a_workers_report_of_its_scheduler_gone_is_dropped_and_others_pass():
+    """A closed connection (the parent, which runs the scheduler, is ending) is dropped; a
+    heartbeat that timed out, any other error and a record without an exception pass."""
+    from distributed.comm.core import CommClosedError
+    from tornado.iostream import StreamClosedError
+
+    gone = local_cluster.SchedulerGone()
+    assert not gone.filter(_record(CommClosedError("in <TCP (closed) heartbeat_worker>")))
+    assert not gone.filter(_record(StreamClosedError()))
+    assert gone.filter(_record(TimeoutError("heartbeat")))
+    assert gone.filter(_record(OSError("other")))
+    assert gone.filter(_record(None))
+
+
 def test_workers_are_forked_from_a_forkserver_that_is_gone_after_close():
     assert local_cluster.forkserver_free()
     ex = DaskExecutor(workers=2)
@@ -54,6 +81,8 @@ def test_workers_are_forked_from_a_forkserver_that_is_gone_after_close():
         for environ in ex.client.run(_environ, list(wanted)).values():
             assert environ == wanted
         assert ex.map(_sum, [10, 100, 1000]) == [45, 4950, 499500]
+        # each worker keeps its reports of the scheduler gone off the terminal
+        assert set(ex.client.run(_quieted).values()) == {True}
     finally:
         ex.close()
     assert local_cluster.forkserver_free()  # stopped: nothing of the cluster is left running

@@ -451,11 +451,13 @@ def _with_arrays(fn: Callable[[Any], R], task: Any, values: dict[str, Any]) -> R
 
 def _warm_up(preload: tuple[str, ...]) -> None:
     """Import the modules the tasks run (a new worker process would import them on its first
-    task), and set the worker's memory policy for the process's life (``process_memory``).
+    task), set the worker's memory policy for the process's life (``process_memory``), and
+    keep its reports of a scheduler gone off the terminal (``local_cluster.SchedulerGone``).
 
     The caller names the modules (``preload``): the executors run whatever they are given and
     import nothing of the layers above them."""
     prepare_worker()
+    local_cluster.quiet_lost_scheduler()
     for name in preload:
         importlib.import_module(name)
 

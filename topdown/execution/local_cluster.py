@@ -33,7 +33,15 @@ from typing import Any
 
 from topdown.execution.process_memory import worker_environ
 
-__all__ = ["PRELOAD", "LocalStart", "forkserver_free", "start", "stop"]
+__all__ = [
+    "PRELOAD",
+    "LocalStart",
+    "SchedulerGone",
+    "forkserver_free",
+    "quiet_lost_scheduler",
+    "start",
+    "stop",
+]
 
 log = logging.getLogger(__name__)
 
@@ -147,3 +155,30 @@ def stop() -> None:
     halt = getattr(_server(), "_stop", None)
     if halt is not None:
         halt()
+
+
+#: the exceptions a worker logs when its connection to the scheduler has closed
+_CLOSED = ("CommClosedError", "StreamClosedError")
+
+
+class SchedulerGone(logging.Filter):
+    """Drops a local worker's reports that its connection to the scheduler closed.
+
+    A local cluster's scheduler runs in the process that started it, so a closed connection
+    means that process is ending: after a Ctrl-C (the cluster torn down at once) a worker's
+    next heartbeat failed and the worker printed "Failed to communicate with scheduler during
+    heartbeat" with a 30-line ``CommClosedError`` traceback on the terminal, after the
+    command's one line (``tests/test_interrupt_dask.py``, now and then under load). The
+    worker's stderr is the terminal's, out of reach of the parent's ``TeardownFilter``.
+    Other records, a heartbeat that timed out among them, pass."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        return exc is None or type(exc).__name__ not in _CLOSED
+
+
+def quiet_lost_scheduler() -> None:
+    """In a local cluster's worker: ``SchedulerGone`` on the worker's logger (once)."""
+    logger = logging.getLogger("distributed.worker")
+    if not any(isinstance(f, SchedulerGone) for f in logger.filters):
+        logger.addFilter(SchedulerGone())
