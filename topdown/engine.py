@@ -26,7 +26,6 @@ from constraints.contextual_constraints import ContextualConstraint
 from mechanisms.ledger import Ledger, NoiseSource
 from mechanisms.rng import new_release_key
 from topdown.blue.estimate import Blue
-from topdown.blue.on_disk import AboveOnDisk
 from topdown.errors import DataError, DomainError, StrategyError
 from topdown.estimation.estimate import EstimateOptions, SolverChoice, estimate
 from topdown.estimation.estimators import (
@@ -202,7 +201,6 @@ def release(
             blue_estimate: Blue | None
             if by_families is not None:
                 inputs, blue_estimate, leaves, blue_seconds = by_families
-                del by_families  # it holds the estimate: its covariances go to disk below
             else:
                 inputs, blue_estimate, blue_seconds = prepare_inputs(
                     estimator, tree, schema.domain, measurements, invariants, threads=threads
@@ -213,23 +211,18 @@ def release(
                 estimator, tree, schema.domain, blue_estimate, constraints, invariants
             )
             bounds = with_root_total(invariants, root_total)
-            # the levels above's covariances, read only by the leaf chunks during the leaf
-            # level's passes, on disk meanwhile (topdown.blue.on_disk)
-            with AboveOnDisk(blue_estimate, leaves) as above:
-                blue_estimate = above.blue
-                counts, stats = estimate(
-                    tree,
-                    schema.domain,
-                    inputs,
-                    first_pass=first_pass,
-                    constraints=constraints,
-                    invariants=bounds,
-                    options=options,
-                    executor=ex,
-                    progress=progress,
-                    leaves=leaves,
-                )
-                blue_estimate = above.loaded()
+            counts, stats = estimate(
+                tree,
+                schema.domain,
+                inputs,
+                first_pass=first_pass,
+                constraints=constraints,
+                invariants=bounds,
+                options=options,
+                executor=ex,
+                progress=progress,
+                leaves=leaves,
+            )
     return Release(
         schema=schema,
         tree=tree,
