@@ -129,11 +129,14 @@ def prepare_blue_by_families(
     if solved is None:
         return None
     estimate, leaves = solved
+    # the levels above's covariances (a (k, k) matrix per node type and block: 2.3 GB for
+    # the DHC counties at 750,000 persons) mapped from disk, not held through the passes'
+    # inputs above and the leaf passes
+    estimate = above_on_disk(estimate, leaves)
     above = EstimatorInputs(as_inputs(measurements).levels[:last])
     inputs = EstimatorInputs(blue_inputs(above, estimate, exact).levels + ((),))
-    # the levels above's covariances (a (k, k) matrix per node type and block: 2.3 GB for
-    # the DHC counties at 750,000 persons) mapped from disk, not held through the leaf passes
-    estimate = above_on_disk(estimate, leaves)
+    if leaves.parents_read is not None:
+        leaves.parents_read()  # the pages the inputs above read, handed back
     seconds = time.perf_counter() - start
     log.debug("BLUE pass (leaves in %d chunk(s)): %.3f s", len(leaves.chunks), seconds)
     return inputs, estimate, leaves, seconds
