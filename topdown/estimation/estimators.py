@@ -129,6 +129,7 @@ def prepare_blue_by_families(
     if solved is None:
         return None
     estimate, leaves = solved
+    del solved  # it would keep the estimate's covariances in memory beside their map
     # the levels above's covariances (a (k, k) matrix per node type and block: 2.3 GB for
     # the DHC counties at 750,000 persons) mapped from disk, not held through the passes'
     # inputs above and the leaf passes
