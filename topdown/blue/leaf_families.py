@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -198,6 +198,9 @@ class LeafFamilies:
     _scale: dict[bool, list[_Merged]] = field(default_factory=dict, repr=False)
     _done: set[int] = field(default_factory=set, repr=False)
     _kept: dict[int, OwnTerms] = field(default_factory=dict, repr=False)
+    #: called once a chunk has copied its parents' rows out of ``parents_final`` (set while
+    #: they are mapped from disk: ``topdown.blue.on_disk``)
+    parents_read: Callable[[], None] | None = field(default=None, repr=False)
 
     def sub_inputs(self, children: np.ndarray) -> EstimatorInputs:
         """The two-level inputs of a chunk: nothing at the parents (measured with the levels
@@ -223,6 +226,8 @@ class LeafFamilies:
             parents = self.chunks[i]
             sub, children = family_tree(self.tree, parents)
             top = _rows(self.parents_final, parents)
+            if self.parents_read is not None:
+                self.parents_read()
             own = self._kept.pop(i, None)  # the first pass's, used once (the solve writes in them)
             estimate = blue_below(sub, self.domain, self.sub_inputs(children), top, self.plan, own)
             self._last = (i, children, estimate)

@@ -117,6 +117,9 @@ def estimate(
                 executor,
                 progress,
             )
+            # not held through the next level: its query matrices (sparse, 0.14 GB on the DHC
+            # persons domain) would stay beside the leaf chunks' own
+            del inputs
         counts.append(level_counts)
         stats.append(LevelStats.of(level, total))
         # timings are diagnostics: on stderr only with -v (DEBUG), never in a default log
