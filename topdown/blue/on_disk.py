@@ -87,7 +87,8 @@ def above_on_disk(estimate: Blue, leaves: LeafFamilies) -> Blue:
     ``leaves.parents_final``'s likewise, sharing them (see the module docstring); each chunk
     ``leaves`` estimates then hands the pages it read back (``LeafFamilies.parents_read``).
     The caller drops ``estimate``: held, it would keep the stacks in memory. Unchanged on
-    Windows (a mapped file cannot be unlinked there)."""
+    Windows (a mapped file cannot be unlinked there) and, with a warning, when writing fails
+    (a full ``TMPDIR``): the release goes on with the stacks in memory."""
     if os.name == "nt":
         return estimate
     stacks = MappedStacks()
@@ -112,6 +113,14 @@ def above_on_disk(estimate: Blue, leaves: LeafFamilies) -> Blue:
         blue = _replaced(estimate, level)
         top = leaves.parents_final
         final = NodeSummary(top.est, level(top.var), level(top.subtree))
+    except OSError as err:
+        # a full or unwritable TMPDIR costs memory, not the release: the arrays stay
+        log.warning(
+            "BLUE: the covariances above the leaves stay in memory (writing them to %s failed: %s)",
+            directory,
+            err,
+        )
+        return estimate
     finally:
         shutil.rmtree(directory, ignore_errors=True)
     leaves.parents_final = final
