@@ -24,7 +24,8 @@ from topdown.estimation.estimate import estimate
 from topdown.estimation.estimators import prepare_blue_by_families, prepare_inputs
 from topdown.measurement.estimator_inputs import EstimatorInputs, QueryEstimate
 from topdown.measurement.tree import Level, Tree
-from topdown.strategy import Query
+from topdown.schema import Attribute, Schema
+from topdown.strategy import Query, Strategy
 
 PLAIN = Domain({"A": [0, 1, 2], "B": [0, 1], "C": [0, 1, 2, 3]})
 PLAIN_QUERIES = ["detailed", "total", "A x B", "C"]
@@ -161,6 +162,28 @@ def test_chunked_passes_release_the_same_counts(recoded: bool) -> None:
     assert leaves.covariance_bytes > 0
 
 
+def hhinst_release(*extra: Attribute) -> tuple[Schema, Strategy]:
+    """County > tract, ``HHGQ`` (with PL94's ``hhinst`` recode) x ``VA`` (x ``extra``), and
+    the detailed, ``hhinst`` and ``hhinst x VA`` queries, rho 1 a level: a recoded release
+    small enough for the tests, whose tracts the chunked BLUE takes with a tiny chunk size."""
+    schema = Schema(
+        (
+            Attribute(
+                "HHGQ",
+                values=tuple(range(8)),
+                recodes={"hhinst": {"non": [0, 5, 6, 7], "inst": [1, 2, 3, 4]}},
+            ),
+            Attribute("VA", values=(0, 1)),
+            *extra,
+        ),
+        ("COUNTY", "TRACT"),
+    )
+    strategy = Strategy.from_budgets(
+        [1, 1, 1], queries=[("detailed", "1/2"), ("hhinst", "1/4"), ("HHGQ:hhinst x VA", "1/4")]
+    )
+    return schema, strategy
+
+
 def test_release_takes_the_chunked_path_with_the_same_counts(monkeypatch) -> None:
     """``release()`` under ``"blue"``: with ``LEAF_CHUNK_BYTES`` below one family's leaves
     every county's tracts are a chunk of their own; the counts equal the whole-tree path's,
@@ -168,8 +191,7 @@ def test_release_takes_the_chunked_path_with_the_same_counts(monkeypatch) -> Non
     import pandas as pd
 
     import topdown.estimation.estimators as estimators
-    from topdown import Attribute, Schema, release
-    from topdown.strategy import Strategy
+    from topdown import release
 
     rng = np.random.default_rng(4)
     n = 3000
@@ -183,21 +205,7 @@ def test_release_takes_the_chunked_path_with_the_same_counts(monkeypatch) -> Non
             "SEX": rng.integers(1, 3, n),
         }
     )
-    schema = Schema(
-        (
-            Attribute(
-                "HHGQ",
-                values=tuple(range(8)),
-                recodes={"hhinst": {"non": [0, 5, 6, 7], "inst": [1, 2, 3, 4]}},
-            ),
-            Attribute("VA", values=(0, 1)),
-            Attribute("SEX", values=(1, 2)),
-        ),
-        ("COUNTY", "TRACT"),
-    )
-    strategy = Strategy.from_budgets(
-        [1, 1, 1], queries=[("detailed", "1/2"), ("hhinst", "1/4"), ("HHGQ:hhinst x VA", "1/4")]
-    )
+    schema, strategy = hhinst_release(Attribute("SEX", values=(1, 2)))
     whole = release(data, schema, strategy, estimator="blue", seed=3)
     monkeypatch.setattr(estimators, "LEAF_CHUNK_BYTES", 8)
     chunked = release(data, schema, strategy, estimator="blue", seed=3)

@@ -13,7 +13,7 @@ import tempfile
 
 import numpy as np
 from test_blue_dhc_like import DOMAIN, QUERIES
-from test_blue_leaf_chunks import _inputs, _masked, _tree
+from test_blue_leaf_chunks import _inputs, _masked, _tree, hhinst_release
 
 import topdown.blue.on_disk as on_disk
 from topdown.blue.leaf_families import blue_by_families
@@ -98,8 +98,7 @@ def test_release_counts_and_variances_unchanged(monkeypatch, tmp_path) -> None:
     import pandas as pd
 
     import topdown.estimation.estimators as estimators
-    from topdown import Attribute, Schema, release
-    from topdown.strategy import Strategy
+    from topdown import release
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     monkeypatch.setattr(estimators, "LEAF_CHUNK_BYTES", 8)
@@ -114,20 +113,7 @@ def test_release_counts_and_variances_unchanged(monkeypatch, tmp_path) -> None:
             "VA": rng.integers(0, 2, n),
         }
     )
-    schema = Schema(
-        (
-            Attribute(
-                "HHGQ",
-                values=tuple(range(8)),
-                recodes={"hhinst": {"non": [0, 5, 6, 7], "inst": [1, 2, 3, 4]}},
-            ),
-            Attribute("VA", values=(0, 1)),
-        ),
-        ("COUNTY", "TRACT"),
-    )
-    strategy = Strategy.from_budgets(
-        [1, 1, 1], queries=[("detailed", "1/2"), ("hhinst", "1/4"), ("HHGQ:hhinst x VA", "1/4")]
-    )
+    schema, strategy = hhinst_release()
     mapped = release(data, schema, strategy, estimator="blue", seed=2)
     assert not os.listdir(tmp_path)
     monkeypatch.setattr(estimators, "above_on_disk", lambda estimate, leaves: estimate)
