@@ -478,8 +478,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     print("$ python benchmarks/bench_dhc.py " + shlex.join(argv or sys.argv[1:]))
     preset = args.strategy == "preset"
-    if args.to != "tract" and not preset:
-        parser.error("--to needs --strategy preset")
+    if args.to != "tract" and (not preset or args.compare_estimators or args.multipass_check):
+        parser.error("--to needs --strategy preset, without --compare-estimators or checks")
     if args.dense_check:
         if preset or args.compare_estimators or args.only_detailed:
             parser.error("--dense-check runs the four-query strategy on its own domain")

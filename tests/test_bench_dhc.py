@@ -35,3 +35,14 @@ def test_dense_check_refuses_other_modes(argv: list[str], capsys) -> None:
         main(argv)
     assert stop.value.code == 2
     assert "--dense-check runs the four-query strategy" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["--to", "block"], ["--to", "block", "--strategy", "preset", "--compare-estimators"]],
+)
+def test_to_refuses_what_it_does_not_apply_to(argv: list[str], capsys) -> None:
+    with pytest.raises(SystemExit) as stop:
+        main(argv)
+    assert stop.value.code == 2
+    assert "--to needs --strategy preset" in capsys.readouterr().err
