@@ -294,3 +294,27 @@ def test_leaf_summaries_are_freed_block_by_block_with_the_same_blue(monkeypatch)
         assert chunked.cells_at(level).tobytes() == whole.cells_at(level).tobytes()
     for a, b in zip(leaves.parents_final.est, final.est, strict=True):
         assert a.tobytes() == b.tobytes()
+
+
+def test_stack_freeing_its_parts_equals_the_plain_stack() -> None:
+    """``NodeSummary.stack(free=True)``: the same stacked summary as without, each part's
+    entries emptied as they are copied, the result in lists; parts of tuples are refused."""
+    from topdown.blue.estimate import NodeSummary
+
+    rng = np.random.default_rng(3)
+    parts = [
+        NodeSummary(
+            (rng.normal(size=(n, 2)), rng.normal(size=(n, 3))),
+            (rng.normal(size=n), rng.normal(size=(n, 3, 3))),
+        )
+        for n in (1, 2, 4)
+    ]
+    plain = NodeSummary.stack(parts)
+    lists = [NodeSummary(list(p.est), list(p.var)) for p in parts]
+    freed = NodeSummary.stack(lists, free=True)
+    assert isinstance(freed.est, list) and isinstance(freed.var, list)
+    for a, b in zip([*plain.est, *plain.var], [*freed.est, *freed.var], strict=True):
+        assert np.array_equal(a, b)
+    assert all(e.size == 0 for p in lists for e in [*p.est, *p.var])
+    with pytest.raises(TypeError, match="parts of lists"):
+        NodeSummary.stack(parts, free=True)

@@ -40,7 +40,7 @@ from constraints.domain import Domain
 from topdown.blue.block_solve import OwnTerms, own_terms
 from topdown.blue.estimate import Blue, NodeSummary, blue_inputs, checked_inputs
 from topdown.blue.plan import BluePlan
-from topdown.blue.shared_matrices import Covariance, SharedMatrices, dense
+from topdown.blue.shared_matrices import Covariance, SharedMatrices
 from topdown.blue.streamed import blue_above, blue_below, subtree_summary
 from topdown.measurement.estimator_inputs import EstimatorInputs, QueryEstimate
 from topdown.measurement.measure import Measurements
@@ -305,22 +305,6 @@ class LeafFamilies:
         return of_parent[self.tree.levels[-1].parent]
 
 
-def _handed_over(parts: list[tuple[list[np.ndarray], list[Covariance]]]) -> NodeSummary:
-    """The chunks' summaries as one (``NodeSummary.stack``), a group or block at a time, each
-    chunk's piece dropped once copied (``parts`` is emptied), in lists: ``blue_above`` frees
-    each block's summary as it reads it. The stacked summaries are dense (``k x k`` per
-    parent and block: 1.5 GB at 750,000 DHC persons); stacked all at once beside the pieces
-    they would be held twice, and whole to the end of the levels above."""
-    est: list[np.ndarray] = []
-    var: list[Covariance] = []
-    for g in range(len(parts[0][0])):
-        est.append(np.concatenate([p[0][g] for p in parts]))
-        var.append(np.concatenate([dense(p[1][g]) for p in parts]))
-        for p in parts:
-            p[0][g] = p[1][g] = np.empty(0)
-    return NodeSummary(est, var)
-
-
 def blue_by_families(
     tree: Tree,
     domain: Domain,
@@ -345,7 +329,7 @@ def blue_by_families(
     raw = checked_inputs(tree, measurements, None)
     chunks = family_chunks(tree, domain.size, max_bytes)
     leaves = LeafFamilies(tree, domain, raw.levels[last], plan, NodeSummary((), ()), chunks)
-    summaries: list[tuple[list[np.ndarray], list[Covariance]]] = []
+    summaries: list[NodeSummary] = []
     for i, parents in enumerate(chunks):
         sub, children = family_tree(tree, parents)
         chunk = checked_inputs(sub, leaves.sub_inputs(children), None)
@@ -353,9 +337,10 @@ def blue_by_families(
         if i == KEPT_CHUNK and plan.blocks and len(chunks) > 1:
             own = leaves._kept[i] = own_terms(sub, domain, chunk, plan.blocks)
         summary = subtree_summary(sub, domain, chunk, plan, own)
-        summaries.append((list(summary.est), list(summary.var)))
+        summaries.append(NodeSummary(list(summary.est), list(summary.var)))
         del own, summary
-    below = _handed_over(summaries)
+    # each chunk's piece dropped once copied; blue_above frees each block's as it reads it
+    below = NodeSummary.stack(summaries, free=True)
     del summaries
     above, leaves.parents_final = blue_above(
         Tree(tree.levels[:last]),
