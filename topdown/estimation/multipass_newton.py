@@ -547,10 +547,14 @@ def _nested_passes(
     # exactly (the node total the BLUE estimates under "blue"): it drops out. Any other
     # couples the groups: the rounds of ``_hold`` then
     rest = range(n_first, n_first + len(second))
+
+    def answers(m: int) -> np.ndarray:
+        """Pass 1's answers of first-pass marginal ``m`` (``fine``'s are ``u`` itself)."""
+        return u if m == fine else small.answers(u, coarse.index(m))
+
     at = _held_at(fitter, fine, keep, rest) if tolerance <= HELD_EXACTLY else None
     if at is not None:
-        u_at = u if at == fine else small.answers(u, coarse.index(at))
-        x, kept = fitter.hold_exactly(y, w, at, u_at)
+        x, kept = fitter.hold_exactly(y, w, at, answers(at))
         log.info(
             "multipass on the finest marginal's groups: %d of %d famil(ies) settled, its "
             "answers held exactly",
@@ -558,8 +562,7 @@ def _nested_passes(
             int(np.size(settled)),
         )
         return TwoPassResult(x, settled & kept, 1, 1, nested=True)
-    answers = {fine: u, **{m: small.answers(u, i) for i, m in enumerate(coarse)}}
-    us = [answers[m] for m in keep]
+    us = [answers(m) for m in keep]
     size = np.maximum.reduce([fitter.largest(a) for a in us])
     pass2 = fitter.only([*keep, *rest])
     x, kept, rounds, off = _hold(
