@@ -33,6 +33,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from mechanisms.randomized_response import rr_probabilities, transition_matrix
+from topdown.estimation.nested_passes import group_simplex
 
 __all__ = [
     "grr_inverse",
@@ -67,13 +68,8 @@ def project_simplex(v: np.ndarray) -> np.ndarray:
     """The Euclidean projection of ``v`` onto {x >= 0, sum x = 1} (sort-based algorithm of
     Held, Wolfe & Crowder 1974; see also Duchi et al. 2008)."""
     v = np.asarray(v, dtype=float).reshape(-1)
-    u = np.sort(v)[::-1]
-    cumulative = np.cumsum(u) - 1.0
-    ranks = np.arange(1, v.size + 1)
-    positive = np.flatnonzero(u - cumulative / ranks > 0)
-    rho = positive[-1] if positive.size else 0  # only float cancellation leaves none
-    theta = cumulative[rho] / (rho + 1)
-    return np.maximum(v - theta, 0.0)
+    # one group of total 1: the engine's grouped projection (the same sort-based threshold)
+    return group_simplex(v, np.zeros(v.size, dtype=np.int64), np.ones(1))
 
 
 def _apply_q(table: np.ndarray, factors: Factors) -> np.ndarray:

@@ -51,6 +51,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from topdown.estimation.nested_passes import coarse_map
+
 __all__ = ["refines", "refinement_chain", "nested_round"]
 
 log = logging.getLogger(__name__)
@@ -68,8 +70,9 @@ def refines(finer: np.ndarray, coarser: np.ndarray) -> bool:
         raise ValueError(f"partitions have different shapes ({a.shape} and {b.shape})")
     if not a.size:
         return True
-    pairs = np.unique(a * (int(b.max()) + 1) + b)
-    return bool(np.unique(pairs // (int(b.max()) + 1)).size == pairs.size)
+    _, fine = np.unique(a, return_inverse=True)
+    fine = fine.reshape(-1)
+    return coarse_map(fine, b.reshape(-1), int(fine.max()) + 1) is not None
 
 
 def refinement_chain(partitions: Sequence[np.ndarray]) -> list[int]:
