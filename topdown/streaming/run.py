@@ -395,29 +395,48 @@ class _Sweeps:
             )
         del tasks
         with clock("top"):
+            # the summaries taken out of the results (k x k per stream node and block under
+            # recodes), each part dropped once stacked, the stack as blue_above reads it
+            below = NodeSummary.stack(_summaries(measured), free=True)
+            measured = [replace(m, summary=NodeSummary((), ())) for m in measured]
             # the root's total held as the unstreamed release holds it
             above = top_blue(
                 top_tree,
                 schema.domain,
                 self.measurements,
-                NodeSummary.stack([m.summary for m in measured]),
+                below,
                 plan,
                 self.invariants,
                 self.top_constraints,
             )
+            del below
             inputs, bounds, root_total = above.inputs, above.bounds, above.root_total
             stream_blue = above.stream
             del above
         top_counts, top_stats = _estimate_top(
             common, top_tree, inputs, self.top_constraints, bounds, self.ex, clock
         )
+        # made as the executor takes them: each holds a copy of its top's covariances
+        # (k x k per block under recodes), so a list of all would hold the stream level's twice
         second = estimate_tasks(common, tree, top_counts, stream_blue, plan)
+        n_units = tree.levels[common.stream_level].size
         with clock("subtrees_estimate"):  # sweep 2: published values only
-            estimated = self.ex.map(
-                estimate_subtree, second, self.progress, f"subtrees by {stream_by}: estimate"
+            done = self.ex.stream(
+                estimate_subtree,
+                second,
+                n_units,
+                self.progress,
+                f"subtrees by {stream_by}: estimate",
             )
+            by_position = dict(done)
+        estimated = [by_position[i] for i in range(n_units)]
         results = [_merged(m, r) for m, r in zip(measured, estimated, strict=True)]
         return top_counts, top_stats, results, root_total
+
+
+def _summaries(measured: list[Measured]) -> list[NodeSummary]:
+    """The subtrees' summaries as parts ``NodeSummary.stack(free=True)`` can drop."""
+    return [NodeSummary(list(m.summary.est), list(m.summary.var)) for m in measured]
 
 
 def _estimate_top(

@@ -17,6 +17,7 @@ process, or a Dask worker), and what crosses to them is exactly the task types h
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -183,12 +184,15 @@ def estimate_tasks(
     top_counts: list[np.ndarray],
     stream_blue: NodeSummary,
     plan: BluePlan,
-) -> list[EstimateTask]:
-    """Sweep 2 of a streamed BLUE: one estimation task per stream unit (no records)."""
+) -> Iterator[EstimateTask]:
+    """Sweep 2 of a streamed BLUE: one estimation task per stream unit (no records), in
+    stream node order, each made when it is taken: a task copies its top's summary (under
+    recodes ``k x k`` per block: 86 MB and more a DHC node), so the executor's window of them
+    is held, not the level's."""
     stream_level = common.stream_level
     rows = _geography_rows(common, tree)
     chains = tree.ancestors(stream_level)
-    return [
+    return (
         EstimateTask(
             label=label,
             geography=common.geography.iloc[rows[label]],
@@ -204,7 +208,7 @@ def estimate_tasks(
             microdata_format=common.microdata_format,
         )
         for node, label in enumerate(tree.levels[stream_level].labels.astype(str).tolist())
-    ]
+    )
 
 
 def _geography_rows(common: TaskCommon, tree: Tree) -> dict[str, np.ndarray]:
