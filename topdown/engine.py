@@ -26,6 +26,7 @@ from constraints.contextual_constraints import ContextualConstraint
 from mechanisms.ledger import Ledger, NoiseSource
 from mechanisms.rng import new_release_key
 from topdown.blue.estimate import Blue
+from topdown.blue.footprint import check_release_blue
 from topdown.errors import DataError, DomainError, StrategyError
 from topdown.estimation.estimate import EstimateOptions, SolverChoice, estimate
 from topdown.estimation.estimators import (
@@ -165,6 +166,8 @@ def release(
             tree, truth = load_input(
                 data, schema, executor=ex, keep_records=needs_records, geography=geography
             )
+        # a BLUE whose covariances cannot be held is refused before anything is measured
+        check_release_blue(estimator, tree, schema.domain, strategy)
         if geography is None and schema.hierarchy:
             ledger.record_disclosure(
                 "units read from data",

@@ -85,6 +85,7 @@ from constraints.attach import ConstraintSet, check_constraint_set
 from mechanisms.ledger import Ledger, NoiseSource
 from mechanisms.rng import new_release_key
 from topdown.blue.estimate import NodeSummary
+from topdown.blue.footprint import check_release_blue
 from topdown.errors import DataError, ReleaseError
 from topdown.estimation.estimate import EstimateOptions, LevelStats, SolverChoice, estimate
 from topdown.estimation.estimators import DEFAULT_ESTIMATOR, check_estimator, prepare_inputs
@@ -243,6 +244,8 @@ def release_streamed(
         geo, tree, top_tree = public_tree(
             parts, schema, geography, ledger, stream_level, max_subtree_cells
         )
+        # a BLUE whose covariances cannot be held is refused before any record is read
+        check_release_blue(estimator, tree, schema.domain, strategy)
         by_label = partitions_by_node(parts, tree.levels[stream_level].labels, stream_by)
         truth = top_histograms(top_tree, parts, by_label, schema)
     release_key = new_release_key(seed)

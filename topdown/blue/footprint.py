@@ -1,0 +1,127 @@
+"""How many bytes the recoded BLUE's covariance matrices take, known before anything is measured.
+
+With recoded queries the BLUE keeps, per level and block of the split (``topdown.blue.blocks``),
+a ``(k, k)`` matrix per node type (``topdown.blue.shared_matrices``): the DHC persons preset's
+eight largest blocks have ``k = 1,160``, 10.8 MB a matrix and 86 MB a type over them. A node's
+type is what its matrices depend on: its own measurements and its children's types, so it is
+the shape of its subtree. Leaves of one level measured alike are one type; their parents are
+as many types as there are distinct numbers of children; above, types are nearly as many as
+nodes. So the level above the leaves is cheap and every level above it costs about its nodes
+times 86 MB per kind of matrix kept (subtree, final and the children's sum): about 10 GB for a
+20,000-person state to the block (44 types above the block groups' 30), hundreds for a state
+of 750,000 persons to the block.
+
+``covariance_bytes`` counts the types from the tree alone (structure, not values: measured
+nodes of one level share their precision; nodes a strategy leaves unmeasured, and invariants'
+exact totals, can split a type in two, which this count does not see) so that a release can
+refuse a BLUE it cannot hold before it reads any record (``check_blue_fits``), naming the
+estimator that can (``"topdown"``, which keeps nothing per type).
+
+Kept apart from the recursions: it reads only the tree and the plan, never a value.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import tempfile
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+
+from constraints.domain import Domain
+from topdown.blue.blocks import Block, blocks_of
+from topdown.errors import DataError
+from topdown.measurement.tree import Tree, physical_memory
+from topdown.strategy import Query, Strategy
+
+__all__ = ["node_types", "covariance_bytes", "check_blue_fits", "check_release_blue"]
+
+log = logging.getLogger(__name__)
+
+#: The ``(k, k)`` matrices kept per node type and block: the subtree and the final
+#: covariance, and at a parent its children's summed one.
+KINDS = 3
+
+#: Whether the BLUE writes its large ``(k, k)`` stacks to disk as it makes them (then a
+#: temporary directory's free space holds them too).
+MAPPED = False
+
+
+def node_types(tree: Tree) -> list[int]:
+    """Per level, how many distinct subtree shapes its nodes have (a leaf's shape is one; a
+    parent's is the multiset of its children's shapes)."""
+    counts = [0] * tree.n_levels
+    shape = np.zeros(tree.levels[-1].size, dtype=np.int64)  # the leaves: one shape
+    counts[-1] = 1 if tree.levels[-1].size else 0
+    for level in range(tree.n_levels - 2, -1, -1):
+        n = tree.levels[level].size
+        parent = tree.levels[level + 1].parent
+        # a parent's shape: the sorted pairs (child shape, how many)
+        pairs = np.unique(np.stack([parent, shape]), axis=1, return_counts=True)
+        (owner, child_shape), many = pairs
+        keys: list[list[tuple[int, int]]] = [[] for _ in range(n)]
+        for p, s, m in zip(owner.tolist(), child_shape.tolist(), many.tolist(), strict=True):
+            keys[p].append((s, m))
+        ids: dict[tuple[tuple[int, int], ...], int] = {}
+        shape = np.array([ids.setdefault(tuple(k), len(ids)) for k in keys], dtype=np.int64)
+        counts[level] = len(ids)
+    return counts
+
+
+def covariance_bytes(tree: Tree, blocks: Sequence[Block]) -> int:
+    """The bytes of the BLUE's ``(k, k)`` matrices over the tree (``KINDS`` per node type,
+    block and level; blocks with ``k = 1`` are vectors and left out): 0 without recodes."""
+    per_type = sum(b.k * b.k for b in blocks if b.k > 1) * 8
+    return KINDS * per_type * sum(node_types(tree))
+
+
+def check_blue_fits(tree: Tree, domain: Domain, queries: Iterable[Query], *, mapped: bool) -> None:
+    """Refuse a BLUE of recoded ``queries`` (the strategy's, every level's) whose covariances
+    fit neither this machine's memory nor, when the BLUE maps them from disk (``mapped``), its
+    temporary directory's free space as well: before anything is measured, not hours in. A
+    streamed release's subtrees hold theirs one at a time, so the whole tree's count is an
+    upper bound there.
+
+    Raises:
+        DataError: naming the bytes, the node types per level, what there is, and the
+            estimator "topdown".
+    """
+    queries = list(queries)
+    if not any(q.recoded(domain) for q in queries):
+        return
+    blocks = blocks_of(domain, queries)
+    need = covariance_bytes(tree, blocks)
+    memory = physical_memory()
+    if need == 0 or memory is None:
+        return
+    room, where = memory, f"this machine's memory ({_gb(memory)})"
+    if mapped:
+        free = shutil.disk_usage(tempfile.gettempdir()).free
+        room = memory + free  # the maps fall back to memory when the disk fills
+        where += f" and the free space of {tempfile.gettempdir()!r} ({_gb(free)})"
+    if need <= room:
+        log.info("BLUE: about %s of covariance matrices (%s)", _gb(need), where)
+        return
+    types = ", ".join(
+        f"{lv.column or 'root'} {t:,}" for lv, t in zip(tree.levels, node_types(tree), strict=True)
+    )
+    largest = max(b.k for b in blocks)
+    raise DataError(
+        f"estimator 'blue' with these recoded queries keeps a {largest:,} x {largest:,} "
+        f"matrix per block for each node type ({types} types), about {_gb(need)} in all, more "
+        f"than {where}; use estimator 'topdown' (the Census Bureau's method, which keeps none), "
+        "or stop the tree at a coarser level"
+    )
+
+
+def check_release_blue(estimator: str, tree: Tree, domain: Domain, strategy: Strategy) -> None:
+    """``release``'s and ``release_streamed``'s check, once the tree is known: under
+    ``estimator="blue"``, ``check_blue_fits`` on every level's queries."""
+    if estimator == "blue":
+        queries = [q for lv in strategy.levels for q, _ in lv.queries]
+        check_blue_fits(tree, domain, queries, mapped=MAPPED)
+
+
+def _gb(n: int) -> str:
+    return f"{n / 1e9:,.1f} GB"
