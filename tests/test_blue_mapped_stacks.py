@@ -131,6 +131,36 @@ def test_small_stacks_stay_in_memory(monkeypatch) -> None:
     assert all(s.values.flags.writeable and not is_mapped(s.values) for s in _stacks(estimate))
 
 
+def test_chunked_leaves_with_summaries_on_disk_equal_those_in_memory(monkeypatch, tmp_path):
+    """The leaf level by chunks of families (``blue_by_families``): the chunks' summaries,
+    their stack and each block's summary below the levels above in files too; the same
+    estimate and covariances bit for bit, nothing left on disk."""
+    from test_blue_leaf_chunks import _inputs, _tree
+    from test_blue_leaf_chunks import _masked as masked_leaves
+
+    from topdown.blue.leaf_families import blue_by_families
+
+    def solved():
+        tree = _tree()
+        inputs = masked_leaves(_inputs(np.random.default_rng(17), tree, DOMAIN, QUERIES))
+        out = blue_by_families(tree, DOMAIN, inputs, max_bytes=2 * DOMAIN.size * 8)
+        assert out is not None and len(out[1].chunks) > 1
+        return out
+
+    monkeypatch.setattr(mapped_stacks, "MAP_BYTES", 1 << 62)
+    held, held_leaves = solved()
+    monkeypatch.setattr(mapped_stacks, "MAP_BYTES", 1)
+    mapped, leaves = solved()
+    assert not os.listdir(tmp_path)
+    assert _stacks(mapped) and all(is_mapped(s.values) for s in _stacks(mapped))
+    for a, b in zip(_stacks(mapped), _stacks(held), strict=True):
+        assert np.array_equal(a.index, b.index)
+        assert a.values.tobytes() == b.values.tobytes()
+    for level in range(mapped.n_levels):
+        assert np.array_equal(mapped.cells_at(level), held.cells_at(level))
+        assert np.array_equal(mapped.variance(level, "detailed"), held.variance(level, "detailed"))
+
+
 def test_children_sums_in_bands_equal_the_whole_product(monkeypatch, tmp_path) -> None:
     """``_summed`` into a file a band of rows at a time: the whole product's numbers (bands
     of at least ``SUM_BAND_MIN`` multiply-adds), its pages handed back."""

@@ -34,7 +34,7 @@ from topdown.blue.block_terms import (
     on_threads,
 )
 from topdown.blue.blocks import AxisSplit, Block
-from topdown.blue.mapped_stacks import MappedStacks
+from topdown.blue.mapped_stacks import MappedStacks, hand_back
 from topdown.blue.recursions import _Upward, downward, sum_matrices, upward
 from topdown.blue.rotation import box, from_block, unrotate
 from topdown.blue.shared_matrices import Covariance, SharedMatrices, dense
@@ -146,7 +146,10 @@ def block_summary(
         for b, block in enumerate(blocks):
             up = _upward(tree, inputs, block, _take(own, b), sums, None, maps)
             est.append(np.asarray(up.est[0], dtype=float))
-            var.append(np.array(dense(up.var[0])))
+            top = dense(up.var[0])
+            # the top's covariances (k x k a node) out of memory too, while the summaries of
+            # every chunk wait for the levels above
+            var.append(top if maps is None or top.ndim != 3 else maps.held(top))
     return tuple(est), tuple(var)
 
 
@@ -190,7 +193,7 @@ def solve_blocks(
 
     def one(b: int, maps: MappedStacks | None) -> _Solved:
         terms = _take(own, b)
-        child = None if below is None else _child_summary(below, b)
+        child = None if below is None else _child_summary(below, b, maps)
         return _solve_block(tree, inputs, blocks[b], b, terms, (parents, sums), child, top, maps)
 
     # the large covariance stacks go to files as they are made (``topdown.blue.mapped_stacks``)
@@ -269,16 +272,23 @@ def _solve_block(
 
 
 def _child_summary(
-    below: tuple[Sequence[np.ndarray], Sequence[Covariance]], b: int
+    below: tuple[Sequence[np.ndarray], Sequence[Covariance]],
+    b: int,
+    maps: MappedStacks | None = None,
 ) -> tuple[np.ndarray, Covariance]:
     """Block ``b``'s summary of the last level's children, its covariances as shared matrices
     when ``k > 1`` (what ``matrix_upward`` would make of them: held once per distinct
-    matrix). From lists the entries are taken (left empty): a summary is read by one block
-    only, so the caller's dense covariances (18 DHC counties x 8 blocks of ``k = 1,160``:
-    1.5 GB) go as the blocks are solved, not at the end of the solve."""
+    matrix; in a file of ``maps`` when large enough). From lists the entries are taken (left
+    empty): a summary is read by one block only, so the caller's dense covariances (18 DHC
+    counties x 8 blocks of ``k = 1,160``: 1.5 GB) go as the blocks are solved, not at the
+    end of the solve."""
     est, var = below[0][b], below[1][b]
     if isinstance(var, np.ndarray) and var.ndim == 3:
-        var = SharedMatrices.of(var)
+        shared = SharedMatrices.of(var)
+        hand_back(var)
+        if maps is not None:
+            shared = SharedMatrices(maps.held(shared.values), shared.index)
+        var = shared
     for part in below:
         if isinstance(part, list):
             part[b] = np.empty(0)

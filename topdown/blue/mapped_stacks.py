@@ -181,10 +181,11 @@ class MadeStack:
         return self._fd is not None
 
     def put(self, t: int, matrix: np.ndarray, row: int = 0) -> None:
-        """``matrix`` as type ``t``'s matrix, or as its rows from ``row`` on."""
+        """``matrix`` as type ``t``'s matrix, or as its rows from ``row`` on; several
+        matrices (one axis more) as types ``t``, ``t + 1``, ... (one write)."""
         assert self._array is not None, "put after done"
+        one = self._array[0]
         if self._fd is not None:
-            one = self._array[0]
             offset = t * one.nbytes + row * one[0].nbytes
             try:
                 _write(self._fd, offset, np.asarray(matrix, dtype=self._array.dtype))
@@ -194,7 +195,10 @@ class MadeStack:
                 self._maps.fail(err)
                 self._array = np.array(self._array)  # what was written, into memory
                 self._close()
-        self._array[t, row : row + np.shape(matrix)[0]] = matrix
+        if np.ndim(matrix) == self._array.ndim:
+            self._array[t : t + len(matrix)] = matrix
+        else:
+            self._array[t, row : row + np.shape(matrix)[0]] = matrix
 
     def done(self) -> np.ndarray:
         """The stack (read-only when mapped); no ``put`` after."""
