@@ -46,10 +46,8 @@ def test_covariances_mapped_from_disk_equal_to_the_bit(monkeypatch, tmp_path) ->
     leaves._last = None
     assert leaves.parents_final.var[0] is estimate.block_scale[-1][0]  # one object, held twice
     reads = []
-    real = on_disk.MappedStacks.pages_read
-    monkeypatch.setattr(
-        on_disk.MappedStacks, "pages_read", lambda self: reads.append(1) or real(self)
-    )
+    real = on_disk.hand_back
+    monkeypatch.setattr(on_disk, "hand_back", lambda *a: reads.append(1) or real(*a))
 
     mapped = on_disk.above_on_disk(estimate, leaves)
 
@@ -77,13 +75,13 @@ def test_nothing_left_on_disk_when_writing_fails(monkeypatch, tmp_path, caplog) 
     parents = leaves.parents_final
     real = on_disk.MappedStacks.map
 
-    def failing(self, a, directory):
-        if self.maps:
+    def failing(self, a):
+        if self.files:
             raise OSError("no space left on device")
-        return real(self, a, directory)
+        return real(self, a)
 
     monkeypatch.setattr(on_disk.MappedStacks, "map", failing)
-    with caplog.at_level(logging.WARNING, logger="topdown.blue.on_disk"):
+    with caplog.at_level(logging.WARNING, logger="topdown.blue.mapped_stacks"):
         kept = on_disk.above_on_disk(estimate, leaves)
     # the release goes on with the covariances in memory, said once
     assert kept is estimate

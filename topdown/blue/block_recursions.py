@@ -31,6 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
+from topdown.blue.mapped_stacks import MadeStack, MappedStacks, hand_back
 from topdown.blue.shared_matrices import SharedMatrices, dense, type_index, type_rows
 from topdown.errors import StrategyError
 
@@ -106,9 +107,13 @@ def _apply(g: np.ndarray, types: np.ndarray, x: np.ndarray) -> np.ndarray:
     return out
 
 
-def _summed(S: sp.csr_matrix, child: SharedMatrices) -> SharedMatrices:
+def _summed(
+    S: sp.csr_matrix, child: SharedMatrices, maps: MappedStacks | None = None
+) -> SharedMatrices:
     """Each parent's sum of its children's matrices: a parent's type is how many children of
-    each type it has (``S``: the parents' sum matrix over the children)."""
+    each type it has (``S``: the parents' sum matrix over the children). With ``maps`` a
+    stack large enough is made in a file, a band of rows of every matrix at a time (the
+    same product on fewer columns: the same numbers), the child pages read handed back."""
     n_types = len(child.values)
     onehot = sp.csr_matrix(
         (np.ones(len(child)), (np.arange(len(child)), child.index)),
@@ -117,8 +122,34 @@ def _summed(S: sp.csr_matrix, child: SharedMatrices) -> SharedMatrices:
     counts = np.asarray((S @ onehot).toarray())
     types, first = type_index([counts])
     k = child.k
-    values = (counts[first] @ child.values.reshape(n_types, k * k)).reshape(-1, k, k)
-    return SharedMatrices(values, types)
+    flat = child.values.reshape(n_types, k * k)
+    stack = MadeStack((first.size, k, k), maps=maps)
+    if not stack.on_disk:
+        stack.done()
+        return SharedMatrices((counts[first] @ flat).reshape(-1, k, k), types)
+    # rows per band: at most SUM_BAND_BYTES of each, but products of at least SUM_BAND_MIN
+    # multiply-adds (smaller ones OpenBLAS takes through other kernels, whose round-off
+    # differs: the same band split of larger ones gives the whole product's numbers)
+    band = max(
+        SUM_BAND_BYTES // (8 * k * max(n_types, first.size)),
+        -(-SUM_BAND_MIN // (first.size * k * n_types)),
+    )
+    for row in range(0, k, band):
+        end = min(k, row + band)
+        part = counts[first] @ flat[:, row * k : end * k]
+        hand_back(child.values)
+        for t in range(first.size):
+            stack.put(t, part[t].reshape(end - row, k), row)
+    return SharedMatrices(stack.done(), types)
+
+
+#: Bytes of the band of rows ``_summed`` makes at once (of its children's matrices and of the
+#: sums) when the sums go to a file.
+SUM_BAND_BYTES = 1 << 24
+#: The fewest multiply-adds of a band's product (``_summed``): OpenBLAS computes products of
+#: up to 100^3 with small-matrix kernels, so a band that small could round otherwise than the
+#: whole product (measured: k = 9 and 25 differ in the last bit, k = 100 and 1,160 do not).
+SUM_BAND_MIN = 1 << 22
 
 
 def _childless(pi: np.ndarray, types: np.ndarray, kinds: np.ndarray, where: str) -> np.ndarray:
@@ -147,6 +178,7 @@ def _children(
     n: int,
     k: int,
     below: tuple[np.ndarray, np.ndarray | SharedMatrices] | None,
+    maps: MappedStacks | None,
 ) -> tuple[np.ndarray | None, SharedMatrices, np.ndarray, np.ndarray]:
     """The children's summed subtree estimates (None: no node has children) and covariances
     of ``level``'s nodes, which nodes have children and which have only exact ones."""
@@ -161,7 +193,7 @@ def _children(
     m = (S @ c.reshape(c.shape[0], -1)).reshape((n,) + c.shape[1:])
     has = S.getnnz(axis=1) > 0
     n_exact = S @ up.exact[level + 1].astype(float)
-    return m, _summed(S, up.var[level + 1]), has, has & (n_exact == S.getnnz(axis=1))
+    return m, _summed(S, up.var[level + 1], maps), has, has & (n_exact == S.getnnz(axis=1))
 
 
 def matrix_upward(
@@ -171,11 +203,13 @@ def matrix_upward(
     w: np.ndarray,
     where: Callable[[int], str],
     below: tuple[np.ndarray, np.ndarray | SharedMatrices] | None = None,
+    maps: MappedStacks | None = None,
 ) -> MatrixUp:
     """The upward recursion of one block (see the module docstring). ``w``: the block's node
     total direction (its exact totals' constraint); ``where(level)``: how to name a level in
     an error; ``below``: the last level's children's summed estimates and covariances when
-    its nodes are not leaves (a streamed release's subtrees, summarised).
+    its nodes are not leaves (a streamed release's subtrees, summarised); ``maps``: where
+    large covariance stacks go as they are made (``topdown.blue.mapped_stacks``; else memory).
 
     Each ``k x k`` step runs once per node type (``topdown.blue.shared_matrices``: same
     precision, same children's covariance, same exact total flags), batched over the types;
@@ -186,33 +220,25 @@ def matrix_upward(
         node = own(level)
         pi, r = node.precision, node.info
         n, k = len(pi), pi.k
-        m, M, has, child_exact = _children(level, n_levels, sums, up, n, k, below)
+        m, M, has, child_exact = _children(level, n_levels, sums, up, n, k, below, maps)
         given = node.exact if node.exact is not None and node.total is not None else None
         fresh = np.zeros(n, dtype=bool) if given is None else given & ~child_exact
         exact = child_exact if given is None else child_exact | given
         types, first = type_index([pi.index, M.index, has, fresh, exact])
-        leaf = ~has[first]
+        flags = (~has[first], fresh[first], exact[first])
         if _by_type(types, k):
-            values, est = _up_by_type(pi, M, types, first, leaf, r, m, where(level))
+            values, est, shift = _up_by_type(
+                pi, M, types, first, flags, r, m, w, where(level), maps
+            )
         else:
-            values, est = _up_stacked(pi, M, types, first, leaf, r, m, where(level))
-        changed = fresh[first]
-        if changed.any():
+            values, est, shift = _up_stacked(pi, M, types, first, flags, r, m, w, where(level))
+            if maps is not None:
+                values = maps.held(values)
+        if shift is not None:
             assert node.total is not None
-            vw = values[changed] @ w  # (types, k)
-            q = vw @ w
-            shift = np.zeros((first.size, k))  # per type: V w / w'Vw
-            shift[changed] = vw / q[:, None]
             rows = fresh
             gap = node.total[rows] - est[rows, 0, :] @ w
             est[rows, 0, :] += shift[types[rows]] * gap[:, None]
-            values[changed] -= np.einsum("tk,tl->tkl", vw, vw) / q[:, None, None]
-        held = exact[first]
-        if _by_type(types, k):
-            for t in np.flatnonzero(held):
-                values[t] = _off_direction(values[t][None], w)[0]
-        else:
-            values[held] = _off_direction(values[held], w)
         up.est[level], up.var[level], up.exact[level] = est, SharedMatrices(values, types), exact
         if level < n_levels - 1 or below is not None:
             assert m is not None
@@ -221,18 +247,30 @@ def matrix_upward(
     return up
 
 
+def _conditioned(values: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Covariances (types, k, k) of estimates conditioned on their exact total ``w'u``: the
+    estimates' shift per unit of gap (``V w / w'Vw``, (types, k)) and the new covariances."""
+    vw = values @ w  # (types, k)
+    q = vw @ w
+    return vw / q[:, None], values - np.einsum("tk,tl->tkl", vw, vw) / q[:, None, None]
+
+
 def _up_stacked(
     pi: SharedMatrices,
     M: SharedMatrices,
     types: np.ndarray,
     first: np.ndarray,
-    leaf: np.ndarray,
+    flags: tuple[np.ndarray, np.ndarray, np.ndarray],
     r: np.ndarray,
     m: np.ndarray | None,
+    w: np.ndarray,
     where: str,
-) -> tuple[np.ndarray, np.ndarray]:
-    """The upward step's covariances per type (types, k, k) and estimates per node, every
-    type's matrices stacked at once (small ``k x k``: thousands of PL94 types)."""
+) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """The upward step's covariances per type (types, k, k), estimates per node and, where a
+    type's exact total is new (``flags``: per type, whether it is a leaf, has a new exact
+    total, is exact), the estimates' shift per unit of gap (types, k); every type's matrices
+    stacked at once (small ``k x k``: thousands of PL94 types)."""
+    leaf, changed, held = flags
     k = pi.k
     p = pi.values[pi.index[first]]
     # per type: est = of_m m + of_r r (of_m = 0 without children), values = covariance
@@ -243,6 +281,7 @@ def _up_stacked(
         of_r[leaf], values[leaf] = inv, _sym(inv)
     if (~leaf).any():
         cov = M.values[M.index[first[~leaf]]]
+        hand_back(M.values)
         a_inv = np.linalg.inv(np.eye(k) + cov @ p[~leaf])
         of_m[~leaf] = a_inv
         of_r[~leaf] = a_inv @ cov
@@ -250,7 +289,12 @@ def _up_stacked(
     est = _apply(of_r, types, r)
     if m is not None and (~leaf).any():
         est += _apply(of_m, types, m)
-    return values, est
+    shift = None
+    if changed.any():
+        shift = np.zeros((first.size, k))
+        shift[changed], values[changed] = _conditioned(values[changed], w)
+    values[held] = _off_direction(values[held], w)
+    return values, est, shift
 
 
 def _up_by_type(
@@ -258,36 +302,56 @@ def _up_by_type(
     M: SharedMatrices,
     types: np.ndarray,
     first: np.ndarray,
-    leaf: np.ndarray,
+    flags: tuple[np.ndarray, np.ndarray, np.ndarray],
     r: np.ndarray,
     m: np.ndarray | None,
+    w: np.ndarray,
     where: str,
-) -> tuple[np.ndarray, np.ndarray]:
+    maps: MappedStacks | None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
     """``_up_stacked`` one type at a time: the same products on each type's matrices (the
-    same numbers), a type's ``k x k`` temporaries dropped before the next type's are made."""
+    same numbers), a type's ``k x k`` temporaries dropped before the next type's are made,
+    and its covariance written to its place in the stack (a file of ``maps`` when large
+    enough) as soon as it is final, the pages read of the children's sums handed back. The
+    types with a new exact total (few: the invariants' nodes) are kept until every one is
+    made, then conditioned together as stacked."""
+    leaf, changed, held = flags
     k = pi.k
-    values = np.empty((first.size, k, k))
+    stack = MadeStack((first.size, k, k), maps=maps)
     est = np.empty(r.shape)
     inv = None
     if leaf.any():  # few types (a level's leaves are one): checked together, as stacked
         inv = _childless(pi.values[pi.index[first[leaf]]], types, np.flatnonzero(leaf), where)
     at_leaf = np.cumsum(leaf) - 1
+    kept: list[np.ndarray] = []
     for t in range(first.size):
         rows = type_rows(types, t)
         if leaf[t]:
             assert inv is not None
             of_r, of_m = inv[at_leaf[t]], np.zeros((k, k))
-            values[t] = _sym(of_r)
+            one = _sym(of_r)
         else:
             cov = M.values[M.index[first[t]]]
             of_m = np.linalg.inv(np.eye(k) + cov @ pi.values[pi.index[first[t]]])
             of_r = of_m @ cov
-            values[t] = _sym(of_r)
+            one = _sym(of_r)
+            del cov
+            hand_back(M.values)
         est[rows] = np.matmul(r[rows], of_r.T)
         if m is not None and not leaf.all():
             # as ``_apply``: the product is made, then added (the same sums as stacked)
             est[rows] += np.matmul(m[rows], of_m.T)
-    return values, est
+        if changed[t]:
+            kept.append(one)
+        else:
+            stack.put(t, _off_direction(one[None], w)[0] if held[t] else one)
+    shift = None
+    if kept:
+        shift = np.zeros((first.size, k))
+        shift[changed], conditioned = _conditioned(np.stack(kept), w)
+        for c, one in zip(np.flatnonzero(changed), conditioned, strict=True):
+            stack.put(int(c), _off_direction(one[None], w)[0] if held[c] else one)
+    return stack.done(), est, shift
 
 
 def _pinv_sum(M: np.ndarray, exact: np.ndarray, w: np.ndarray) -> np.ndarray:
@@ -317,10 +381,12 @@ def matrix_downward(
     sums: list[sp.csr_matrix],
     w: np.ndarray,
     top: tuple[np.ndarray, np.ndarray | SharedMatrices] | None = None,
+    maps: MappedStacks | None = None,
 ) -> tuple[list[np.ndarray], list[SharedMatrices]]:
     """The downward recursion of one block: each level's final estimates (nodes, copies, k)
     and covariances (nodes, k, k, per type). ``top``: the first level's final estimates and
-    covariances when it is not the root (a streamed release's subtree).
+    covariances when it is not the root (a streamed release's subtree); ``maps``: where large
+    covariance stacks go as they are made (``topdown.blue.mapped_stacks``; else memory).
 
     Each ``k x k`` step runs once per child type (its subtree covariance, its parent's summed
     children's and final covariances, its exact flag), batched over the types. The estimates
@@ -350,14 +416,17 @@ def matrix_downward(
         est = up.est[level]
         if _by_type(types, V.k):
             structure = (types, first, parent, held)
-            values = _down_by_type(V, M, children_exact, fp, structure, w, est, gap[par])
+            values = _down_by_type(V, M, children_exact, fp, structure, w, est, gap[par], maps)
         else:
             v = V.values[V.index[first]]
             gain = v @ _pinv_sum(M.values[M.index[parent]], children_exact[parent], w)
             fp_t = fp.values[fp.index[parent]]
+            hand_back(V.values, M.values, fp.values)
             values = _sym(v - gain @ v + gain @ fp_t @ np.swapaxes(gain, 1, 2))
             values[held] = _off_direction(values[held], w)
             est += _apply(gain, types, gap[par])
+            if maps is not None:
+                values = maps.held(values)
         u.append(est)
         f.append(SharedMatrices(values, types))
     return u, f
@@ -372,26 +441,32 @@ def _down_by_type(
     w: np.ndarray,
     est: np.ndarray,
     gap: np.ndarray,
+    maps: MappedStacks | None = None,
 ) -> np.ndarray:
     """``matrix_downward``'s stacked step one child type at a time (the same products on
     each type's matrices, so the same numbers): the final covariances per type (types, k, k),
     returned, and each node's estimate corrected in place by ``gap`` (per node: its parent's).
     ``structure``: the child types per node, each type's first node and its parent, and
-    whether the type is exact. ``M^+`` is made once per parent type."""
+    whether the type is exact. ``M^+`` is made once per parent type: the child types are
+    taken a parent type at a time, so one is held. Each type's covariance is written to its
+    place in the stack (a file of ``maps`` when large enough) as soon as it is made, and the
+    pages read of the stacks above handed back."""
     types, first, parent, held = structure
     k = V.k
-    values = np.empty((first.size, k, k))
-    pinv: dict[tuple[int, bool], np.ndarray] = {}
-    for t in range(first.size):
-        key = (int(M.index[parent[t]]), bool(children_exact[parent[t]]))
-        if key not in pinv:
-            pinv[key] = _pinv_sum(M.values[key[0]][None], np.array([key[1]]), w)[0]
-        v = V.values[V.index[first[t]]]
-        gain = v @ pinv[key]
-        fp_t = fp.values[fp.index[parent[t]]]
-        one = _sym(v - gain @ v + gain @ fp_t @ gain.T)
-        values[t] = _off_direction(one[None], w)[0] if held[t] else one
-        rows = type_rows(types, t)
-        # as ``_apply``: the product is made, then added (the same sums as stacked)
-        est[rows] += np.matmul(gap[rows], gain.T)
-    return values
+    stack = MadeStack((first.size, k, k), maps=maps)
+    keys = [(int(M.index[parent[t]]), bool(children_exact[parent[t]])) for t in range(first.size)]
+    for key in dict.fromkeys(keys):
+        pinv = _pinv_sum(M.values[key[0]][None], np.array([key[1]]), w)[0]
+        hand_back(M.values)
+        for t in (t for t in range(first.size) if keys[t] == key):
+            v = V.values[V.index[first[t]]]
+            gain = v @ pinv
+            fp_t = fp.values[fp.index[parent[t]]]
+            one = _sym(v - gain @ v + gain @ fp_t @ gain.T)
+            del v, fp_t
+            hand_back(V.values, fp.values)
+            stack.put(t, _off_direction(one[None], w)[0] if held[t] else one)
+            rows = type_rows(types, t)
+            # as ``_apply``: the product is made, then added (the same sums as stacked)
+            est[rows] += np.matmul(gap[rows], gain.T)
+    return stack.done()

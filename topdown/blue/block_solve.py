@@ -34,6 +34,7 @@ from topdown.blue.block_terms import (
     on_threads,
 )
 from topdown.blue.blocks import AxisSplit, Block
+from topdown.blue.mapped_stacks import MappedStacks, hand_back
 from topdown.blue.recursions import _Upward, downward, sum_matrices, upward
 from topdown.blue.rotation import box, from_block, unrotate
 from topdown.blue.shared_matrices import Covariance, SharedMatrices, dense
@@ -106,8 +107,10 @@ def _upward(
     terms: list[BlockTerms],
     sums: list[sp.csr_matrix],
     below: tuple[np.ndarray, Covariance] | None,
+    maps: MappedStacks | None = None,
 ) -> _Upward | MatrixUp:
-    """A block's upward recursion: the plain scalar one (``k = 1``) or its matrix form."""
+    """A block's upward recursion: the plain scalar one (``k = 1``) or its matrix form (its
+    large covariance stacks in files of ``maps`` as they are made, if given)."""
     if block.k == 1:
         scalar = [t for t in terms if isinstance(t, ScalarTerms)]
         child = None if below is None else (below[0], dense(below[1]))
@@ -120,6 +123,7 @@ def _upward(
         block.total_direction(),
         lambda level: _where(tree, level, inputs),
         below,
+        maps,
     )
 
 
@@ -138,10 +142,14 @@ def block_summary(
     own = own_terms(tree, domain, inputs, blocks) if own is None else [list(lv) for lv in own]
     sums = sum_matrices(tree)
     est, var = [], []
-    for b, block in enumerate(blocks):
-        up = _upward(tree, inputs, block, _take(own, b), sums, None)
-        est.append(np.asarray(up.est[0], dtype=float))
-        var.append(dense(up.var[0]))
+    with MappedStacks.opened() as maps:
+        for b, block in enumerate(blocks):
+            up = _upward(tree, inputs, block, _take(own, b), sums, None, maps)
+            est.append(np.asarray(up.est[0], dtype=float))
+            top = dense(up.var[0])
+            # the top's covariances (k x k a node) out of memory too, while the summaries of
+            # every chunk wait for the levels above
+            var.append(top if maps is None or top.ndim != 3 else maps.held(top))
     return tuple(est), tuple(var)
 
 
@@ -183,19 +191,21 @@ def solve_blocks(
     if own is None:
         own = own_terms(tree, domain, inputs, blocks, threads)
 
-    def one(b: int) -> _Solved:
+    def one(b: int, maps: MappedStacks | None) -> _Solved:
         terms = _take(own, b)
-        child = None if below is None else _child_summary(below, b)
-        return _solve_block(tree, inputs, blocks[b], b, terms, (parents, sums), child, top)
+        child = None if below is None else _child_summary(below, b, maps)
+        return _solve_block(tree, inputs, blocks[b], b, terms, (parents, sums), child, top, maps)
 
-    for u, f, var in _in_order(one, len(blocks), threads):
-        if below is not None:
-            # the covariances as held (per type): the level's own, not a dense copy per node
-            ends.append((np.array(u[last], dtype=float), f[last], var[last]))
-        estimates.append(u)
-        for level in range(last + 1):
-            scale[level].append(f[level])
-            subtree[level].append(var[level])
+    # the large covariance stacks go to files as they are made (``topdown.blue.mapped_stacks``)
+    with MappedStacks.opened() as maps:
+        for u, f, var in _in_order(lambda b: one(b, maps), len(blocks), threads):
+            if below is not None:
+                # the covariances as held (per type): the level's own, not a dense copy per node
+                ends.append((np.array(u[last], dtype=float), f[last], var[last]))
+            estimates.append(u)
+            for level in range(last + 1):
+                scale[level].append(f[level])
+                subtree[level].append(var[level])
     cells = []
     for level in range(last + 1):
         cells.append(_cells([u[level] for u in estimates], blocks, splits, threads))
@@ -240,17 +250,19 @@ def _solve_block(
     structure: tuple[list[np.ndarray], list[sp.csr_matrix]],
     child: tuple[np.ndarray, Covariance] | None,
     top: tuple[Sequence[np.ndarray], Sequence[Covariance], Sequence[Covariance]] | None,
+    maps: MappedStacks | None = None,
 ) -> _Solved:
     """Block ``b``'s upward and downward recursions (see ``solve_blocks``) from its own
     ``terms`` per level; ``structure``: the levels' parent indices and ``sum_matrices``;
-    ``child``: its last level's children's summary (``_child_summary``), if any."""
+    ``child``: its last level's children's summary (``_child_summary``), if any; ``maps``:
+    where its large covariance stacks go as they are made."""
     parents, sums = structure
     given = None if top is None else (top[0][b], top[1][b])
-    up = _upward(tree, inputs, block, terms, sums, child)
+    up = _upward(tree, inputs, block, terms, sums, child, maps)
     if isinstance(up, MatrixUp):
         if top is not None:  # the top's whole-tree subtree variance
             up.var[0] = SharedMatrices.of(top[2][b])
-        u, f = matrix_downward(up, parents, sums, block.total_direction(), given)
+        u, f = matrix_downward(up, parents, sums, block.total_direction(), given, maps)
         return list(u), list(f), list(up.var)
     if top is not None:
         up.var[0] = dense(top[2][b])
@@ -260,16 +272,23 @@ def _solve_block(
 
 
 def _child_summary(
-    below: tuple[Sequence[np.ndarray], Sequence[Covariance]], b: int
+    below: tuple[Sequence[np.ndarray], Sequence[Covariance]],
+    b: int,
+    maps: MappedStacks | None = None,
 ) -> tuple[np.ndarray, Covariance]:
     """Block ``b``'s summary of the last level's children, its covariances as shared matrices
     when ``k > 1`` (what ``matrix_upward`` would make of them: held once per distinct
-    matrix). From lists the entries are taken (left empty): a summary is read by one block
-    only, so the caller's dense covariances (18 DHC counties x 8 blocks of ``k = 1,160``:
-    1.5 GB) go as the blocks are solved, not at the end of the solve."""
+    matrix; in a file of ``maps`` when large enough). From lists the entries are taken (left
+    empty): a summary is read by one block only, so the caller's dense covariances (18 DHC
+    counties x 8 blocks of ``k = 1,160``: 1.5 GB) go as the blocks are solved, not at the
+    end of the solve."""
     est, var = below[0][b], below[1][b]
     if isinstance(var, np.ndarray) and var.ndim == 3:
-        var = SharedMatrices.of(var)
+        shared = SharedMatrices.of(var)
+        hand_back(var)
+        if maps is not None:
+            shared = SharedMatrices(maps.held(shared.values), shared.index)
+        var = shared
     for part in below:
         if isinstance(part, list):
             part[b] = np.empty(0)

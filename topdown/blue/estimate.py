@@ -41,6 +41,7 @@ from constraints.domain import Domain
 from topdown.blue.answers import shared_answers
 from topdown.blue.block_solve import OwnTerms, solve_blocks
 from topdown.blue.blocks import Block
+from topdown.blue.mapped_stacks import MappedStacks, hand_back
 from topdown.blue.metric import block_metric_weights, metric_weights
 from topdown.blue.plan import BluePlan, coefficient, kept_axes
 from topdown.blue.recursions import (
@@ -336,17 +337,19 @@ class NodeSummary:
         copied, and the result's are lists too, which a recoded solve empties as it reads them
         (``solve_blocks``): the stacked summaries are dense (``k x k`` per node and block: 1.5
         GB at 750,000 DHC persons), and stacked all at once beside the parts they were held
-        twice, then whole to the end of the levels above."""
+        twice, then whole to the end of the levels above. Those of ``MAP_BYTES`` or more are
+        written to a file as they are copied and mapped (``topdown.blue.mapped_stacks``)."""
         est: list[np.ndarray] = []
         var: list[Covariance] = []
-        for g in range(len(parts[0].est)):
-            est.append(np.concatenate([p.est[g] for p in parts]))
-            var.append(np.concatenate([dense(p.var[g]) for p in parts]))
-            if free:
-                for p in parts:
-                    if not isinstance(p.est, list) or not isinstance(p.var, list):
-                        raise TypeError("NodeSummary.stack(free=True) needs parts of lists")
-                    p.est[g] = p.var[g] = np.empty(0)
+        with MappedStacks.opened() as maps:
+            for g in range(len(parts[0].est)):
+                est.append(np.concatenate([p.est[g] for p in parts]))
+                var.append(_stacked([dense(p.var[g]) for p in parts], maps))
+                if free:
+                    for p in parts:
+                        if not isinstance(p.est, list) or not isinstance(p.var, list):
+                            raise TypeError("NodeSummary.stack(free=True) needs parts of lists")
+                        p.est[g] = p.var[g] = np.empty(0)
         return cls(est, var) if free else cls(tuple(est), tuple(var))
 
     def row(self, node: int) -> NodeSummary:
@@ -358,6 +361,25 @@ class NodeSummary:
             tuple(v[pick].copy() for v in self.var),
             tuple(s[pick].copy() for s in self.subtree),
         )
+
+
+def _stacked(parts: Sequence[np.ndarray], maps: MappedStacks | None) -> np.ndarray:
+    """``np.concatenate(parts)``; per-node ``k x k`` matrices written to a file of ``maps``
+    part by part when they are large enough (``MappedStacks.stack``), each part's pages read
+    handed back."""
+    if maps is None or parts[0].ndim != 3:
+        return np.concatenate(parts)
+    k = parts[0].shape[1]
+    stack = maps.stack((sum(len(p) for p in parts), k, k))
+    if not stack.on_disk:
+        stack.done()
+        return np.concatenate(parts)
+    at = 0
+    for p in parts:
+        stack.put(at, p)
+        hand_back(p)
+        at += len(p)
+    return stack.done()
 
 
 def checked_inputs(

@@ -23,6 +23,7 @@ Kept apart from the recursions: it reads only the tree and the plan, never a val
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 import tempfile
 from collections.abc import Iterable, Sequence
@@ -43,9 +44,10 @@ log = logging.getLogger(__name__)
 #: covariance, and at a parent its children's summed one.
 KINDS = 3
 
-#: Whether the BLUE writes its large ``(k, k)`` stacks to disk as it makes them (then a
-#: temporary directory's free space holds them too).
-MAPPED = False
+#: Whether the BLUE writes its large ``(k, k)`` stacks to disk as it makes them
+#: (``topdown.blue.mapped_stacks``: not on Windows), so a temporary directory's free space
+#: holds them too. On a ``tmpfs`` that space is memory, counted twice here.
+MAPPED = os.name != "nt"
 
 
 def node_types(tree: Tree) -> list[int]:

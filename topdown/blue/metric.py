@@ -73,6 +73,7 @@ from scipy.optimize import nnls
 
 from constraints.domain import Domain
 from topdown.blue.blocks import Block
+from topdown.blue.mapped_stacks import hand_back
 from topdown.blue.plan import kept_axes, lift
 from topdown.blue.shared_matrices import SharedMatrices, type_index
 from topdown.query import Factor
@@ -259,6 +260,8 @@ def block_metric_weights(
             v = s.values[s.index[node]] if isinstance(s, SharedMatrices) else s[node]
             part = _block_normal(v, block, factors, g)
             h, c, target = h + part[0], c + part[1], target + part[2]
+        # the pages read of stacks mapped from disk (``topdown.blue.mapped_stacks``)
+        hand_back(*(s.values for s in scales if isinstance(s, SharedMatrices)))
         if not target:
             continue
         w, residual = _normal_nnls(h, c, target)

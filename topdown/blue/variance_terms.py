@@ -23,6 +23,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from topdown.blue.blocks import Block, axis_diag
+from topdown.blue.mapped_stacks import hand_back
 from topdown.blue.shared_matrices import Covariance, SharedMatrices
 from topdown.query import Factor
 
@@ -99,6 +100,13 @@ def _trace_formed(gram: np.ndarray, phi: np.ndarray | SharedMatrices) -> np.ndar
     return np.einsum("kl,nlk->n", gram, phi)
 
 
+def _handed_back(phi: Covariance) -> None:
+    """A block's covariances read: the pages read of a stack mapped from disk handed back
+    (``topdown.blue.mapped_stacks``), so a level's blocks are not all resident at once."""
+    if isinstance(phi, SharedMatrices):
+        hand_back(phi.values)
+
+
 def mean_variance(
     terms: Sequence[tuple[Block, Covariance]], factors: Sequence[Factor]
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -120,6 +128,7 @@ def mean_variance(
             span, span_abs = _trace_formed(formed, phi), _trace_formed(formed_abs, _abs(phi))
         else:
             span, span_abs = _trace(gram, phi), _trace(gram_abs, _abs(phi))
+        _handed_back(phi)
         term = _times(np.asarray(parts.d_mean), span)
         mag = _times(np.asarray(parts.d_abs_mean), span_abs)
         out = term if out is None else out + term
@@ -163,6 +172,7 @@ def summed_variance_terms(
         mag = _placed(
             contrast, block.span, np.abs(d), _span_variance(magnitudes, _abs(phi)), factors
         )
+        _handed_back(phi)
         out = term if out is None else out + term
         size = mag if size is None else size + mag
     assert out is not None and size is not None
