@@ -117,6 +117,7 @@ def test_the_dhc_preset_under_blue_is_refused_before_measuring(
         streaming_run if streamed else engine, "measure", lambda *a, **k: measured.append(1)
     )
     monkeypatch.setattr(footprint, "physical_memory", lambda: 10**9)
+    monkeypatch.setattr(footprint, "MAPPED", False)  # memory alone holds the stacks
     out = tmp_path / "out"
     with pytest.raises(DataError, match=r"root 1, STATE 1, COUNTY 1, TRACT 1 types") as err:
         if streamed:
