@@ -46,13 +46,30 @@ def _stacks(estimate) -> list[SharedMatrices]:
     return [c for row in rows for c in row if isinstance(c, SharedMatrices)]
 
 
+def _held_in_memory(monkeypatch):
+    """The solve with every stack in memory (the reference), then every stack made from
+    here on large enough for a file."""
+    monkeypatch.setattr(mapped_stacks, "MAP_BYTES", 1 << 62)
+    held = _solved()
+    monkeypatch.setattr(mapped_stacks, "MAP_BYTES", 1)
+    return held
+
+
+def _assert_same(got, held) -> None:
+    """The same stacks bit for bit (and type index) and the same cells at every level."""
+    assert len(_stacks(got)) == len(_stacks(held))
+    for a, b in zip(_stacks(got), _stacks(held), strict=True):
+        assert np.array_equal(a.index, b.index)
+        assert a.values.tobytes() == b.values.tobytes()
+    for level in range(got.n_levels):
+        assert np.array_equal(got.cells_at(level), held.cells_at(level))
+
+
 @pytest.mark.parametrize("by_type", [False, True])
 def test_stacks_made_on_disk_equal_those_in_memory(monkeypatch, tmp_path, by_type) -> None:
     if by_type:
         monkeypatch.setattr(block_recursions, "GATHER_BYTES", 0)
-    monkeypatch.setattr(mapped_stacks, "MAP_BYTES", 1 << 62)
-    held = _solved()
-    monkeypatch.setattr(mapped_stacks, "MAP_BYTES", 1)
+    held = _held_in_memory(monkeypatch)
     made = []
     real = MappedStacks._new
 
@@ -65,14 +82,11 @@ def test_stacks_made_on_disk_equal_those_in_memory(monkeypatch, tmp_path, by_typ
     monkeypatch.setattr(MappedStacks, "_new", spy)
     mapped = _solved()
     assert made and not os.listdir(tmp_path)  # the directory removed
-    assert len(_stacks(mapped)) == len(_stacks(held))
+    _assert_same(mapped, held)
     for a, b in zip(_stacks(mapped), _stacks(held), strict=True):
-        assert np.array_equal(a.index, b.index)
-        assert a.values.tobytes() == b.values.tobytes()
         assert is_mapped(a.values) and not a.values.flags.writeable
         assert not is_mapped(b.values)
     for level in range(mapped.n_levels):
-        assert np.array_equal(mapped.cells_at(level), held.cells_at(level))
         for name in ("detailed", "total", "G:adult x R:r3"):
             assert np.array_equal(mapped.variance(level, name), held.variance(level, name))
 
@@ -96,9 +110,7 @@ def test_nothing_left_on_disk_when_the_solve_raises(monkeypatch, tmp_path) -> No
 
 def test_a_failed_write_falls_back_to_memory(monkeypatch, tmp_path, caplog) -> None:
     monkeypatch.setattr(block_recursions, "GATHER_BYTES", 0)
-    monkeypatch.setattr(mapped_stacks, "MAP_BYTES", 1 << 62)
-    held = _solved()
-    monkeypatch.setattr(mapped_stacks, "MAP_BYTES", 1)
+    held = _held_in_memory(monkeypatch)
     writes = []
     real = mapped_stacks._write
 
@@ -115,10 +127,7 @@ def test_a_failed_write_falls_back_to_memory(monkeypatch, tmp_path, caplog) -> N
     assert caplog.text.count("stay in memory") == 1 and "no space left" in caplog.text
     assert not os.listdir(tmp_path)
     assert not all(is_mapped(s.values) for s in _stacks(kept))
-    for a, b in zip(_stacks(kept), _stacks(held), strict=True):
-        assert a.values.tobytes() == b.values.tobytes()
-    for level in range(kept.n_levels):
-        assert np.array_equal(kept.cells_at(level), held.cells_at(level))
+    _assert_same(kept, held)
 
 
 def test_small_stacks_stay_in_memory(monkeypatch) -> None:
