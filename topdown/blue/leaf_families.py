@@ -271,7 +271,7 @@ class LeafFamilies:
         # the passes do not read them; ``scale`` estimates the chunks again when asked
         children, estimate = self.estimate(i, gather=False)
         self._last = None  # the passes hold the cells (the fed detailed answers) while needed
-        fed = blue_inputs(self.sub_inputs(children), estimate).levels[1]
+        fed = blue_inputs(self.sub_inputs(children), estimate, fixed=1).levels[1]
         del estimate
         level = self.tree.n_levels - 1
         return children, tuple(replace(m, level=level) for m in fed)

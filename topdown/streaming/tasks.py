@@ -309,7 +309,7 @@ def estimate_subtree(task: EstimateTask) -> SubtreeResult:
     with clock("estimate"):
         below = Measurements(measurements.levels[top:])
         sub = blue_below(Tree(tree.levels[top:]), schema.domain, below, task.top, task.plan)
-        fed = blue_inputs(below, sub)
+        fed = blue_inputs(below, sub, fixed=1)  # the top's counts are published
         del sub
         inputs = EstimatorInputs(((),) * top + fed.levels)  # the levels above are fixed
         counts, stats = estimate(
