@@ -110,14 +110,17 @@ def blue_above(
     plan: BluePlan,
     *,
     exact_totals: Mapping[int, Mapping[int, float]] | None = None,
+    top: NodeSummary | None = None,
 ) -> tuple[Blue, NodeSummary]:
     """The whole tree's BLUE of the levels down to a stream level, from their measurements
     and the summaries of the subtrees under the stream level (``below``, one row per stream
     node in node order): the upward recursion completed above the stream level, then the
     downward one down to it. Also returns the stream nodes' final estimates per group, which
-    ``blue_below`` continues from. Equal to ``blue`` on the whole tree at these levels."""
+    ``blue_below`` continues from. Equal to ``blue`` on the whole tree at these levels.
+    ``top``: the first level's final estimate when it is not the root (a streamed subtree
+    whose leaves go a chunk of families at a time, ``topdown.blue.leaf_families``)."""
     inputs = checked_inputs(tree, measurements, exact_totals)
-    return solve(tree, domain, inputs, plan, below=below)
+    return solve(tree, domain, inputs, plan, below=below, top=top)
 
 
 def blue_below(
