@@ -60,16 +60,20 @@ def test_covariance_bytes_counts_each_kind_per_type_and_block() -> None:
 
 
 def test_streamed_bytes_worked_by_hand() -> None:
-    """Streamed by state (level 1): above it, 3 kinds for the root's type and each of the 3
-    states (12); in sweep 2, the states' 3 final types and, per subtree at a time, 3 kinds
-    for its top and its own types: the first state's counties have 4 distinct shapes (1, 3,
-    2, 4 leaves), the others 3, and the leaves 1, so 3 x (1 + 5) = 18 a subtree. Streamed by
-    county (level 2), the 12 counties above it dominate: 3 x (1 + 3 + 12)."""
+    """Streamed by state (level 1), sweep 2 dominates: the states' 3 final types and, per
+    subtree at a time, 3 kinds for its top and its own types: the first state's counties
+    have 4 distinct shapes (1, 3, 2, 4 leaves), the others 3, and the leaves 1, so
+    3 x (1 + 5) = 18 a subtree. Streamed by county (level 2), the BLUE above it does: 3 kinds
+    for the root's and the 3 state types, the 12 counties' summaries, their subtree and final
+    covariances (4 county types), and one block's 12 summaries copied."""
     blocks = blocks_of(DOMAIN, QUERY_LIST)
     per_type = covariance_bytes(_tree(), blocks) // (3 * 9)
-    assert streamed_covariance_bytes(_tree(), blocks, 1) == per_type * max(12, 3 + 18)
+    largest = max(b.k**2 for b in blocks if b.k > 1) * 8
+    assert largest < per_type  # more than one block
+    assert streamed_covariance_bytes(_tree(), blocks, 1) == per_type * (3 + 18)
     assert streamed_covariance_bytes(_tree(), blocks, 1, 2) == per_type * (3 + 2 * 18)
-    assert streamed_covariance_bytes(_tree(), blocks, 2) == per_type * 3 * (1 + 3 + 12)
+    above = per_type * (3 * (1 + 3) + 12 + 2 * 4) + largest * 12
+    assert streamed_covariance_bytes(_tree(), blocks, 2) == above
 
 
 def test_a_streamed_release_is_checked_against_what_it_holds(monkeypatch) -> None:
@@ -150,7 +154,7 @@ def test_the_dhc_preset_under_blue_is_refused_before_measuring(
     monkeypatch.setattr(
         streaming_run if streamed else engine, "measure", lambda *a, **k: measured.append(1)
     )
-    monkeypatch.setattr(footprint, "physical_memory", lambda: 10**9)
+    monkeypatch.setattr(footprint, "physical_memory", lambda: 5 * 10**8)
     monkeypatch.setattr(footprint, "MAPPED", False)  # memory alone holds the stacks
     out = tmp_path / "out"
     with pytest.raises(DataError, match=r"root 1, STATE 1, COUNTY 1, TRACT 1 types") as err:

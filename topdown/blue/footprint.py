@@ -102,9 +102,10 @@ def streamed_covariance_bytes(
     most (``topdown.streaming.run``), with ``at_once`` subtrees estimated at a time (its
     workers): the larger of its two phases.
 
-    - The BLUE above the stream level: ``KINDS`` per node type of the levels above and per
-      stream node (the subtrees' summaries, then the stream nodes' subtree and final
-      covariances; counted per node, not per type, as the summaries arrive).
+    - The BLUE above the stream level: ``KINDS`` per node type of the levels above; at the
+      stream level, the subtrees' summaries (one per stream node, as they arrive), the
+      subtree and final covariances (one per stream node type), and one block's summaries
+      copied as the solve takes them (``_child_summary``).
     - Sweep 2: the stream nodes' final covariances (per type: all the parent keeps) and, per
       subtree being estimated, ``KINDS`` for its top and per node type within it, for the
       subtree with the most (its types, not the whole tree's: a subtree's block groups are a
@@ -114,7 +115,7 @@ def streamed_covariance_bytes(
     shapes = _shapes(tree)
     types = [int(np.unique(s).size) for s in shapes]
     n_stream = tree.levels[stream_level].size
-    above = KINDS * (sum(types[:stream_level]) + n_stream)
+    above = KINDS * sum(types[:stream_level]) + n_stream + 2 * types[stream_level]
     # per stream node, the distinct shapes under it, level by level
     unit = np.arange(n_stream)
     within = np.zeros(n_stream, dtype=np.int64)
@@ -124,7 +125,8 @@ def streamed_covariance_bytes(
         within += np.bincount(pairs[0], minlength=n_stream)
     largest = int(within.max(initial=0))
     below = types[stream_level] + at_once * KINDS * (1 + largest)
-    return _per_type(blocks) * max(above, below)
+    copied = max((b.k * b.k * 8 for b in blocks if b.k > 1), default=0) * n_stream
+    return max(_per_type(blocks) * above + copied, _per_type(blocks) * below)
 
 
 def check_blue_fits(
