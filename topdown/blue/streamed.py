@@ -66,10 +66,11 @@ def stacked_summaries(n: int, summaries: Iterable[tuple[int, NodeSummary]]) -> N
     row as it comes (``(position, summary)``, in any order: a parallel sweep's results as
     they complete), so none waits for the others: under recodes a summary holds a ``k x k``
     matrix per block (86 MB a DHC node), which a sweep's list of results held all at once,
-    one per stream node, in the parent's memory when they came from worker processes. Matrices of ``MAP_BYTES`` or more go to a file as
-    they are put (``topdown.blue.mapped_stacks``), each summary's pages handed back. The
-    same numbers as ``NodeSummary.stack``; the result's lists are handed over as that one's
-    with ``free`` (a recoded solve empties them as it reads them)."""
+    one per stream node, in the parent's memory when they came from worker processes.
+    Matrices of ``MAP_BYTES`` or more go to a file as they are put
+    (``topdown.blue.mapped_stacks``), each summary's pages handed back. The same numbers as
+    ``NodeSummary.stack``; the result's lists are handed over as that one's with ``free`` (a
+    recoded solve empties them as it reads them)."""
     est: list[np.ndarray] = []
     var: list[MadeStack | np.ndarray] = []  # a stack of (k, k) matrices, or variances
     seen = np.zeros(n, dtype=bool)
