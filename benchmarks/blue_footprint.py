@@ -3,8 +3,9 @@
 For DHC-shaped states (``benchmarks/dhc.py``) of the given sizes, to the tract and to the block,
 prints each level's node types (``topdown.blue.footprint.node_types``) and the bytes of the
 BLUE's ``(k, k)`` matrices (``covariance_bytes``): what ``release()`` checks against this
-machine before measuring under ``estimator="blue"``. Nothing is measured, so it takes seconds
-per state (the states' generation).
+machine before measuring under ``estimator="blue"``; and what ``release_streamed()`` checks,
+serially, streamed by county and by tract (``streamed_covariance_bytes``). Nothing is measured,
+so it takes seconds per state (the states' generation).
 
     python benchmarks/blue_footprint.py --persons 20000 100000 750000
 """
@@ -16,7 +17,7 @@ import sys
 
 from benchmarks.dhc import make_dhc_state
 from topdown.blue.blocks import blocks_of
-from topdown.blue.footprint import covariance_bytes, node_types
+from topdown.blue.footprint import covariance_bytes, node_types, streamed_covariance_bytes
 from topdown.measurement.tree import geography_tree, physical_memory
 from topdown.presets import census2020_dhcp
 
@@ -35,7 +36,10 @@ def main(argv: list[str] | None = None) -> int:
     memory = physical_memory()
     if memory is not None:
         print(f"# this machine's memory: {memory / 1e9:.1f} GB")
-    print(f"{'persons':>9}  {'to':<6} {'node types per level':<28} {'covariances':>12}")
+    print(
+        f"{'persons':>9}  {'to':<6} {'node types per level':<28} {'covariances':>12}"
+        f" {'by COUNTY':>10} {'by TRACT':>10}"
+    )
     for persons in args.persons:
         state = make_dhc_state(persons, args.seed)
         for depth, hierarchy in DEPTHS.items():
@@ -43,9 +47,20 @@ def main(argv: list[str] | None = None) -> int:
             geography = state.geography[list(hierarchy)].drop_duplicates()
             tree = geography_tree(geography.reset_index(drop=True), schema)
             queries = [q for lv in strategy.levels for q, _ in lv.queries]
-            need = covariance_bytes(tree, blocks_of(schema.domain, queries))
+            blocks = blocks_of(schema.domain, queries)
+            need = covariance_bytes(tree, blocks)
+            streamed = [
+                f"{streamed_covariance_bytes(tree, blocks, hierarchy.index(c) + 1) / 1e9:.1f} GB"
+                if c in hierarchy[:-1]
+                else "-"
+                for c in ("COUNTY", "TRACT")
+            ]
             types = str(node_types(tree))
-            print(f"{persons:>9,}  {depth:<6} {types:<28} {need / 1e9:>9.1f} GB", flush=True)
+            print(
+                f"{persons:>9,}  {depth:<6} {types:<28} {need / 1e9:>9.1f} GB"
+                f" {streamed[0]:>10} {streamed[1]:>10}",
+                flush=True,
+            )
     return 0
 
 

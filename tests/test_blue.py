@@ -264,6 +264,13 @@ def test_blue_inputs_carry_detailed_total_and_measured_marginals() -> None:
         np.testing.assert_allclose(
             fed_q.variance, np.broadcast_to(raw.variance, fed_q.variance.shape)
         )
+    # a published first level (a streamed subtree's top) is fed nothing; the others the same
+    fixed = blue_inputs(inputs, est, fixed=1)
+    assert fixed.at(0) == ()
+    for got, want in zip(fixed.at(1), fed.at(1), strict=True):
+        assert got.query == want.query
+        assert np.array_equal(got.noisy, want.noisy)
+        assert np.array_equal(got.variance, want.variance)
 
 
 def _subtree_precision(tree: Tree, inputs: EstimatorInputs, level: int, node: int) -> np.ndarray:

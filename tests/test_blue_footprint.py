@@ -20,7 +20,12 @@ from test_blue_leaf_chunks import _inputs, _tree
 import topdown.engine as engine
 from topdown.blue.blocks import blocks_of
 from topdown.blue.estimate import blue
-from topdown.blue.footprint import check_blue_fits, covariance_bytes, node_types
+from topdown.blue.footprint import (
+    check_blue_fits,
+    covariance_bytes,
+    node_types,
+    streamed_covariance_bytes,
+)
 from topdown.blue.shared_matrices import SharedMatrices
 from topdown.engine import release
 from topdown.errors import DataError
@@ -52,6 +57,39 @@ def test_covariance_bytes_counts_each_kind_per_type_and_block() -> None:
     per_type = sum(b.k**2 for b in blocks if b.k > 1)
     assert per_type > 0
     assert covariance_bytes(_tree(), blocks) == 3 * 8 * per_type * (1 + 3 + 4 + 1)
+
+
+def test_streamed_bytes_worked_by_hand() -> None:
+    """Streamed by state (level 1), sweep 2 dominates: the states' 3 final types and, per
+    subtree at a time, 3 kinds for its top and its own types: the first state's counties
+    have 4 distinct shapes (1, 3, 2, 4 leaves), the others 3, and the leaves 1, so
+    3 x (1 + 5) = 18 a subtree. Streamed by county (level 2), the BLUE above it does: 3 kinds
+    for the root's and the 3 state types, the 12 counties' summaries, their subtree and final
+    covariances (4 county types), and one block's 12 summaries copied."""
+    blocks = blocks_of(DOMAIN, QUERY_LIST)
+    per_type = covariance_bytes(_tree(), blocks) // (3 * 9)
+    largest = max(b.k**2 for b in blocks if b.k > 1) * 8
+    assert largest < per_type  # more than one block
+    assert streamed_covariance_bytes(_tree(), blocks, 1) == per_type * (3 + 18)
+    assert streamed_covariance_bytes(_tree(), blocks, 1, 2) == per_type * (3 + 2 * 18)
+    above = per_type * (3 * (1 + 3) + 12 + 2 * 4) + largest * 12
+    assert streamed_covariance_bytes(_tree(), blocks, 2) == above
+
+
+def test_a_streamed_release_is_checked_against_what_it_holds(monkeypatch) -> None:
+    """Room for the streamed count (21 types' matrices) but not the whole tree's (27): the
+    streamed release is let through, the whole-tree one refused, each naming its count."""
+    import topdown.blue.footprint as footprint
+
+    blocks = blocks_of(DOMAIN, QUERY_LIST)
+    need = streamed_covariance_bytes(_tree(), blocks, 1)
+    assert need < covariance_bytes(_tree(), blocks)
+    monkeypatch.setattr(footprint, "physical_memory", lambda: need)
+    check_blue_fits(_tree(), DOMAIN, QUERY_LIST, mapped=False, stream=(1, 1))
+    with pytest.raises(DataError, match=r"S 3, C 4, T 1 types\), about"):
+        check_blue_fits(_tree(), DOMAIN, QUERY_LIST, mapped=False)
+    with pytest.raises(DataError, match=r"streamed by S \(3 nodes.*2 subtree\(s\) at a time"):
+        check_blue_fits(_tree(), DOMAIN, QUERY_LIST, mapped=False, stream=(1, 2))
 
 
 def test_plain_queries_are_never_refused(monkeypatch) -> None:
@@ -116,7 +154,7 @@ def test_the_dhc_preset_under_blue_is_refused_before_measuring(
     monkeypatch.setattr(
         streaming_run if streamed else engine, "measure", lambda *a, **k: measured.append(1)
     )
-    monkeypatch.setattr(footprint, "physical_memory", lambda: 10**9)
+    monkeypatch.setattr(footprint, "physical_memory", lambda: 5 * 10**8)
     monkeypatch.setattr(footprint, "MAPPED", False)  # memory alone holds the stacks
     out = tmp_path / "out"
     with pytest.raises(DataError, match=r"root 1, STATE 1, COUNTY 1, TRACT 1 types") as err:
@@ -127,4 +165,5 @@ def test_the_dhc_preset_under_blue_is_refused_before_measuring(
         else:
             release(records, schema, strategy, geography=geography)
     assert "1,160 x 1,160" in str(err.value)
+    assert ("streamed by COUNTY" in str(err.value)) is streamed
     assert not measured and not out.exists()

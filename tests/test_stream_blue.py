@@ -99,15 +99,18 @@ def assert_subtrees_match_the_whole(
 ) -> None:
     """Each subtree's BLUE below the stream level (``blue_below`` from its summary) equals the
     whole-tree BLUE on its nodes: cells, and every query's ``variance`` method (own and
-    subtree). ``pieces``: (plan, labels, lower levels, parts by label, per-subtree summaries)."""
+    subtree). ``pieces``: (plan, labels, lower levels, parts by label, per-subtree summaries).
+    The top is given as sweep 2 gives it: its final estimates and covariances, not its
+    subtree covariances, which no level below reads."""
     plan, labels, lower, parts, stream = pieces
     domain, s = rel.schema.domain, rel.stream_level
     for node, label in enumerate(labels):
+        row = stream.row(node)
         sub = blue_below(
             Tree(rel.subtree_tree(label).levels[s:]),
             domain,
             Measurements(parts[label].levels[s:]),
-            stream.row(node),
+            NodeSummary(row.est, row.var),
             plan,
         )
         for level in lower:
@@ -192,6 +195,10 @@ def test_streamed_blue_equals_the_whole_tree_blue_of_its_measurements(
     for node, label in enumerate(labels):
         for got, want in zip(received[label].est, stream.row(node).est, strict=True):
             np.testing.assert_allclose(got, want, atol=1e-8)
+        for got, want in zip(received[label].var, stream.row(node).var, strict=True):
+            np.testing.assert_allclose(got, want, rtol=1e-9)
+        # the parent neither keeps nor sends the stream nodes' subtree covariances
+        assert received[label].subtree == ()
     assert_subtrees_match_the_whole(
         rel, whole, (plan, labels, lower, parts, stream), queries, variance="variance", rtol=1e-9
     )

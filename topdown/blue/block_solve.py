@@ -169,7 +169,9 @@ def solve_blocks(
     (lists are handed over: a block's entries are emptied once its recursion has them, so
     each block's summary is freed when its solve ends, ``_child_summary``);
     ``top``: per block, the first level's final estimates, covariances and subtree
-    covariances (both in the block's own layout, ``topdown.blue.rotation.box_shape``);
+    covariances (both in the block's own layout, ``topdown.blue.rotation.box_shape``; the
+    subtree ones may be left out, empty, when the first level's are not read: its
+    ``subtree_scale`` is then its children's alone);
     ``own``: the levels' own terms (``own_terms``) when already computed, taken (the
     recursions write in their arrays).
 
@@ -260,11 +262,11 @@ def _solve_block(
     given = None if top is None else (top[0][b], top[1][b])
     up = _upward(tree, inputs, block, terms, sums, child, maps)
     if isinstance(up, MatrixUp):
-        if top is not None:  # the top's whole-tree subtree variance
+        if top is not None and top[2]:  # the top's whole-tree subtree variance
             up.var[0] = SharedMatrices.of(top[2][b])
         u, f = matrix_downward(up, parents, sums, block.total_direction(), given, maps)
         return list(u), list(f), list(up.var)
-    if top is not None:
+    if top is not None and top[2]:
         up.var[0] = dense(top[2][b])
     scalar = None if given is None else (given[0], dense(given[1]))
     est, final, _ = downward(up, parents, sums, False, scalar)

@@ -320,7 +320,9 @@ class NodeSummary:
         var: per group, float (nodes,); per block of a recoded plan, its covariances
             ((nodes,) for k = 1, else (nodes, k, k): an array, or shared matrices as the level
             holds them, ``topdown.blue.shared_matrices``).
-        subtree: the same for the whole-tree subtree covariances, or empty when not needed.
+        subtree: the same for the whole-tree subtree covariances, or empty when not needed
+            (a streamed subtree's top: its passes take the top's counts as published, so its
+            subtree covariances, ``k x k`` per block, are never read).
 
     A summary below a solve whose ``est`` and ``var`` are lists is handed over: a recoded
     plan's solve empties each block's entries as it reads them (``solve_blocks``).
@@ -433,7 +435,7 @@ def solve(
         pis = pis_of(tree, domain, inputs, plan, g)
         child = None if below is None else (below.est[g], dense(below.var[g]))
         up = upward(z_of(domain, inputs, plan, g, pis, means), pis, sums, child)
-        if top is not None:  # the top's whole-tree subtree variance, not its children's only
+        if top is not None and top.subtree:  # the top's whole-tree subtree variance
             up.var[0] = dense(top.subtree[g])
         lean = (
             below is None and len(plan) == 1 and bool(np.isfinite(up.var[last]).all()) and last > 0
@@ -534,10 +536,15 @@ def blue_inputs(
     estimate: Blue,
     exact_totals: Mapping[int, Mapping[int, float]] | None = None,
     marginals: bool | Collection[int] = True,
+    *,
+    fixed: int = 0,
 ) -> EstimatorInputs:
     """The passes' inputs under ``estimator="blue"``: per level the BLUE of the detailed
     cells, of the node totals and (``marginals``: True, or the levels where) of every other
-    query the level measured.
+    query the level measured. ``fixed``: how many first levels the passes take as published
+    (``topdown.estimation.estimate``'s ``fixed``: a streamed subtree's top, a chunk's
+    parents); they get no inputs (none would be read), so their covariances are not read
+    either: a streamed subtree's top comes without its subtree covariances.
 
     The weights are those of ``topdown.blue.metric``: per node, non-negative weights on the
     fed queries whose quadratic form is the precision of the node's estimate from its own
@@ -576,8 +583,11 @@ def blue_inputs(
     answers of variance 0 (a measurement whose variance underflowed: a huge budget) keep it and
     weigh 1 against about 0 for the rest, as raw measurements do.
     """
-    out = []
+    out: list[tuple[QueryEstimate, ...]] = []
     for level, lv in enumerate(as_inputs(measurements).levels):
+        if level < fixed:
+            out.append(())
+            continue
         keep = marginals if isinstance(marginals, bool) else level in marginals
         names = ["detailed", "total"] + [
             m.query.name for m in lv if keep and m.query.name not in ("detailed", "total")

@@ -271,7 +271,7 @@ class LeafFamilies:
         # the passes do not read them; ``scale`` estimates the chunks again when asked
         children, estimate = self.estimate(i, gather=False)
         self._last = None  # the passes hold the cells (the fed detailed answers) while needed
-        fed = blue_inputs(self.sub_inputs(children), estimate).levels[1]
+        fed = blue_inputs(self.sub_inputs(children), estimate, fixed=1).levels[1]
         del estimate
         level = self.tree.n_levels - 1
         return children, tuple(replace(m, level=level) for m in fed)
@@ -312,6 +312,7 @@ def blue_by_families(
     *,
     exact_totals: Mapping[int, Mapping[int, float]] | None = None,
     max_bytes: int = LEAF_CHUNK_BYTES,
+    top: tuple[NodeSummary, BluePlan] | None = None,
 ) -> tuple[Blue, LeafFamilies] | None:
     """The whole-tree BLUE with its leaf level by chunks of families (module docstring):
     the ``Blue`` of every level, whose leaf level is computed on demand (``Blue.cells_at``,
@@ -319,13 +320,22 @@ def blue_by_families(
     passes read the leaves' inputs from. None when the whole-tree solve is the one to run: a
     tree of one level, or exact totals at the leaves (their chunks would need them as
     measurements of their own).
+
+    ``top``: for a streamed release's subtree (``tree`` from its top down, the top measured
+    with the levels above), its top's final BLUE and the whole tree's plan, as
+    ``topdown.blue.streamed.blue_below`` takes them: the subtree's BLUE, its leaves a chunk
+    of families at a time.
     """
     exact = dict(exact_totals or {})
     last = tree.n_levels - 1
     if last < 1 or exact.get(last):
         return None
     inputs = checked_inputs(tree, measurements, exact)
-    plan = BluePlan.of(domain, [[m.query for m in lv] for lv in inputs.levels])
+    plan = (
+        BluePlan.of(domain, [[m.query for m in lv] for lv in inputs.levels])
+        if top is None
+        else top[1]
+    )
     raw = checked_inputs(tree, measurements, None)
     chunks = family_chunks(tree, domain.size, max_bytes)
     leaves = LeafFamilies(tree, domain, raw.levels[last], plan, NodeSummary((), ()), chunks)
@@ -349,6 +359,7 @@ def blue_by_families(
         below,
         plan,
         exact_totals={lv: v for lv, v in exact.items() if lv < last},
+        top=None if top is None else top[0],
     )
     log.debug("BLUE: the leaf level in %d chunk(s) of families", len(chunks))
     nodes = tree.levels[last].size

@@ -27,7 +27,7 @@ import numpy as np
 
 from constraints.aggregate_constraints import AggregateConstraint
 from constraints.domain import Domain
-from topdown.blue.estimate import Blue, blue, blue_inputs
+from topdown.blue.estimate import Blue, NodeSummary, blue, blue_inputs
 from topdown.blue.leaf_families import (
     LEAF_CHUNK_BYTES,
     LeafFamilies,
@@ -35,6 +35,7 @@ from topdown.blue.leaf_families import (
     leaf_level_bytes,
 )
 from topdown.blue.on_disk import above_on_disk
+from topdown.blue.plan import BluePlan
 from topdown.errors import StrategyError
 from topdown.measurement.estimator_inputs import (
     EstimatorInputs,
@@ -110,6 +111,7 @@ def prepare_blue_by_families(
     measurements: Measurements | EstimatorInputs,
     invariants: Mapping[int, Mapping[int, tuple]] | None = None,
     max_bytes: int | None = None,
+    top: tuple[NodeSummary, BluePlan] | None = None,
 ) -> tuple[EstimatorInputs, Blue, LeafFamilies, float] | None:
     """``prepare_inputs`` under ``"blue"`` with the leaf level a chunk of families at a time
     (``topdown.blue.leaf_families``): the passes' inputs of the levels above the leaves (none
@@ -118,14 +120,18 @@ def prepare_blue_by_families(
     array over the leaf level fits in ``max_bytes`` (default ``LEAF_CHUNK_BYTES``), when the
     tree has one
     level, or when an invariant binds a leaf (the passes look leaves' invariants up by their
-    index in the whole level)."""
+    index in the whole level). ``top``: a streamed subtree's top's final BLUE and the whole
+    tree's plan (``blue_by_families``); its first level then gets no inputs (the passes take
+    the top's published counts)."""
     max_bytes = LEAF_CHUNK_BYTES if max_bytes is None else max_bytes
     last = tree.n_levels - 1
     if last < 1 or (invariants or {}).get(last) or leaf_level_bytes(tree, domain.size) <= max_bytes:
         return None
     start = time.perf_counter()
     exact = exact_totals(invariants, domain)
-    solved = blue_by_families(tree, domain, measurements, exact_totals=exact, max_bytes=max_bytes)
+    solved = blue_by_families(
+        tree, domain, measurements, exact_totals=exact, max_bytes=max_bytes, top=top
+    )
     if solved is None:
         return None
     estimate, leaves = solved
@@ -135,7 +141,8 @@ def prepare_blue_by_families(
     # inputs above and the leaf passes
     estimate = above_on_disk(estimate, leaves)
     above = EstimatorInputs(as_inputs(measurements).levels[:last])
-    inputs = EstimatorInputs(blue_inputs(above, estimate, exact).levels + ((),))
+    fixed = 0 if top is None else 1
+    inputs = EstimatorInputs(blue_inputs(above, estimate, exact, fixed=fixed).levels + ((),))
     if leaves.parents_read is not None:
         leaves.parents_read()  # the pages the inputs above read, handed back
     seconds = time.perf_counter() - start

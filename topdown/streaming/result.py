@@ -8,7 +8,7 @@ measurements, microdata), so reading and checking follow the largest subtree's m
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -21,7 +21,7 @@ from constraints.domain import Domain
 from mechanisms.ledger import Ledger
 from topdown.blue.estimate import NodeSummary, blue_inputs
 from topdown.blue.plan import BluePlan
-from topdown.blue.streamed import blue_above, subtree_summary
+from topdown.blue.streamed import blue_above, stacked_summaries, subtree_summary
 from topdown.errors import ReleaseError
 from topdown.estimation.estimate import LevelStats
 from topdown.estimation.estimators import exact_totals
@@ -212,20 +212,23 @@ class StreamedRelease:
             self.folder, top_tree, range(self.stream_level + 1), "top", self.strategy, domain
         )
         plan = streamed_plan(domain, self.strategy, top, self.tree.n_levels, self.invariants)
-        summaries = []
         lower = range(self.stream_level + 1, self.tree.n_levels)
-        for label in self.tree.levels[self.stream_level].labels.astype(str).tolist():
-            sub = self.subtree_tree(label)
-            part = read_part(self.folder, sub, lower, label, self.strategy, domain)
-            below = Tree(sub.levels[self.stream_level :])
-            levels = Measurements(part.levels[self.stream_level :])
-            summaries.append(subtree_summary(below, domain, levels, plan))
+        labels = self.tree.levels[self.stream_level].labels.astype(str).tolist()
+
+        def summaries() -> Iterator[tuple[int, NodeSummary]]:
+            for i, label in enumerate(labels):
+                sub = self.subtree_tree(label)
+                part = read_part(self.folder, sub, lower, label, self.strategy, domain)
+                below = Tree(sub.levels[self.stream_level :])
+                levels = Measurements(part.levels[self.stream_level :])
+                yield i, subtree_summary(below, domain, levels, plan)
+
         constraints = self.constraints
         return top_blue(
             top_tree,
             domain,
             top,
-            NodeSummary.stack(summaries),
+            stacked_summaries(len(labels), summaries()),
             plan,
             self.invariants,
             constraints,
@@ -346,7 +349,11 @@ class TopBlue:
 
     Attributes:
         inputs: the passes' inputs of the levels down to the stream level.
-        stream: each stream node's final BLUE, per group (``blue_below`` continues from it).
+        stream: each stream node's final BLUE, per group (``blue_below`` continues from it):
+            estimates and covariances, without the subtree covariances (sweep 2 takes the
+            stream nodes' counts as published, so it never reads them; under recodes they
+            are a ``k x k`` matrix per block and stream node type, which the parent would
+            otherwise keep, and send with each task, through sweep 2).
         root_total: whether (and at which value) the passes hold the root's total.
         bounds: the bound constraints the passes hold (invariants and the held total).
     """
@@ -375,7 +382,7 @@ def top_blue(
     held = decide("blue", top_tree, domain, estimate, constraints, invariants)
     return TopBlue(
         blue_inputs(measurements, estimate, exact),
-        stream,
+        NodeSummary(stream.est, stream.var),
         held,
         with_root_total(invariants, held),
     )

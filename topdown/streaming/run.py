@@ -72,7 +72,7 @@ import json
 import logging
 import os
 import shutil
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -86,6 +86,7 @@ from mechanisms.ledger import Ledger, NoiseSource
 from mechanisms.rng import new_release_key
 from topdown.blue.estimate import NodeSummary
 from topdown.blue.footprint import check_release_blue
+from topdown.blue.streamed import stacked_summaries
 from topdown.errors import DataError, ReleaseError
 from topdown.estimation.estimate import EstimateOptions, LevelStats, SolverChoice, estimate
 from topdown.estimation.estimators import DEFAULT_ESTIMATOR, check_estimator, prepare_inputs
@@ -245,7 +246,8 @@ def release_streamed(
             parts, schema, geography, ledger, stream_level, max_subtree_cells
         )
         # a BLUE whose covariances cannot be held is refused before any record is read
-        check_release_blue(estimator, tree, schema.domain, strategy)
+        at_once = 1 if executor == "serial" else workers or os.cpu_count() or 1
+        check_release_blue(estimator, tree, schema.domain, strategy, (stream_level, at_once))
         by_label = partitions_by_node(parts, tree.levels[stream_level].labels, stream_by)
         truth = top_histograms(top_tree, parts, by_label, schema)
     release_key = new_release_key(seed)
@@ -392,16 +394,23 @@ class _Sweeps:
             schema.domain, common.strategy, self.measurements, tree.n_levels, self.invariants
         )
         tasks = subtree_tasks(common, tree, None, self.by_label, self.release_key, plan)
+        n_units = tree.levels[common.stream_level].size
+        by_unit: dict[int, Measured] = {}
+
+        def summaries(done: Iterator[tuple[int, Measured]]) -> Iterator[tuple[int, NodeSummary]]:
+            """Sweep 1's results as they complete, each summary (``k x k`` per block under
+            recodes) handed to the stack and dropped from the result kept."""
+            for i, m in done:
+                by_unit[i] = replace(m, summary=NodeSummary((), ()))
+                yield i, m.summary
+
         with clock("subtrees_measure"):  # sweep 1: the only step that reads records
-            measured = self.ex.map(
-                measure_summarise, tasks, self.progress, f"subtrees by {stream_by}: measure"
-            )
-        del tasks
+            desc = f"subtrees by {stream_by}: measure"
+            arriving = self.ex.stream(measure_summarise, tasks, n_units, self.progress, desc)
+            below = stacked_summaries(n_units, summaries(arriving))
+        del tasks, arriving
+        measured = [by_unit.pop(i) for i in range(n_units)]
         with clock("top"):
-            # the summaries taken out of the results (k x k per stream node and block under
-            # recodes), each part dropped once stacked, the stack as blue_above reads it
-            below = NodeSummary.stack(_summaries(measured), free=True)
-            measured = [replace(m, summary=NodeSummary((), ())) for m in measured]
             # the root's total held as the unstreamed release holds it
             above = top_blue(
                 top_tree,
@@ -422,7 +431,6 @@ class _Sweeps:
         # made as the executor takes them: each holds a copy of its top's covariances
         # (k x k per block under recodes), so a list of all would hold the stream level's twice
         second = estimate_tasks(common, tree, top_counts, stream_blue, plan)
-        n_units = tree.levels[common.stream_level].size
         with clock("subtrees_estimate"):  # sweep 2: published values only
             done = self.ex.stream(
                 estimate_subtree,
@@ -435,11 +443,6 @@ class _Sweeps:
         estimated = [by_position[i] for i in range(n_units)]
         results = [_merged(m, r) for m, r in zip(measured, estimated, strict=True)]
         return top_counts, top_stats, results, root_total
-
-
-def _summaries(measured: list[Measured]) -> list[NodeSummary]:
-    """The subtrees' summaries as parts ``NodeSummary.stack(free=True)`` can drop."""
-    return [NodeSummary(list(m.summary.est), list(m.summary.var)) for m in measured]
 
 
 def _estimate_top(

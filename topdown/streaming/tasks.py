@@ -32,7 +32,7 @@ from topdown.blue.plan import BluePlan
 from topdown.blue.streamed import blue_below, subtree_summary
 from topdown.errors import HierarchyError
 from topdown.estimation.estimate import EstimateOptions, LevelStats, estimate
-from topdown.estimation.estimators import prepare_inputs
+from topdown.estimation.estimators import prepare_blue_by_families, prepare_inputs
 from topdown.measurement.estimator_inputs import EstimatorInputs
 from topdown.measurement.measure import Measurements, measure
 from topdown.measurement.tree import Tree, build_tree, geography_tree
@@ -308,9 +308,20 @@ def estimate_subtree(task: EstimateTask) -> SubtreeResult:
         measurements = read_part(task.folder, tree, lower, task.label, task.strategy, schema.domain)
     with clock("estimate"):
         below = Measurements(measurements.levels[top:])
-        sub = blue_below(Tree(tree.levels[top:]), schema.domain, below, task.top, task.plan)
-        fed = blue_inputs(below, sub)
-        del sub
+        subtree = Tree(tree.levels[top:])
+        # a subtree whose leaves outgrow one chunk (``LEAF_CHUNK_BYTES``) takes them a chunk
+        # of families at a time, as the unstreamed release does: its peak is then a chunk's
+        # work, not the subtree's (a DHC tract's 40 nodes of 1,227,744 cells: 390 MB a float
+        # array over them)
+        chunked = prepare_blue_by_families(subtree, schema.domain, below, top=(task.top, task.plan))
+        leaves = None
+        if chunked is not None:
+            fed, _, leaves, _ = chunked
+        else:
+            sub = blue_below(subtree, schema.domain, below, task.top, task.plan)
+            fed = blue_inputs(below, sub, fixed=1)  # the top's counts are published
+            del sub
+        del chunked
         inputs = EstimatorInputs(((),) * top + fed.levels)  # the levels above are fixed
         counts, stats = estimate(
             tree,
@@ -320,8 +331,9 @@ def estimate_subtree(task: EstimateTask) -> SubtreeResult:
             constraints=task.constraints,
             options=task.options,
             fixed=task.chain,
+            leaves=leaves,
         )
-        del inputs, fed
+        del inputs, fed, leaves
     return _write_subtree(task, tree, counts, measurements, stats, clock, timings)
 
 
