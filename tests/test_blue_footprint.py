@@ -88,7 +88,9 @@ def test_a_streamed_release_is_checked_against_what_it_holds(monkeypatch) -> Non
     check_blue_fits(_tree(), DOMAIN, QUERY_LIST, mapped=False, stream=(1, 1))
     with pytest.raises(DataError, match=r"S 3, C 4, T 1 types\), about"):
         check_blue_fits(_tree(), DOMAIN, QUERY_LIST, mapped=False)
-    with pytest.raises(DataError, match=r"streamed by S \(3 nodes.*2 subtree\(s\) at a time"):
+    with pytest.raises(
+        DataError, match=r"streamed by S: its 3 nodes' summaries, then 2 subtree\(s\) at a time"
+    ):
         check_blue_fits(_tree(), DOMAIN, QUERY_LIST, mapped=False, stream=(1, 2))
 
 

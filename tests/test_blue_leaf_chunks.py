@@ -296,9 +296,9 @@ def test_leaf_summaries_are_freed_block_by_block_with_the_same_blue(monkeypatch)
         assert a.tobytes() == b.tobytes()
 
 
-def test_stack_freeing_its_parts_equals_the_plain_stack() -> None:
-    """``NodeSummary.stack(free=True)``: the same stacked summary as without, each part's
-    entries emptied as they are copied, the result in lists; parts of tuples are refused."""
+def test_stacked_parts_of_several_rows_equal_their_concatenation() -> None:
+    """``NodeSummary.stacked`` with parts of several rows (a chunk's parents), in any order:
+    their concatenation, as lists a recoded solve can empty; a row given twice is refused."""
     from topdown.blue.estimate import NodeSummary
 
     rng = np.random.default_rng(3)
@@ -309,12 +309,11 @@ def test_stack_freeing_its_parts_equals_the_plain_stack() -> None:
         )
         for n in (1, 2, 4)
     ]
-    plain = NodeSummary.stack(parts)
-    lists = [NodeSummary(list(p.est), list(p.var)) for p in parts]
-    freed = NodeSummary.stack(lists, free=True)
-    assert isinstance(freed.est, list) and isinstance(freed.var, list)
-    for a, b in zip([*plain.est, *plain.var], [*freed.est, *freed.var], strict=True):
-        assert np.array_equal(a, b)
-    assert all(e.size == 0 for p in lists for e in [*p.est, *p.var])
-    with pytest.raises(TypeError, match="parts of lists"):
-        NodeSummary.stack(parts, free=True)
+    got = NodeSummary.stacked(7, [(3, parts[2]), (0, parts[0]), (1, parts[1])])
+    assert isinstance(got.est, list) and isinstance(got.var, list)
+    for g in range(2):
+        assert np.array_equal(got.est[g], np.concatenate([p.est[g] for p in parts]))
+        assert np.array_equal(got.var[g], np.concatenate([p.var[g] for p in parts]))
+    assert np.array_equal(NodeSummary.stack(parts).var[1], got.var[1])
+    with pytest.raises(ValueError, match="rows 1-2 came twice"):
+        NodeSummary.stacked(7, [(0, parts[0]), (1, parts[1]), (1, parts[1])])

@@ -8,7 +8,13 @@ from pathlib import Path
 import pytest
 
 from tests.cli_helpers import data_config, embedded_subset
-from topdown.execution.executors import BATCHES_PER_WORKER, ExecutorError, batches, make_executor
+from topdown.execution.executors import (
+    BATCHES_PER_WORKER,
+    ExecutorError,
+    batches,
+    make_executor,
+    tasks_at_once,
+)
 from topdown.product.config import ConfigError, load_config
 
 
@@ -106,6 +112,15 @@ def test_serial_stream_runs_in_order():
 def test_bad_workers_name_the_argument(workers):
     with pytest.raises(ExecutorError, match=rf"workers \({workers!r}\) must be a positive integer"):
         make_executor("processes", workers=workers)
+
+
+def test_tasks_at_once_is_what_the_executor_runs():
+    assert tasks_at_once("serial", 4) == 1
+    assert tasks_at_once("processes", 3) == 3
+    with make_executor("processes") as ex:
+        assert tasks_at_once("processes") == ex.workers == (os.cpu_count() or 1)
+    with pytest.raises(ExecutorError, match=r"workers \(0\) must be a positive integer"):
+        tasks_at_once("dask", 0)
 
 
 def test_unknown_executor():

@@ -1,6 +1,6 @@
 """What a streamed BLUE holds at once. Sweep 1 stacks each subtree's summary as it arrives
-(``topdown.blue.streamed.stacked_summaries``): the stack a list of results made at the end,
-number for number, in whatever order the results come, the large ``k x k`` stacks in files.
+(``NodeSummary.stacked``): the stack of all the results, number for number, in whatever
+order they come, the large ``k x k`` stacks in files.
 Sweep 2 takes a subtree's leaves a chunk of families at a time when they outgrow one chunk,
 with the same counts as the whole subtree's solve."""
 
@@ -18,7 +18,6 @@ import topdown.streaming.tasks as stream_tasks
 from topdown.blue import mapped_stacks
 from topdown.blue.estimate import NodeSummary
 from topdown.blue.mapped_stacks import is_mapped
-from topdown.blue.streamed import stacked_summaries
 from topdown.streaming.run import release_streamed
 
 
@@ -40,12 +39,16 @@ def test_stacked_as_they_come_equals_the_stack_of_all(monkeypatch, on_disk) -> N
     parts = _parts(5)
     if on_disk:  # every k x k stack goes to a file, as the DHC preset's do
         monkeypatch.setattr(mapped_stacks, "MAP_BYTES", 1)
-    whole = NodeSummary.stack(parts)
+    whole = [
+        np.concatenate([p.est[g] if kind == "est" else p.var[g] for p in parts])
+        for kind in ("est", "var")
+        for g in range(2)
+    ]
     order = [3, 0, 4, 1, 2]  # a parallel sweep's completion order
-    got = stacked_summaries(5, ((i, parts[i]) for i in order))
+    got = NodeSummary.stacked(5, ((i, parts[i]) for i in order))
     # handed over as lists, which a recoded solve empties as it reads them
     assert isinstance(got.est, list) and isinstance(got.var, list)
-    for a, b in zip([*got.est, *got.var], [*whole.est, *whole.var], strict=True):
+    for a, b in zip([*got.est, *got.var], whole, strict=True):
         assert a.shape == b.shape
         assert a.tobytes() == b.tobytes()
     assert is_mapped(got.var[1]) is on_disk
@@ -54,10 +57,10 @@ def test_stacked_as_they_come_equals_the_stack_of_all(monkeypatch, on_disk) -> N
 
 def test_a_summary_missing_or_twice_is_refused() -> None:
     parts = _parts(3)
-    with pytest.raises(ValueError, match=r"stream node 1's summary came twice"):
-        stacked_summaries(3, ((i, parts[i]) for i in (0, 1, 1)))
-    with pytest.raises(ValueError, match=r"no summary came for stream node\(s\) \[2\]"):
-        stacked_summaries(3, ((i, parts[i]) for i in (1, 0)))
+    with pytest.raises(ValueError, match=r"a summary of rows 1-1 came twice"):
+        NodeSummary.stacked(3, ((i, parts[i]) for i in (0, 1, 1)))
+    with pytest.raises(ValueError, match=r"no summary came for row\(s\) \[2\]"):
+        NodeSummary.stacked(3, ((i, parts[i]) for i in (1, 0)))
 
 
 @pytest.mark.extra("parquet")

@@ -31,7 +31,7 @@ subtree's summary below or its top's final estimate above, ``NodeSummary``).
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -41,7 +41,7 @@ from constraints.domain import Domain
 from topdown.blue.answers import shared_answers
 from topdown.blue.block_solve import OwnTerms, solve_blocks
 from topdown.blue.blocks import Block
-from topdown.blue.mapped_stacks import MappedStacks, hand_back
+from topdown.blue.mapped_stacks import MadeStack, MappedStacks, hand_back
 from topdown.blue.metric import block_metric_weights, metric_weights
 from topdown.blue.plan import BluePlan, coefficient, kept_axes
 from topdown.blue.recursions import (
@@ -333,26 +333,49 @@ class NodeSummary:
     subtree: Sequence[Covariance] = ()
 
     @classmethod
-    def stack(cls, parts: Sequence[NodeSummary], *, free: bool = False) -> NodeSummary:
-        """The summaries of several nodes as one (in the order given), a group or block at a
-        time. ``free``: the parts' ``est`` and ``var`` are lists, each entry dropped once it is
-        copied, and the result's are lists too, which a recoded solve empties as it reads them
-        (``solve_blocks``): the stacked summaries are dense (``k x k`` per node and block: 1.5
-        GB at 750,000 DHC persons), and stacked all at once beside the parts they were held
-        twice, then whole to the end of the levels above. Those of ``MAP_BYTES`` or more are
-        written to a file as they are copied and mapped (``topdown.blue.mapped_stacks``)."""
+    def stacked(cls, n: int, parts: Iterable[tuple[int, NodeSummary]]) -> NodeSummary:
+        """The summaries of ``n`` nodes as one, each part put in its rows as it comes
+        (``(first row, summary)``, in any order: a parallel sweep's results as they
+        complete), so no part waits for the others. Under recodes a node's summary holds a
+        ``k x k`` matrix per block (86 MB a DHC node): a list of every part, stacked at the
+        end, held them twice (in the parent's memory when worker processes sent them).
+        Matrices of ``MAP_BYTES`` or more go to a file as they are put
+        (``topdown.blue.mapped_stacks``), each part's pages handed back. The result's
+        ``est`` and ``var`` are lists, handed over: a recoded solve empties them as it reads
+        them (``solve_blocks``).
+
+        Raises:
+            ValueError: a row given twice, or one left without a summary.
+        """
         est: list[np.ndarray] = []
-        var: list[Covariance] = []
+        var: list[MadeStack | np.ndarray] = []  # a stack of (k, k) matrices, or variances
+        seen = np.zeros(n, dtype=bool)
         with MappedStacks.opened() as maps:
-            for g in range(len(parts[0].est)):
-                est.append(np.concatenate([p.est[g] for p in parts]))
-                var.append(_stacked([dense(p.var[g]) for p in parts], maps))
-                if free:
-                    for p in parts:
-                        if not isinstance(p.est, list) or not isinstance(p.var, list):
-                            raise TypeError("NodeSummary.stack(free=True) needs parts of lists")
-                        p.est[g] = p.var[g] = np.empty(0)
-        return cls(est, var) if free else cls(tuple(est), tuple(var))
+            for at, part in parts:
+                if not est:
+                    est = [np.empty((n,) + np.shape(e)[1:]) for e in part.est]
+                    var = [_holder(n, dense(v), maps) for v in part.var]
+                rows = slice(at, at + len(part.est[0]))
+                if seen[rows].any():
+                    raise ValueError(f"a summary of rows {rows.start}-{rows.stop - 1} came twice")
+                seen[rows] = True
+                for g, (e, v) in enumerate(zip(part.est, part.var, strict=True)):
+                    est[g][rows] = e
+                    values, into = dense(v), var[g]
+                    if isinstance(into, MadeStack):
+                        into.put(at, values)
+                        hand_back(values)
+                    else:
+                        into[rows] = values
+            if not seen.all():
+                raise ValueError(f"no summary came for row(s) {np.flatnonzero(~seen)[:5]}")
+            return cls(est, [v.done() if isinstance(v, MadeStack) else v for v in var])
+
+    @classmethod
+    def stack(cls, parts: Sequence[NodeSummary]) -> NodeSummary:
+        """The summaries of several nodes as one, in the order given (``stacked``)."""
+        starts = np.cumsum([0] + [len(p.est[0]) for p in parts[:-1]]).tolist()
+        return cls.stacked(sum(len(p.est[0]) for p in parts), zip(starts, parts, strict=True))
 
     def row(self, node: int) -> NodeSummary:
         """One node's summary, a copy (``blue_below`` works in its arrays: a view would write
@@ -365,23 +388,11 @@ class NodeSummary:
         )
 
 
-def _stacked(parts: Sequence[np.ndarray], maps: MappedStacks | None) -> np.ndarray:
-    """``np.concatenate(parts)``; per-node ``k x k`` matrices written to a file of ``maps``
-    part by part when they are large enough (``MappedStacks.stack``), each part's pages read
-    handed back."""
-    if maps is None or parts[0].ndim != 3:
-        return np.concatenate(parts)
-    k = parts[0].shape[1]
-    stack = maps.stack((sum(len(p) for p in parts), k, k))
-    if not stack.on_disk:
-        stack.done()
-        return np.concatenate(parts)
-    at = 0
-    for p in parts:
-        stack.put(at, p)
-        hand_back(p)
-        at += len(p)
-    return stack.done()
+def _holder(n: int, first: np.ndarray, maps: MappedStacks | None) -> MadeStack | np.ndarray:
+    """Where ``n`` nodes' covariances like ``first`` (some nodes') go: a stack of ``k x k``
+    matrices (to a file when large enough), else an array in memory."""
+    shape = (n,) + first.shape[1:]
+    return MadeStack(shape, maps=maps) if first.ndim == 3 else np.empty(shape)
 
 
 def checked_inputs(

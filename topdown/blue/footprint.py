@@ -81,7 +81,11 @@ def _shapes(tree: Tree) -> list[np.ndarray]:
 def node_types(tree: Tree) -> list[int]:
     """Per level, how many distinct subtree shapes its nodes have (a leaf's shape is one; a
     parent's is the multiset of its children's shapes)."""
-    return [int(np.unique(s).size) for s in _shapes(tree)]
+    return _counts(_shapes(tree))
+
+
+def _counts(shapes: list[np.ndarray]) -> list[int]:
+    return [int(np.unique(s).size) for s in shapes]
 
 
 def _per_type(blocks: Sequence[Block]) -> int:
@@ -113,7 +117,7 @@ def streamed_covariance_bytes(
 
     A whole-tree release holds ``covariance_bytes``, the types of every level at once."""
     shapes = _shapes(tree)
-    types = [int(np.unique(s).size) for s in shapes]
+    types = _counts(shapes)
     n_stream = tree.levels[stream_level].size
     above = KINDS * sum(types[:stream_level]) + n_stream + 2 * types[stream_level]
     # per stream node, the distinct shapes under it, level by level
@@ -177,8 +181,8 @@ def check_blue_fits(
         level, at_once = stream
         column = tree.levels[level].column
         how = (
-            f", streamed by {column} ({tree.levels[level].size:,} nodes, each one type above "
-            f"it; {at_once} subtree(s) at a time)"
+            f", streamed by {column}: its {tree.levels[level].size:,} nodes' summaries, then "
+            f"{at_once} subtree(s) at a time"
         )
     raise DataError(
         f"estimator 'blue' with these recoded queries keeps a {largest:,} x {largest:,} "

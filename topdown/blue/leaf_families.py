@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -339,19 +339,21 @@ def blue_by_families(
     raw = checked_inputs(tree, measurements, None)
     chunks = family_chunks(tree, domain.size, max_bytes)
     leaves = LeafFamilies(tree, domain, raw.levels[last], plan, NodeSummary((), ()), chunks)
-    summaries: list[NodeSummary] = []
-    for i, parents in enumerate(chunks):
-        sub, children = family_tree(tree, parents)
-        chunk = checked_inputs(sub, leaves.sub_inputs(children), None)
-        own = None
-        if i == KEPT_CHUNK and plan.blocks and len(chunks) > 1:
-            own = leaves._kept[i] = own_terms(sub, domain, chunk, plan.blocks)
-        summary = subtree_summary(sub, domain, chunk, plan, own)
-        summaries.append(NodeSummary(list(summary.est), list(summary.var)))
-        del own, summary
-    # each chunk's piece dropped once copied; blue_above frees each block's as it reads it
-    below = NodeSummary.stack(summaries, free=True)
-    del summaries
+
+    def summaries() -> Iterator[tuple[int, NodeSummary]]:
+        """Each chunk's parents' summary (consecutive parents: ``family_chunks``), stacked
+        as it is made and then dropped."""
+        for i, parents in enumerate(chunks):
+            sub, children = family_tree(tree, parents)
+            chunk = checked_inputs(sub, leaves.sub_inputs(children), None)
+            own = None
+            if i == KEPT_CHUNK and plan.blocks and len(chunks) > 1:
+                own = leaves._kept[i] = own_terms(sub, domain, chunk, plan.blocks)
+            yield int(parents[0]), subtree_summary(sub, domain, chunk, plan, own)
+            del own
+
+    # blue_above frees each block's part of the stack as it reads it
+    below = NodeSummary.stacked(tree.levels[last - 1].size, summaries())
     above, leaves.parents_final = blue_above(
         Tree(tree.levels[:last]),
         domain,

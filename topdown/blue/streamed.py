@@ -13,22 +13,20 @@ whole-tree estimator needs none of them.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 
 import numpy as np
 
 from constraints.domain import Domain
 from topdown.blue.block_solve import OwnTerms, block_summary
 from topdown.blue.estimate import Blue, NodeSummary, checked_inputs, solve
-from topdown.blue.mapped_stacks import MadeStack, MappedStacks, hand_back
 from topdown.blue.plan import BluePlan
 from topdown.blue.recursions import Means, pis_of, sum_matrices, upward, z_of
-from topdown.blue.shared_matrices import dense
 from topdown.measurement.estimator_inputs import EstimatorInputs
 from topdown.measurement.measure import Measurements
 from topdown.measurement.tree import Tree
 
-__all__ = ["subtree_summary", "stacked_summaries", "blue_above", "blue_below"]
+__all__ = ["subtree_summary", "blue_above", "blue_below"]
 
 
 def subtree_summary(
@@ -59,47 +57,6 @@ def subtree_summary(
         est.append(np.asarray(up.est[0], dtype=float))
         var.append(up.var[0])
     return NodeSummary(tuple(est), tuple(var))
-
-
-def stacked_summaries(n: int, summaries: Iterable[tuple[int, NodeSummary]]) -> NodeSummary:
-    """The ``n`` stream nodes' summaries as one (``blue_above``'s ``below``), each put in its
-    row as it comes (``(position, summary)``, in any order: a parallel sweep's results as
-    they complete), so none waits for the others: under recodes a summary holds a ``k x k``
-    matrix per block (86 MB a DHC node), which a sweep's list of results held all at once,
-    one per stream node, in the parent's memory when they came from worker processes.
-    Matrices of ``MAP_BYTES`` or more go to a file as they are put
-    (``topdown.blue.mapped_stacks``), each summary's pages handed back. The same numbers as
-    ``NodeSummary.stack``; the result's lists are handed over as that one's with ``free`` (a
-    recoded solve empties them as it reads them)."""
-    est: list[np.ndarray] = []
-    var: list[MadeStack | np.ndarray] = []  # a stack of (k, k) matrices, or variances
-    seen = np.zeros(n, dtype=bool)
-    with MappedStacks.opened() as maps:
-        for i, summary in summaries:
-            if not est:
-                est = [np.empty((n,) + np.shape(e)[1:]) for e in summary.est]
-                var = [_holder(n, dense(v), maps) for v in summary.var]
-            if seen[i]:
-                raise ValueError(f"stream node {i}'s summary came twice")
-            seen[i] = True
-            for g, (e, v) in enumerate(zip(summary.est, summary.var, strict=True)):
-                est[g][i] = e[0]
-                one, into = dense(v), var[g]
-                if isinstance(into, MadeStack):
-                    into.put(i, one[0])
-                    hand_back(one)
-                else:
-                    into[i] = one[0]
-        if not seen.all():
-            raise ValueError(f"no summary came for stream node(s) {np.flatnonzero(~seen)[:5]}")
-        return NodeSummary(est, [v.done() if isinstance(v, MadeStack) else v for v in var])
-
-
-def _holder(n: int, first: np.ndarray, maps: MappedStacks | None) -> MadeStack | np.ndarray:
-    """Where ``n`` nodes' covariances like ``first`` (one node's) go: a stack of ``k x k``
-    matrices (to a file when large enough), else an array in memory."""
-    shape = (n,) + first.shape[1:]
-    return MadeStack(shape, maps=maps) if first.ndim == 3 else np.empty(shape)
 
 
 def blue_above(

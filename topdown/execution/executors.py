@@ -68,6 +68,7 @@ __all__ = [
     "SchedulerUnreachable",
     "address_rule",
     "make_executor",
+    "tasks_at_once",
 ]
 
 log = logging.getLogger(__name__)
@@ -551,6 +552,13 @@ def _start_worker() -> None:
     """A pool worker's start: the memory settings, and its end with its parent."""
     prepare_worker()
     exit_with_parent()
+
+
+def tasks_at_once(name: str, workers: int | None = None) -> int:
+    """How many tasks ``make_executor(name, workers=workers)`` runs at once: one serially,
+    else its workers (by default one per CPU of this machine; a Dask cluster given by
+    address may have others), known before the executor is made."""
+    return 1 if name == "serial" else _check_workers(workers)
 
 
 def make_executor(

@@ -21,7 +21,7 @@ from constraints.domain import Domain
 from mechanisms.ledger import Ledger
 from topdown.blue.estimate import NodeSummary, blue_inputs
 from topdown.blue.plan import BluePlan
-from topdown.blue.streamed import blue_above, stacked_summaries, subtree_summary
+from topdown.blue.streamed import blue_above, subtree_summary
 from topdown.errors import ReleaseError
 from topdown.estimation.estimate import LevelStats
 from topdown.estimation.estimators import exact_totals
@@ -228,7 +228,7 @@ class StreamedRelease:
             top_tree,
             domain,
             top,
-            stacked_summaries(len(labels), summaries()),
+            NodeSummary.stacked(len(labels), summaries()),
             plan,
             self.invariants,
             constraints,

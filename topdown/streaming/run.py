@@ -86,7 +86,6 @@ from mechanisms.ledger import Ledger, NoiseSource
 from mechanisms.rng import new_release_key
 from topdown.blue.estimate import NodeSummary
 from topdown.blue.footprint import check_release_blue
-from topdown.blue.streamed import stacked_summaries
 from topdown.errors import DataError, ReleaseError
 from topdown.estimation.estimate import EstimateOptions, LevelStats, SolverChoice, estimate
 from topdown.estimation.estimators import DEFAULT_ESTIMATOR, check_estimator, prepare_inputs
@@ -97,7 +96,7 @@ from topdown.estimation.first_pass_limit import (
 )
 from topdown.estimation.passes import check_solver_options, multipass_options
 from topdown.estimation.root_total import RootTotal
-from topdown.execution.executors import Executor, make_executor
+from topdown.execution.executors import Executor, make_executor, tasks_at_once
 from topdown.execution.process_memory import hugepage_advice_off
 from topdown.measurement import budget_bounds
 from topdown.measurement.estimator_inputs import EstimatorInputs
@@ -246,7 +245,7 @@ def release_streamed(
             parts, schema, geography, ledger, stream_level, max_subtree_cells
         )
         # a BLUE whose covariances cannot be held is refused before any record is read
-        at_once = 1 if executor == "serial" else workers or os.cpu_count() or 1
+        at_once = tasks_at_once(executor, workers)
         check_release_blue(estimator, tree, schema.domain, strategy, (stream_level, at_once))
         by_label = partitions_by_node(parts, tree.levels[stream_level].labels, stream_by)
         truth = top_histograms(top_tree, parts, by_label, schema)
@@ -407,7 +406,7 @@ class _Sweeps:
         with clock("subtrees_measure"):  # sweep 1: the only step that reads records
             desc = f"subtrees by {stream_by}: measure"
             arriving = self.ex.stream(measure_summarise, tasks, n_units, self.progress, desc)
-            below = stacked_summaries(n_units, summaries(arriving))
+            below = NodeSummary.stacked(n_units, summaries(arriving))
         del tasks, arriving
         measured = [by_unit.pop(i) for i in range(n_units)]
         with clock("top"):
