@@ -31,15 +31,12 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
+from topdown.blue.childless import childless_inverses
 from topdown.blue.mapped_stacks import MadeStack, MappedStacks, hand_back
 from topdown.blue.shared_matrices import SharedMatrices, dense, type_index, type_rows
 from topdown.errors import StrategyError
 
 __all__ = ["MatrixUp", "matrix_upward", "matrix_downward", "NodeInfo"]
-
-#: Smallest eigenvalue, relative to the largest, of a childless node's precision accepted as
-#: positive definite: below it the node's estimate is not identified by its measurements.
-_PD_TOLERANCE = 1e-12
 
 
 @dataclass(frozen=True)
@@ -155,9 +152,9 @@ SUM_BAND_MIN = 1 << 22
 def _childless(pi: np.ndarray, types: np.ndarray, kinds: np.ndarray, where: str) -> np.ndarray:
     """The inverses of childless node types' precisions ``pi`` (those types ``kinds``, of
     ``types`` per node), refused (naming how many nodes) where the measurements do not
-    identify a node's cells."""
-    eig = np.linalg.eigvalsh(pi)
-    bad = eig[:, 0] <= _PD_TOLERANCE * np.maximum(eig[:, -1], 1e-300)
+    identify a node's cells. Each is checked and inverted once per process
+    (``topdown.blue.childless``: a level's leaves meet this step in every chunk)."""
+    inverse, bad = childless_inverses(pi)
     if bad.any():
         nodes = int(np.isin(types, kinds[bad]).sum())
         raise StrategyError(
@@ -167,7 +164,7 @@ def _childless(pi: np.ndarray, types: np.ndarray, kinds: np.ndarray, where: str)
             f"{nodes} node(s) of {where} do not. Measure 'detailed' "
             "there (as the Census strategies do), or use estimator 'topdown'"
         )
-    return np.linalg.inv(pi)
+    return inverse
 
 
 def _children(
