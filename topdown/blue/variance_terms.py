@@ -18,7 +18,7 @@ from an exact direction (an invariant's total) can be reported as 0.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -57,18 +57,47 @@ def _kron_diag(maps: Sequence[np.ndarray], phi: np.ndarray) -> np.ndarray:
     return x.reshape(t, -1)
 
 
-def _span_variance(maps: Sequence[np.ndarray], phi: Covariance) -> np.ndarray:
+#: Bytes of ``k x k`` matrices contracted at once (``_by_chunks``).
+CHUNK_BYTES = 1 << 26
+
+
+def _by_chunks(
+    f: Callable[[np.ndarray], np.ndarray], phi: np.ndarray, absolute: bool
+) -> np.ndarray:
+    """``f`` of the matrices ``phi`` (t, k, k), or of their absolute values, at most
+    ``CHUNK_BYTES`` of them at a time, the results stacked. A level's distinct matrices are
+    not gathered, nor their absolute values copied, all at once: at 100,000 DHC persons to
+    the block the 51 tract types' stack is 550 MB a block (read from its file, ``phi`` is a
+    map; its pages are handed back chunk by chunk), and the stacked contraction made
+    temporaries of its size and the absolute values a copy. Each matrix's result is its
+    own contraction: chunks change the numbers by rounding only (BLAS may sum in another
+    order for another number of matrices), and a stack within one chunk is contracted
+    whole, as before (``tests/test_blue_variance_chunks.py``)."""
+    rows = max(1, CHUNK_BYTES // max(1, phi[:1].nbytes))
+    if len(phi) <= rows:
+        return f(np.abs(phi) if absolute else np.asarray(phi))
+    out = []
+    for start in range(0, len(phi), rows):
+        chunk = phi[start : start + rows]
+        out.append(f(np.abs(chunk) if absolute else np.asarray(chunk)))
+        hand_back(phi)
+    return np.concatenate(out)
+
+
+def _span_variance(
+    maps: Sequence[np.ndarray], phi: Covariance, absolute: bool = False
+) -> np.ndarray:
     """``diag(B Phi B')`` per node (nodes, span answers), ``B`` the Kronecker product of
     ``maps``; a scalar ``Phi`` may be infinite. Shared matrices: once per distinct matrix,
-    then per node."""
+    then per node. ``absolute``: of ``|Phi|``, entry by entry."""
     if isinstance(phi, SharedMatrices):
-        return _span_variance(maps, phi.values)[phi.index]
+        return _span_variance(maps, phi.values, absolute)[phi.index]
     if phi.ndim == 1:
         squares = np.ones(1)
         for mp in maps:
             squares = np.kron(squares, mp[:, 0] ** 2)
-        return _times(squares[None, :], phi[:, None])
-    return _kron_diag(maps, phi)
+        return _times(squares[None, :], (np.abs(phi) if absolute else phi)[:, None])
+    return _by_chunks(lambda x: _kron_diag(maps, x), phi, absolute)
 
 
 def _abs(phi: Covariance) -> Covariance:
@@ -77,13 +106,22 @@ def _abs(phi: Covariance) -> Covariance:
     return np.abs(phi)
 
 
-def _trace(parts: Sequence[np.ndarray], phi: np.ndarray | SharedMatrices) -> np.ndarray:
-    """``trace(G Phi)`` per node of matrices ``Phi`` (once per distinct one if shared), ``G``
-    the Kronecker product of ``parts`` (each (g, g)), never built: with ``Phi`` as a tensor
-    (nodes, g_1..g_n, g_1..g_n), ``sum_ij G1_ij Phi[j.., i..]`` contracts one axis pair at a
-    time, O(k^2) each."""
+def _trace(
+    parts: Sequence[np.ndarray], phi: np.ndarray | SharedMatrices, absolute: bool = False
+) -> np.ndarray:
+    """``trace(G Phi)`` per node of matrices ``Phi`` (once per distinct one if shared; of
+    ``|Phi|`` with ``absolute``), ``G`` the Kronecker product of ``parts``: ``_contracted``
+    a chunk of matrices at a time (``_by_chunks``)."""
     if isinstance(phi, SharedMatrices):
-        return _trace(parts, phi.values)[phi.index]
+        return _trace(parts, phi.values, absolute)[phi.index]
+    return _by_chunks(lambda x: _contracted(parts, x), phi, absolute)
+
+
+def _contracted(parts: Sequence[np.ndarray], phi: np.ndarray) -> np.ndarray:
+    """``trace(G Phi)`` per matrix of ``phi`` (t, k, k), ``G`` the Kronecker product of
+    ``parts`` (each (g, g)), never built: with ``Phi`` as a tensor (t, g_1..g_n,
+    g_1..g_n), ``sum_ij G1_ij Phi[j.., i..]`` contracts one axis pair at a time, O(k^2)
+    each."""
     dims = [p.shape[0] for p in parts]
     x = np.asarray(phi).reshape([phi.shape[0]] + dims + dims)
     for part in parts:
@@ -127,7 +165,7 @@ def mean_variance(
             formed, formed_abs = parts.formed
             span, span_abs = _trace_formed(formed, phi), _trace_formed(formed_abs, _abs(phi))
         else:
-            span, span_abs = _trace(gram, phi), _trace(gram_abs, _abs(phi))
+            span, span_abs = _trace(gram, phi), _trace(gram_abs, phi, absolute=True)
         _handed_back(phi)
         term = _times(np.asarray(parts.d_mean), span)
         mag = _times(np.asarray(parts.d_abs_mean), span_abs)
@@ -170,7 +208,7 @@ def summed_variance_terms(
         term = _placed(contrast, block.span, d, _span_variance(maps, phi), factors)
         magnitudes = [np.abs(mp) for mp in maps]
         mag = _placed(
-            contrast, block.span, np.abs(d), _span_variance(magnitudes, _abs(phi)), factors
+            contrast, block.span, np.abs(d), _span_variance(magnitudes, phi, True), factors
         )
         _handed_back(phi)
         out = term if out is None else out + term
