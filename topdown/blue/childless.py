@@ -45,7 +45,7 @@ _lock = threading.Lock()  # the recoded blocks are solved on threads (``solve_bl
 
 def _key(one: np.ndarray) -> tuple:
     data = np.ascontiguousarray(one)
-    return (data.shape, data.dtype.str, hashlib.blake2b(memoryview(data), digest_size=16).digest())
+    return (data.shape, data.dtype.str, hashlib.blake2b(data.data, digest_size=16).digest())
 
 
 def _checked_inverse(one: np.ndarray) -> np.ndarray | None:
