@@ -23,15 +23,15 @@ def _empty():
 
 @pytest.fixture
 def computed(monkeypatch):
-    """Counts the checks and inverses actually computed."""
+    """Counts the checks and inverses actually computed, a matrix at a time."""
     calls: list[int] = []
-    plain = childless._checked_inverse
+    plain = childless._checked
 
-    def counted(one):
-        calls.append(one.shape[0])
-        return plain(one)
+    def counted(pi):
+        calls.extend([pi.shape[1]] * len(pi))
+        return plain(pi)
 
-    monkeypatch.setattr(childless, "_checked_inverse", counted)
+    monkeypatch.setattr(childless, "_checked", counted)
     return calls
 
 

@@ -345,8 +345,7 @@ def _up_by_type(
             one = _sym(of_r)
         else:
             cov = M.values[M.index[first[t]]]
-            gains = _gains(cov[None], pi.values[pi.index[first[t]]][None])
-            of_m, of_r = gains[0][0], gains[1][0]
+            of_m, of_r = (g[0] for g in _gains(cov[None], pi.values[pi.index[first[t]]][None]))
             one = _sym(of_r)
             del cov
             hand_back(M.values)

@@ -74,14 +74,12 @@ def _by_chunks(
     order for another number of matrices), and a stack within one chunk is contracted
     whole, as before (``tests/test_blue_variance_chunks.py``)."""
     rows = max(1, CHUNK_BYTES // max(1, phi[:1].nbytes))
-    if len(phi) <= rows:
-        return f(np.abs(phi) if absolute else np.asarray(phi))
     out = []
-    for start in range(0, len(phi), rows):
+    for start in range(0, max(len(phi), 1), rows):  # an empty stack: one empty chunk
         chunk = phi[start : start + rows]
         out.append(f(np.abs(chunk) if absolute else np.asarray(chunk)))
         hand_back(phi)
-    return np.concatenate(out)
+    return out[0] if len(out) == 1 else np.concatenate(out)
 
 
 def _span_variance(
