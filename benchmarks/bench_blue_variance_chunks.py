@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import resource
 import subprocess
 import sys
 import time
@@ -82,7 +81,6 @@ def _one(types: int, setting: str, seed: int) -> dict:
         "stacks_mib": sum(t[1].values.nbytes for t in terms) / 2**20,
         "cpu_s": cpu,
         "values": out,
-        "maxrss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
     }
 
 
