@@ -64,15 +64,17 @@ def test_streamed_bytes_worked_by_hand() -> None:
     subtree at a time, 3 kinds for its top and its own types: the first state's counties
     have 4 distinct shapes (1, 3, 2, 4 leaves), the others 3, and the leaves 1, so
     3 x (1 + 5) = 18 a subtree. Streamed by county (level 2), the BLUE above it does: 3 kinds
-    for the root's and the 3 state types, the 12 counties' summaries, their subtree and final
-    covariances (4 county types), and one block's 12 summaries copied."""
+    for the root's and the 3 state types, the 12 counties' summaries (each block's freed as
+    its final covariances are made), and for the block being solved its 12 summaries copied
+    and its subtree and final covariances (4 county types; the subtree ones folded, then
+    dropped)."""
     blocks = blocks_of(DOMAIN, QUERY_LIST)
     per_type = covariance_bytes(_tree(), blocks) // (3 * 9)
     largest = max(b.k**2 for b in blocks if b.k > 1) * 8
     assert largest < per_type  # more than one block
     assert streamed_covariance_bytes(_tree(), blocks, 1) == per_type * (3 + 18)
     assert streamed_covariance_bytes(_tree(), blocks, 1, 2) == per_type * (3 + 2 * 18)
-    above = per_type * (3 * (1 + 3) + 12 + 2 * 4) + largest * 12
+    above = per_type * (3 * (1 + 3) + 12) + largest * (12 + 2 * 4)
     assert streamed_covariance_bytes(_tree(), blocks, 2) == above
 
 

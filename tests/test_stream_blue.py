@@ -128,10 +128,11 @@ def assert_subtrees_match_the_whole(
                     )
 
 
-def streamed_pieces(rel, measurements: Measurements, exact):
+def streamed_pieces(rel, measurements: Measurements, exact, fold=None):
     """The streamed BLUE's pieces from a streamed folder's published parts, as the two sweeps
     compute them: (plan, subtree labels, levels below the stream level, parts by label, the
-    BLUE above the stream level, its per-subtree summaries)."""
+    BLUE above the stream level, its per-subtree summaries). ``fold``: given to
+    ``blue_above``, called with the plan (``FedTerms`` or None)."""
     domain, s = rel.schema.domain, rel.stream_level
     top_tree = Tree(rel.tree.levels[: s + 1])
     top = Measurements(measurements.levels[: s + 1])
@@ -153,7 +154,8 @@ def streamed_pieces(rel, measurements: Measurements, exact):
             for label in labels
         ]
     )
-    above, stream = blue_above(top_tree, domain, top, below, plan, exact_totals=exact)
+    fed = None if fold is None else fold(plan)
+    above, stream = blue_above(top_tree, domain, top, below, plan, exact_totals=exact, fold=fed)
     return plan, labels, lower, parts, above, stream
 
 

@@ -34,6 +34,7 @@ from topdown.blue.block_terms import (
     on_threads,
 )
 from topdown.blue.blocks import AxisSplit, Block
+from topdown.blue.fed_terms import FedTerms
 from topdown.blue.mapped_stacks import MappedStacks, hand_back
 from topdown.blue.recursions import _Upward, downward, sum_matrices, upward
 from topdown.blue.rotation import box, from_block, unrotate
@@ -163,6 +164,7 @@ def solve_blocks(
     top: tuple[Sequence[np.ndarray], Sequence[Covariance], Sequence[Covariance]] | None = None,
     threads: int = 1,
     own: OwnTerms | None = None,
+    fold: FedTerms | None = None,
 ) -> BlockSolution:
     """Every block's recursions over ``tree``, the estimates put together on the cells.
     ``below``: per block, the last level's children's summed estimates and covariances
@@ -173,7 +175,10 @@ def solve_blocks(
     subtree ones may be left out, empty, when the first level's are not read: its
     ``subtree_scale`` is then its children's alone);
     ``own``: the levels' own terms (``own_terms``) when already computed, taken (the
-    recursions write in their arrays).
+    recursions write in their arrays);
+    ``fold``: the last level's subtree covariances go into it block by block
+    (``topdown.blue.fed_terms``) and are not kept: its ``subtree_scale`` and the ends' are
+    then empty.
 
     Each level's answers are rotated once and every block reads its box of them
     (``topdown.blue.block_terms``); each block's final estimates fill its box of the level's
@@ -200,14 +205,19 @@ def solve_blocks(
 
     # the large covariance stacks go to files as they are made (``topdown.blue.mapped_stacks``)
     with MappedStacks.opened() as maps:
-        for u, f, var in _in_order(lambda b: one(b, maps), len(blocks), threads):
+        for b, (u, f, var) in enumerate(_in_order(lambda i: one(i, maps), len(blocks), threads)):
+            if fold is not None:
+                # a stream level's: a k x k matrix per node, folded and dropped now
+                fold.add(blocks[b], var[last])
+                var[last] = np.empty(0)
             if below is not None:
                 # the covariances as held (per type): the level's own, not a dense copy per node
                 ends.append((np.array(u[last], dtype=float), f[last], var[last]))
             estimates.append(u)
             for level in range(last + 1):
                 scale[level].append(f[level])
-                subtree[level].append(var[level])
+                if fold is None or level < last:
+                    subtree[level].append(var[level])
     cells = []
     for level in range(last + 1):
         cells.append(_cells([u[level] for u in estimates], blocks, splits, threads))

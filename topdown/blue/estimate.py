@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 import numpy as np
@@ -41,6 +41,7 @@ from constraints.domain import Domain
 from topdown.blue.answers import shared_answers
 from topdown.blue.block_solve import OwnTerms, solve_blocks
 from topdown.blue.blocks import Block
+from topdown.blue.fed_terms import FedTerms, fed_names
 from topdown.blue.mapped_stacks import MadeStack, MappedStacks, hand_back
 from topdown.blue.metric import block_metric_weights, metric_weights
 from topdown.blue.plan import BluePlan, coefficient, kept_axes
@@ -126,6 +127,9 @@ class Blue:
         leaves: set when the leaf level is computed on demand (``fitted[-1]`` is then an
             empty placeholder and the leaf level's covariances are read from it:
             ``topdown.blue.leaf_families``).
+        fed: per level whose subtree covariances were folded as its blocks were solved (a
+            streamed release's stream level, ``topdown.blue.fed_terms``), what the passes
+            read of them; that level's ``block_subtree_scale`` is then empty.
     """
 
     domain: Domain
@@ -138,6 +142,7 @@ class Blue:
     block_scale: tuple[tuple[Covariance, ...], ...] = ()
     block_subtree_scale: tuple[tuple[Covariance, ...], ...] = ()
     leaves: LeafSource | None = None
+    fed: Mapping[int, FedTerms] = field(default_factory=dict)
 
     @property
     def n_levels(self) -> int:
@@ -179,6 +184,12 @@ class Blue:
         if self._on_demand(level):
             assert self.leaves is not None
             return tuple(self.leaves.scale(subtree))
+        if subtree and level in self.fed:
+            raise ValueError(
+                f"level {level}'s subtree covariances were folded into the passes' terms as "
+                f"its blocks were solved (queries {list(self.fed[level].names)}); they are not "
+                "kept"
+            )
         return (self.block_subtree_scale if subtree else self.block_scale)[level]
 
     def group_scale(self, level: int, *, subtree: bool = False) -> np.ndarray:
@@ -205,10 +216,9 @@ class Blue:
         q = Query.parse(query)
         if self.blocks:
             scales = self.block_scales(level, subtree=subtree)
-            mean, size = mean_variance(
-                list(zip(self.blocks, scales, strict=True)), q.factors(self.domain)
+            return reported_variance(
+                *mean_variance(list(zip(self.blocks, scales, strict=True)), q.factors(self.domain))
             )
-            return np.where((mean < EXACT_VARIANCE) | (mean <= 1e-20 * size), 0.0, mean)
         if q.recoded(self.domain):
             return self.answer_variance(level, q, subtree=subtree).mean(axis=1)
         kept = kept_axes(q, self.domain)
@@ -249,7 +259,7 @@ class Blue:
         out = out.reshape(out.shape[0], -1)
         size = size.reshape(out.shape)
         # an answer an invariant publishes: what is left is rounding of the exact direction
-        return np.where((out < EXACT_VARIANCE) | (out <= 1e-20 * size), 0.0, out)
+        return reported_variance(out, size)
 
     def cell_variance(self, level: int, nodes: slice | None = None) -> np.ndarray:
         """The variance of every cell of the nodes of ``level`` (all, or the slice
@@ -421,15 +431,18 @@ def solve(
     top: NodeSummary | None = None,
     threads: int = 1,
     own: OwnTerms | None = None,
+    fold: FedTerms | None = None,
 ) -> tuple[Blue, NodeSummary]:
     """The recursions of every group over ``tree``: its last level's children summarised by
     ``below`` (else they are leaves), its top's final estimate given by ``top`` (else it is
     the root). Returns the BLUE and, with ``below``, the last level's final estimates.
     ``threads``: the recoded blocks solved at once (``solve_blocks``); ``own``: their own
-    terms when already computed (``topdown.blue.block_solve.own_terms``)."""
+    terms when already computed (``topdown.blue.block_solve.own_terms``); ``fold``: with
+    recoded queries, the last level's subtree covariances folded into it as each block is
+    solved, not kept (``Blue.fed``; without recodes they are a scalar per node and kept)."""
     if plan.blocks:
         return _solve_blocks(
-            tree, domain, inputs, plan, below=below, top=top, threads=threads, own=own
+            tree, domain, inputs, plan, below=below, top=top, threads=threads, own=own, fold=fold
         )
     shape = plan.shape
     sums = sum_matrices(tree)
@@ -484,6 +497,7 @@ def _solve_blocks(
     top: NodeSummary | None,
     threads: int = 1,
     own: OwnTerms | None = None,
+    fold: FedTerms | None = None,
 ) -> tuple[Blue, NodeSummary]:
     """``solve`` for a plan with recoded queries: the blocks of ``topdown.blue.blocks``."""
     sol = solve_blocks(
@@ -495,6 +509,7 @@ def _solve_blocks(
         top=None if top is None else (top.est, top.var, top.subtree),
         threads=threads,
         own=own,
+        fold=fold,
     )
     log.debug("BLUE: %d block(s) over %d level(s)", len(plan.blocks), tree.n_levels)
     empty = tuple(np.zeros((0, lv.size)) for lv in tree.levels)
@@ -508,11 +523,12 @@ def _solve_blocks(
         plan.blocks,
         tuple(tuple(s) for s in sol.scale),
         tuple(tuple(s) for s in sol.subtree_scale),
+        fed={} if fold is None else {tree.n_levels - 1: fold},
     )
     return estimate, NodeSummary(
         tuple(e for e, _, _ in sol.ends),
         tuple(v for _, v, _ in sol.ends),
-        tuple(s for _, _, s in sol.ends),
+        () if fold is not None else tuple(s for _, _, s in sol.ends),
     )
 
 
@@ -600,29 +616,33 @@ def blue_inputs(
             out.append(())
             continue
         keep = marginals if isinstance(marginals, bool) else level in marginals
-        names = ["detailed", "total"] + [
-            m.query.name for m in lv if keep and m.query.name not in ("detailed", "total")
-        ]
+        names = fed_names([m.query for m in lv], keep)
         cells = (
             estimate.fitted[level] if estimate.holds_subtree(level) else estimate.cells_at(level)
         )
         fed = []
         queries = [Query.parse(name) for name in names]
-        weights = (
-            block_metric_weights(
+        folded = _folded(estimate, level, names)
+        if folded is not None:
+            weights: np.ndarray | None = folded.weights()
+        elif estimate.blocks:
+            weights = block_metric_weights(
                 estimate.domain,
                 estimate.blocks,
                 estimate.block_scales(level, subtree=True),
                 queries,
             )
-            if estimate.blocks
-            else metric_weights(
+        else:
+            weights = metric_weights(
                 estimate.domain, estimate.groups, estimate.group_scale(level, subtree=True), queries
             )
-        )
         answers = shared_answers(cells, queries, estimate.domain)
         for i, (name, query, values) in enumerate(zip(names, queries, answers, strict=True)):
-            variance = estimate.variance(level, query, subtree=True)
+            variance = (
+                estimate.variance(level, query, subtree=True)
+                if folded is None
+                else reported_variance(*folded.mean_variance(i))
+            )
             if weights is not None:
                 with np.errstate(divide="ignore"):
                     variance = np.where(variance == 0.0, 0.0, 1.0 / weights[:, i])
@@ -631,3 +651,25 @@ def blue_inputs(
             fed.append(QueryEstimate(level, query, values, variance))
         out.append(tuple(fed))
     return EstimatorInputs(tuple(out))
+
+
+def reported_variance(variance: np.ndarray, size: np.ndarray) -> np.ndarray:
+    """A variance summed over the blocks, 0 where it is an exact answer's: below
+    ``EXACT_VARIANCE``, or rounding left of an exact direction (at most ``1e-20`` of the
+    terms' absolute ``size``)."""
+    return np.where((variance < EXACT_VARIANCE) | (variance <= 1e-20 * size), 0.0, variance)
+
+
+def _folded(estimate: Blue, level: int, names: Sequence[str]) -> FedTerms | None:
+    """The level's folded terms (``Blue.fed``), checked to be of the queries fed now and of
+    every block; None when the level kept its subtree covariances."""
+    folded = estimate.fed.get(level)
+    if folded is None:
+        return None
+    if folded.names != tuple(names) or folded.blocks != len(estimate.blocks):
+        raise ValueError(
+            f"level {level}'s subtree covariances were folded for the queries "
+            f"{list(folded.names)} over {folded.blocks} block(s); the passes are fed {list(names)}"
+            f" over {len(estimate.blocks)}"
+        )
+    return folded

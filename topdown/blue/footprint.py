@@ -107,9 +107,12 @@ def streamed_covariance_bytes(
     workers): the larger of its two phases.
 
     - The BLUE above the stream level: ``KINDS`` per node type of the levels above; at the
-      stream level, the subtrees' summaries (one per stream node, as they arrive), the
-      subtree and final covariances (one per stream node type), and one block's summaries
-      copied as the solve takes them (``_child_summary``).
+      stream level, one per stream node: the subtrees' summaries (as they arrive), each
+      block's freed as the solve takes it while its final covariances are made (one per
+      stream node type, kept for sweep 2); and, for the block being solved, its summaries
+      copied as the solve takes them (``_child_summary``) and its subtree and final
+      covariances (its subtree ones folded and dropped once it is solved,
+      ``topdown.blue.fed_terms``).
     - Sweep 2: the stream nodes' final covariances (per type: all the parent keeps) and, per
       subtree being estimated, ``KINDS`` for its top and per node type within it, for the
       subtree with the most (its types, not the whole tree's: a subtree's block groups are a
@@ -119,7 +122,7 @@ def streamed_covariance_bytes(
     shapes = _shapes(tree)
     types = _counts(shapes)
     n_stream = tree.levels[stream_level].size
-    above = KINDS * sum(types[:stream_level]) + n_stream + 2 * types[stream_level]
+    above = KINDS * sum(types[:stream_level]) + n_stream
     # per stream node, the distinct shapes under it, level by level
     unit = np.arange(n_stream)
     within = np.zeros(n_stream, dtype=np.int64)
@@ -129,8 +132,9 @@ def streamed_covariance_bytes(
         within += np.bincount(pairs[0], minlength=n_stream)
     largest = int(within.max(initial=0))
     below = types[stream_level] + at_once * KINDS * (1 + largest)
-    copied = max((b.k * b.k * 8 for b in blocks if b.k > 1), default=0) * n_stream
-    return max(_per_type(blocks) * above + copied, _per_type(blocks) * below)
+    largest_block = max((b.k * b.k * 8 for b in blocks if b.k > 1), default=0)
+    solving = largest_block * (n_stream + 2 * types[stream_level])
+    return max(_per_type(blocks) * above + solving, _per_type(blocks) * below)
 
 
 def check_blue_fits(

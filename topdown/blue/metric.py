@@ -79,7 +79,7 @@ from topdown.blue.shared_matrices import SharedMatrices, type_index
 from topdown.query import Factor
 from topdown.strategy import Query
 
-__all__ = ["metric_weights", "block_metric_weights"]
+__all__ = ["metric_weights", "block_metric_weights", "MetricNormals"]
 
 log = logging.getLogger(__name__)
 
@@ -224,6 +224,62 @@ def _normal_nnls(h: np.ndarray, c: np.ndarray, target: float) -> tuple[np.ndarra
     return w, float(np.sqrt(max(w @ h @ w - 2.0 * c @ w + target, 0.0)))
 
 
+class MetricNormals:
+    """The weights' normal equations (``_block_normal``) gathered a block at a time, so a
+    block's covariances can be dropped once it is read: a streamed release's stream level
+    holds a ``k x k`` matrix per node and block (``topdown.blue.fed_terms``). Each block's
+    share is computed once per distinct covariance it has; ``weights`` sums them per node in
+    block order and solves once per distinct combination, so the result is
+    ``block_metric_weights``' bit for bit, whichever way the blocks came.
+    """
+
+    def __init__(self, domain: Domain, queries: Sequence[Query]) -> None:
+        self.factors = [q.factors(domain) for q in queries]
+        self._keys: list[np.ndarray] = []  # per block, each node's key (its type or scalar)
+        self._types: list[np.ndarray] = []  # per block, each node's distinct covariance
+        self._parts: list[list[_Normal]] = []  # per block, per distinct covariance
+
+    def add(self, block: Block, scale: np.ndarray | SharedMatrices) -> None:
+        """Block ``block``'s share, from each node's covariance in it: (nodes,) for ``k =
+        1`` (inf: no information; 0: exact), else (nodes, k, k), an array or shared
+        matrices."""
+        s = SharedMatrices.of(scale) if block.k > 1 else np.asarray(scale)
+        key = s.index if isinstance(s, SharedMatrices) else s
+        types, first = type_index([key])
+        grams = _stacked_grams(block, self.factors)
+        parts = []
+        for node in first:
+            v = s.values[s.index[node]] if isinstance(s, SharedMatrices) else s[node]
+            parts.append(_block_normal(v, block, self.factors, grams))
+        # the pages read of stacks mapped from disk (``topdown.blue.mapped_stacks``)
+        if isinstance(s, SharedMatrices):
+            hand_back(s.values)
+        self._keys.append(key)
+        self._types.append(types)
+        self._parts.append(parts)
+
+    def weights(self) -> np.ndarray:
+        """Per node and query, the weights (nodes, queries) from the blocks added."""
+        n = len(self.factors)
+        inverse, first = type_index(self._keys)
+        solved = np.zeros((first.size, n))
+        worst = 0.0
+        for r, node in enumerate(first):
+            h, c, target = np.zeros((n, n)), np.zeros(n), 0.0
+            for types, parts in zip(self._types, self._parts, strict=True):
+                part = parts[types[node]]
+                h, c, target = h + part[0], c + part[1], target + part[2]
+            if not target:
+                continue
+            w, residual = _normal_nnls(h, c, target)
+            # NNLS leaves round-off where a weight is 0: a query that adds nothing
+            solved[r] = np.where(w * np.sqrt(np.maximum(np.diag(h), 0.0)) > 1e-12, w, 0.0)
+            worst = max(worst, residual / np.sqrt(max(1.0, target)))
+        if worst > RESIDUAL:
+            log.debug("the fed queries express the subtree precision to %.2g (relative)", worst)
+        return solved[inverse]
+
+
 def block_metric_weights(
     domain: Domain,
     blocks: Sequence[Block],
@@ -233,7 +289,7 @@ def block_metric_weights(
     """Per node and fed query, the weight ``w_q`` (nodes, queries) for a BLUE of blocks
     (recoded queries; see the module docstring): the relative non-negative least squares fit
     of ``sum_q w_q Q_q'Q_q`` to each node's subtree precision on every block, solved once per
-    distinct set of subtree covariances.
+    distinct set of subtree covariances (``MetricNormals``).
 
     Args:
         domain: the query domain.
@@ -243,31 +299,7 @@ def block_metric_weights(
             array or shared matrices: solved once per distinct combination of types).
         queries: the fed queries, in the order of the result's columns.
     """
-    factors = [q.factors(domain) for q in queries]
-    scales = [
-        SharedMatrices.of(s) if b.k > 1 else np.asarray(s)
-        for s, b in zip(subtree_scale, blocks, strict=True)
-    ]
-    # a node's covariances are its types' (shared matrices) and its k = 1 blocks' scalars
-    keys = [s.index if isinstance(s, SharedMatrices) else s for s in scales]
-    inverse, first = type_index(keys)
-    grams = [_stacked_grams(block, factors) for block in blocks]
-    solved = np.zeros((first.size, len(queries)))
-    worst = 0.0
-    for r, node in enumerate(first):
-        h, c, target = np.zeros((len(queries),) * 2), np.zeros(len(queries)), 0.0
-        for block, s, g in zip(blocks, scales, grams, strict=True):
-            v = s.values[s.index[node]] if isinstance(s, SharedMatrices) else s[node]
-            part = _block_normal(v, block, factors, g)
-            h, c, target = h + part[0], c + part[1], target + part[2]
-        # the pages read of stacks mapped from disk (``topdown.blue.mapped_stacks``)
-        hand_back(*(s.values for s in scales if isinstance(s, SharedMatrices)))
-        if not target:
-            continue
-        w, residual = _normal_nnls(h, c, target)
-        # NNLS leaves round-off where a weight is 0: a query that adds nothing
-        solved[r] = np.where(w * np.sqrt(np.maximum(np.diag(h), 0.0)) > 1e-12, w, 0.0)
-        worst = max(worst, residual / np.sqrt(max(1.0, target)))
-    if worst > RESIDUAL:
-        log.debug("the fed queries express the subtree precision to %.2g (relative)", worst)
-    return solved[inverse]
+    normals = MetricNormals(domain, queries)
+    for block, scale in zip(blocks, subtree_scale, strict=True):
+        normals.add(block, scale)
+    return normals.weights()

@@ -20,6 +20,7 @@ import numpy as np
 from constraints.domain import Domain
 from topdown.blue.block_solve import OwnTerms, block_summary
 from topdown.blue.estimate import Blue, NodeSummary, checked_inputs, solve
+from topdown.blue.fed_terms import FedTerms
 from topdown.blue.plan import BluePlan
 from topdown.blue.recursions import Means, pis_of, sum_matrices, upward, z_of
 from topdown.measurement.estimator_inputs import EstimatorInputs
@@ -68,6 +69,7 @@ def blue_above(
     *,
     exact_totals: Mapping[int, Mapping[int, float]] | None = None,
     top: NodeSummary | None = None,
+    fold: FedTerms | None = None,
 ) -> tuple[Blue, NodeSummary]:
     """The whole tree's BLUE of the levels down to a stream level, from their measurements
     and the summaries of the subtrees under the stream level (``below``, one row per stream
@@ -75,9 +77,13 @@ def blue_above(
     downward one down to it. Also returns the stream nodes' final estimates per group, which
     ``blue_below`` continues from. Equal to ``blue`` on the whole tree at these levels.
     ``top``: the first level's final estimate when it is not the root (a streamed subtree
-    whose leaves go a chunk of families at a time, ``topdown.blue.leaf_families``)."""
+    whose leaves go a chunk of families at a time, ``topdown.blue.leaf_families``).
+    ``fold``: with recoded queries, the stream level's subtree covariances (one ``k x k``
+    matrix per node and block: each subtree is its own node type) folded into the passes'
+    terms block by block and dropped (``topdown.blue.fed_terms``); the stream nodes' summaries
+    then come without them."""
     inputs = checked_inputs(tree, measurements, exact_totals)
-    return solve(tree, domain, inputs, plan, below=below, top=top)
+    return solve(tree, domain, inputs, plan, below=below, top=top, fold=fold)
 
 
 def blue_below(

@@ -27,7 +27,12 @@ from topdown.blue.mapped_stacks import hand_back
 from topdown.blue.shared_matrices import Covariance, SharedMatrices
 from topdown.query import Factor
 
-__all__ = ["summed_variance_terms", "plain_variance_terms", "mean_variance"]
+__all__ = [
+    "summed_variance_terms",
+    "plain_variance_terms",
+    "mean_variance",
+    "mean_variance_term",
+]
 
 
 def _times(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -147,30 +152,37 @@ def mean_variance(
     terms: Sequence[tuple[Block, Covariance]], factors: Sequence[Factor]
 ) -> tuple[np.ndarray, np.ndarray]:
     """The mean over a query's answers of ``summed_variance_terms`` (and of its sizes),
-    without the answers: an answer is a pair (contrast answer, span answer), so a block's
-    mean is ``mean(d)`` times ``mean(diag(B Phi B')) = trace(B'B Phi) / rows(B)``, each factor
-    from the axes' parts (``Block.mean_terms``), never ``B`` or ``d`` themselves."""
+    without the answers: the blocks' ``mean_variance_term`` summed in order."""
     out = size = None
     for block, phi in terms:
-        parts = block.mean_terms(factors)
-        gram, gram_abs = parts.gram_parts, parts.gram_abs_parts
-        if isinstance(phi, np.ndarray) and phi.ndim == 1:  # k = 1: every part is 1 x 1
-            scalar = float(np.prod([g[0, 0] for g in gram]))
-            scalar_abs = float(np.prod([g[0, 0] for g in gram_abs]))
-            span = _times(np.asarray(scalar), phi)
-            span_abs = _times(np.asarray(scalar_abs), np.abs(phi))
-        elif parts.formed is not None:  # small k: one contraction with the product
-            formed, formed_abs = parts.formed
-            span, span_abs = _trace_formed(formed, phi), _trace_formed(formed_abs, _abs(phi))
-        else:
-            span, span_abs = _trace(gram, phi), _trace(gram_abs, phi, absolute=True)
-        _handed_back(phi)
-        term = _times(np.asarray(parts.d_mean), span)
-        mag = _times(np.asarray(parts.d_abs_mean), span_abs)
+        term, mag = mean_variance_term(block, phi, factors)
         out = term if out is None else out + term
         size = mag if size is None else size + mag
     assert out is not None and size is not None
     return out, size
+
+
+def mean_variance_term(
+    block: Block, phi: Covariance, factors: Sequence[Factor]
+) -> tuple[np.ndarray, np.ndarray]:
+    """One block's share of ``mean_variance``, and of its size (each (nodes,)): an answer is a
+    pair (contrast answer, span answer), so a block's mean is ``mean(d)`` times
+    ``mean(diag(B Phi B')) = trace(B'B Phi) / rows(B)``, each factor from the axes' parts
+    (``Block.mean_terms``), never ``B`` or ``d`` themselves."""
+    parts = block.mean_terms(factors)
+    gram, gram_abs = parts.gram_parts, parts.gram_abs_parts
+    if isinstance(phi, np.ndarray) and phi.ndim == 1:  # k = 1: every part is 1 x 1
+        scalar = float(np.prod([g[0, 0] for g in gram]))
+        scalar_abs = float(np.prod([g[0, 0] for g in gram_abs]))
+        span = _times(np.asarray(scalar), phi)
+        span_abs = _times(np.asarray(scalar_abs), np.abs(phi))
+    elif parts.formed is not None:  # small k: one contraction with the product
+        formed, formed_abs = parts.formed
+        span, span_abs = _trace_formed(formed, phi), _trace_formed(formed_abs, _abs(phi))
+    else:
+        span, span_abs = _trace(gram, phi), _trace(gram_abs, phi, absolute=True)
+    _handed_back(phi)
+    return _times(np.asarray(parts.d_mean), span), _times(np.asarray(parts.d_abs_mean), span_abs)
 
 
 def _placed(

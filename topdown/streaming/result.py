@@ -20,6 +20,7 @@ from constraints.attach import ConstraintSet
 from constraints.domain import Domain
 from mechanisms.ledger import Ledger
 from topdown.blue.estimate import NodeSummary, blue_inputs
+from topdown.blue.fed_terms import FedTerms, fed_names
 from topdown.blue.plan import BluePlan
 from topdown.blue.streamed import blue_above, subtree_summary
 from topdown.errors import ReleaseError
@@ -378,7 +379,17 @@ def top_blue(
     total held as the unstreamed release holds it (``topdown.estimation.root_total``). Used by the
     release and by ``topdown check``, which recomputes it from the published parts."""
     exact = exact_totals(invariants, domain)
-    estimate, stream = blue_above(top_tree, domain, measurements, below, plan, exact_totals=exact)
+    # the stream level's subtree covariances, one k x k matrix per node and block under
+    # recodes, are read only for its passes' weights: folded block by block, not kept
+    last = top_tree.n_levels - 1
+    fold = (
+        FedTerms(domain, fed_names([m.query for m in measurements.levels[last]], True))
+        if plan.blocks
+        else None
+    )
+    estimate, stream = blue_above(
+        top_tree, domain, measurements, below, plan, exact_totals=exact, fold=fold
+    )
     held = decide("blue", top_tree, domain, estimate, constraints, invariants)
     return TopBlue(
         blue_inputs(measurements, estimate, exact),
