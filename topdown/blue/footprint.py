@@ -110,9 +110,9 @@ def streamed_covariance_bytes(
       stream level, one per stream node: the subtrees' summaries (as they arrive), each
       block's freed as the solve takes it while its final covariances are made (one per
       stream node type, kept for sweep 2); and, for the block being solved, its summaries
-      copied as the solve takes them (``_child_summary``) and its subtree and final
-      covariances (its subtree ones folded and dropped once it is solved,
-      ``topdown.blue.fed_terms``).
+      as the solve takes them (``_child_summary``: copied only when some repeat, counted
+      always) and its subtree and final covariances (its subtree ones folded and dropped
+      once it is solved, ``topdown.blue.fed_terms``).
     - Sweep 2: the stream nodes' final covariances (per type: all the parent keeps) and, per
       subtree being estimated, ``KINDS`` for its top and per node type within it, for the
       subtree with the most (its types, not the whole tree's: a subtree's block groups are a

@@ -101,9 +101,11 @@ class SharedMatrices:
         return SharedMatrices(self.values[used], index.reshape(-1).astype(np.int64))
 
     @classmethod
-    def of(cls, a: np.ndarray | SharedMatrices) -> SharedMatrices:
+    def of(cls, a: np.ndarray | SharedMatrices, *, copy: bool = True) -> SharedMatrices:
         """``a`` as shared matrices: per-node matrices (nodes, k, k) held once per distinct
-        value (equal bit for bit), or ``a`` itself."""
+        value (equal bit for bit), or ``a`` itself. ``copy=False``: when every matrix is
+        distinct, ``a`` is the values, not a copy of them (the caller no longer writes in
+        it)."""
         if isinstance(a, SharedMatrices):
             return a
         a = np.asarray(a, dtype=float)
@@ -113,6 +115,8 @@ class SharedMatrices:
             dtype=np.int64,
             count=a.shape[0],
         )
+        if not copy and len(seen) == a.shape[0]:
+            return cls(a, index)
         first = np.zeros(len(seen), dtype=np.int64)
         first[index[::-1]] = np.arange(a.shape[0] - 1, -1, -1)
         return cls(a[first], index)
