@@ -10,8 +10,7 @@ import weakref
 
 import numpy as np
 import pytest
-from test_blue_recodes_streamed import SCHEMA, _strategy
-from test_stream import QUIET, _geography, _records, _state_total
+from test_blue_recodes_streamed import released as release_recoded
 from test_stream_blue import _assembled, streamed_pieces
 
 from topdown.blue import fed_terms, mapped_stacks
@@ -22,25 +21,13 @@ from topdown.blue.mapped_stacks import MadeStack, MappedStacks, is_mapped
 from topdown.blue.shared_matrices import SharedMatrices
 from topdown.estimation.estimators import exact_totals
 from topdown.measurement.measure import Measurements
-from topdown.streaming.run import release_streamed
 
 pytestmark = pytest.mark.extra("parquet")
 
 
 @pytest.fixture(scope="module")
 def released(tmp_path_factory):
-    geo = _geography()
-    rel = release_streamed(
-        _records(geo),
-        SCHEMA,
-        _strategy(),
-        stream_by="COUNTY",
-        out=tmp_path_factory.mktemp("fed") / "rel",
-        geography=geo,
-        constraints=_state_total(),
-        seed=7,
-        progress=QUIET,
-    )
+    rel = release_recoded(tmp_path_factory.mktemp("fed") / "rel")
     measurements = _assembled(rel)
     return rel, measurements, exact_totals(rel.invariants, rel.schema.domain)
 

@@ -15,6 +15,7 @@ from topdown.blue.estimate import blue
 from topdown.estimation.estimators import exact_totals
 from topdown.schema import Attribute, Schema
 from topdown.strategy import LevelStrategy, Query, Strategy
+from topdown.streaming.result import StreamedRelease
 from topdown.streaming.run import release_streamed
 
 pytestmark = pytest.mark.extra("parquet")
@@ -38,19 +39,24 @@ def _strategy() -> Strategy:
     return Strategy(tuple(LevelStrategy(Fraction(1, 2), queries) for _ in range(5)))
 
 
-def test_streamed_blue_of_recoded_queries_is_the_whole_tree_blue(tmp_path) -> None:
+def released(out) -> StreamedRelease:
+    """The recoded strategy streamed by county, state totals invariant, seed 7."""
     geo = _geography()
-    rel = release_streamed(
+    return release_streamed(
         _records(geo),
         SCHEMA,
         _strategy(),
         stream_by="COUNTY",
-        out=tmp_path / "rel",
+        out=out,
         geography=geo,
         constraints=_state_total(),
         seed=7,
         progress=QUIET,
     )
+
+
+def test_streamed_blue_of_recoded_queries_is_the_whole_tree_blue(tmp_path) -> None:
+    rel = released(tmp_path / "rel")
     assert rel.check_correctness().ok
     domain, s = rel.schema.domain, rel.stream_level
     measurements = _assembled(rel)
