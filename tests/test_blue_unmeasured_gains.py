@@ -36,3 +36,9 @@ def test_unmeasured_types_take_no_inverse_and_the_same_numbers(k, monkeypatch):
     inverted.clear()
     of_m, of_r = _gains(cov[:1], p[:1])
     assert inverted == [] and np.array_equal(of_r, cov[:1])
+    inverted.clear()
+    p[[0, 2]] = p[1]  # every type measured: one stacked inverse, the plain formula's numbers
+    of_m, of_r = _gains(cov, p)
+    assert inverted == [3]
+    assert np.array_equal(of_m, np.linalg.inv(np.eye(k) + cov @ p))
+    assert np.array_equal(of_r, of_m @ cov)

@@ -262,6 +262,9 @@ def _gains(cov: np.ndarray, p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     entry of ``M``."""
     k = cov.shape[-1]
     measured = p.reshape(len(p), -1).any(axis=1)
+    if measured.all():  # the common case: no stacks of I and M copied, to be overwritten
+        a_inv = np.linalg.inv(np.eye(k) + cov @ p)
+        return a_inv, a_inv @ cov
     a_inv = np.broadcast_to(np.eye(k), cov.shape).copy()
     of_r = cov.copy()
     if measured.any():

@@ -49,17 +49,15 @@ class FedTerms:
 
     def __init__(self, domain: Domain, names: Sequence[str]) -> None:
         self.names = tuple(names)
-        queries = [Query.parse(name) for name in self.names]
-        self._factors = [q.factors(domain) for q in queries]
-        self._normals = MetricNormals(domain, queries)
-        self._variance: list[tuple[np.ndarray, np.ndarray] | None] = [None] * len(queries)
+        self._normals = MetricNormals(domain, [Query.parse(name) for name in self.names])
+        self._variance: list[tuple[np.ndarray, np.ndarray] | None] = [None] * len(self.names)
         self.blocks = 0
 
     def add(self, block: Block, subtree: Covariance) -> None:
         """The next block's share, from its subtree covariance per node ((nodes,) for ``k =
         1``, else (nodes, k, k), an array or shared matrices); the covariances are not kept."""
         self._normals.add(block, subtree)
-        for i, factors in enumerate(self._factors):
+        for i, factors in enumerate(self._normals.factors):
             term, size = mean_variance_term(block, subtree, factors)
             held = self._variance[i]
             self._variance[i] = (term, size) if held is None else (held[0] + term, held[1] + size)

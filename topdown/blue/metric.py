@@ -235,7 +235,6 @@ class MetricNormals:
 
     def __init__(self, domain: Domain, queries: Sequence[Query]) -> None:
         self.factors = [q.factors(domain) for q in queries]
-        self._keys: list[np.ndarray] = []  # per block, each node's key (its type or scalar)
         self._types: list[np.ndarray] = []  # per block, each node's distinct covariance
         self._parts: list[list[_Normal]] = []  # per block, per distinct covariance
 
@@ -254,14 +253,15 @@ class MetricNormals:
         # the pages read of stacks mapped from disk (``topdown.blue.mapped_stacks``)
         if isinstance(s, SharedMatrices):
             hand_back(s.values)
-        self._keys.append(key)
         self._types.append(types)
         self._parts.append(parts)
 
     def weights(self) -> np.ndarray:
         """Per node and query, the weights (nodes, queries) from the blocks added."""
         n = len(self.factors)
-        inverse, first = type_index(self._keys)
+        # a node's combination of the blocks' types: the same partition (and order) as of
+        # their keys, each block's types being its keys renumbered
+        inverse, first = type_index(self._types)
         solved = np.zeros((first.size, n))
         worst = 0.0
         for r, node in enumerate(first):
